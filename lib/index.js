@@ -1,0 +1,15 @@
+// Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox and its typed errors.
+export { OpenSandboxSandbox } from './sandbox.js';
+export { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
+export {
+  OpenSandboxError,
+  OpenSandboxOptionError,
+  OpenSandboxApiError,
+  OpenSandboxNotFoundError,
+  OpenSandboxSandboxGoneError,
+  OpenSandboxStreamError,
+  OpenSandboxTransportError,
+  OpenSandboxTimeoutError,
+  OpenSandboxProtocolError,
+  OpenSandboxCancelledError,
+} from './errors.js';

@@ -1,0 +1,170 @@
+// Type declarations of mastra-opensandbox: OpenSandboxSandbox (a Mastra workspace sandbox backed by OpenSandbox),
+// its options, the raw OpenSandbox handle, and the typed errors.
+import type {
+  MastraSandbox,
+  SandboxError,
+  CommandResult,
+  ExecuteCommandOptions,
+  ProviderStatus,
+  SandboxInfo,
+  SandboxStartOptions,
+  SandboxStartResult,
+  SandboxStartHook,
+  SandboxLifecycleHook,
+} from '@mastra/core/workspace';
+
+/** Per-call instructions override: a fixed string ('' suppresses) or a function of the default text. */
+export type OpenSandboxInstructions =
+  | string
+  | ((opts: { defaultInstructions: string; requestContext?: unknown }) => string);
+
+/** An OpenSandbox volume, passed through to `POST /sandboxes` (exactly one backend). */
+export interface OpenSandboxVolume {
+  name: string;
+  mountPath: string;
+  readOnly?: boolean;
+  subPath?: string;
+  host?: { path: string };
+  pvc?: {
+    claimName: string;
+    createIfNotExists?: boolean;
+    deleteOnSandboxTermination?: boolean;
+    storageClass?: string | null;
+    storage?: string;
+    accessModes?: string[];
+  };
+  ossfs?: Record<string, unknown>;
+}
+
+export interface OpenSandboxNetworkPolicy {
+  defaultAction?: 'allow' | 'deny';
+  egress?: Array<{ action: 'allow' | 'deny'; target: string }>;
+  [key: string]: unknown;
+}
+
+export interface OpenSandboxSandboxOptions {
+  /** Logical id; the same id reattaches to the same remote sandbox (label `mastra.ai/sandbox-id`). Default: generated. */
+  id?: string;
+  /** Lifecycle server: `host[:port][/path]` or a full http(s) URL. Default: env OPEN_SANDBOX_DOMAIN, then `127.0.0.1:8080`. */
+  domain?: string;
+  /** Sent as OPEN-SANDBOX-API-KEY to the lifecycle server only. Default: env OPEN_SANDBOX_API_KEY. */
+  apiKey?: string;
+  /** Scheme for the lifecycle server and execd. Default 'http' (or the scheme of a URL `domain`). */
+  protocol?: 'http' | 'https';
+  /** Reattach to this remote sandbox instead of finding/creating one by logical id. */
+  sandboxId?: string;
+  /** Container image. Default 'ubuntu:22.04'. */
+  image?: string | { uri: string; auth?: { username: string; password: string } };
+  /** Default ['tail', '-f', '/dev/null']. */
+  entrypoint?: string[];
+  /** Time to live in seconds (>= 60); null = no expiry. Default 600. */
+  timeoutSeconds?: number | null;
+  /** Resource limits. Default { cpu: '1', memory: '2Gi' }. */
+  resources?: Record<string, string>;
+  /** Environment overlay merged into every command (per-command env wins; undefined values are dropped). */
+  env?: Record<string, string | undefined>;
+  /** Extra metadata labels on the remote sandbox (Kubernetes label syntax). */
+  metadata?: Record<string, string>;
+  volumes?: OpenSandboxVolume[];
+  networkPolicy?: OpenSandboxNetworkPolicy;
+  /** Reach execd through the lifecycle server's proxy. Default false. */
+  useServerProxy?: boolean;
+  /** Sent as X-EXECD-ACCESS-TOKEN to execd when set. */
+  execdAccessToken?: string;
+  /** Deadline of each lifecycle/execd request (not of command runs). Default 30000. */
+  requestTimeoutMs?: number;
+  /** Deadline for the sandbox to become Running and execd to answer /ping. Default 30000. */
+  readyTimeoutMs?: number;
+  instructions?: OpenSandboxInstructions;
+  onStart?: SandboxStartHook;
+  onStop?: SandboxLifecycleHook;
+  onDestroy?: SandboxLifecycleHook;
+  /** Default cwd of commands (created on start). Default '/workspace'. */
+  workingDirectory?: string;
+}
+
+/** A sandbox object as the lifecycle server returns it. */
+export interface OpenSandboxRemoteSandbox {
+  id: string;
+  status: { state: string; reason?: string; message?: string; lastTransitionAt?: string };
+  metadata?: Record<string, string>;
+  expiresAt?: string;
+  createdAt?: string;
+  entrypoint?: string[];
+  image?: { uri: string };
+  [key: string]: unknown;
+}
+
+/** The raw OpenSandbox handle of a started sandbox (`sandbox.opensandbox`). */
+export interface OpenSandboxHandle {
+  readonly sandboxId: string | undefined;
+  /** `${protocol}://${endpoint}` of execd (path prefix kept). */
+  readonly execdUrl: string | undefined;
+  /** Names (not values) of the extra headers the endpoint requires on every execd request. */
+  readonly endpointHeaders: string[];
+  /** The native lifecycle client (all sandboxes of this server). */
+  readonly lifecycle: unknown;
+  /** The native execd client of this sandbox (undefined while stopped). */
+  readonly execd: unknown;
+  get(): Promise<OpenSandboxRemoteSandbox>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  /** New absolute expiry: a Date, an RFC 3339 string, or seconds from now. */
+  renew(at: Date | string | number): Promise<{ expiresAt: string }>;
+  endpoint(port: number, useServerProxy?: boolean): Promise<{ endpoint: string; headers?: Record<string, string> }>;
+  patchMetadata(patch: Record<string, string | null>): Promise<OpenSandboxRemoteSandbox>;
+}
+
+export declare class OpenSandboxSandbox extends MastraSandbox {
+  readonly id: string;
+  readonly name: 'OpenSandboxSandbox';
+  readonly provider: 'opensandbox';
+  status: ProviderStatus;
+  constructor(options?: OpenSandboxSandboxOptions);
+  start(options?: SandboxStartOptions): Promise<SandboxStartResult>;
+  stop(): Promise<void>;
+  destroy(): Promise<void>;
+  executeCommand(command: string, args?: string[], options?: ExecuteCommandOptions): Promise<CommandResult>;
+  getInfo(): Promise<SandboxInfo>;
+  getInstructions(opts?: { requestContext?: unknown }): string;
+  readonly opensandbox: OpenSandboxHandle;
+}
+
+/** Metadata key that stores the encoded logical id. */
+export declare const LOGICAL_ID_LABEL: 'mastra.ai/sandbox-id';
+/** `<16 hex of sha256(id)>-<readable part>`, at most 63 chars of the Kubernetes label charset. */
+export declare function encodeLogicalId(id: string): string;
+
+export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'internal';
+
+export declare class OpenSandboxError extends SandboxError {
+  readonly kind?: OpenSandboxErrorKind;
+  readonly operation?: string;
+  constructor(message: string, code: string, details?: Record<string, unknown>);
+}
+export declare class OpenSandboxOptionError extends OpenSandboxError {
+  readonly option: string;
+  constructor(option: string, message: string);
+}
+export declare class OpenSandboxApiError extends OpenSandboxError {
+  /** HTTP status (0 for errors inside a stream). */
+  readonly status: number;
+  /** The server's message. */
+  readonly serverMessage?: string;
+  /** X-Request-ID of the response, when present. */
+  readonly requestId?: string;
+}
+export declare class OpenSandboxNotFoundError extends OpenSandboxApiError {}
+/** Our sandbox disappeared (deleted or expired); the handle was reset and the next call provisions a new one. */
+export declare class OpenSandboxSandboxGoneError extends OpenSandboxNotFoundError {
+  readonly sandboxId: string;
+}
+export declare class OpenSandboxStreamError extends OpenSandboxApiError {}
+export declare class OpenSandboxTransportError extends OpenSandboxError {
+  readonly attempts: number;
+}
+export declare class OpenSandboxTimeoutError extends OpenSandboxError {
+  readonly timeoutMs?: number;
+}
+export declare class OpenSandboxProtocolError extends OpenSandboxError {}
+export declare class OpenSandboxCancelledError extends OpenSandboxError {}
