@@ -10,7 +10,12 @@
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
 //     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
 //     close?(): void }                                     // execd shutdown
-// ctx = { token, workspace }  (token: required X-EXECD-ACCESS-TOKEN or '', workspace: default cwd)
+// ctx = { token, workspace, ptyExitRace, commandTailMs, self, interrupters }
+//   token: required X-EXECD-ACCESS-TOKEN or ''; workspace: default cwd; ptyExitRace: --pty-exit-race given;
+//   commandTailMs: how long a /command stream stays open after its final event (execd's graceful-shutdown tail);
+//   self: where this execd listens ({ socketPath } or { host, port }), for /proxy/44772 to reach execd itself;
+//   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
+//   (e.g. code contexts) before answering "no such session".
 import http from 'node:http';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -27,10 +32,22 @@ const { values: opts } = parseArgs({
     host: { type: 'string', default: '127.0.0.1' },
     'access-token': { type: 'string', default: process.env.EXECD_ACCESS_TOKEN ?? '' },
     workspace: { type: 'string', default: '/workspace' },
+    'pty-exit-race': { type: 'boolean', default: false },
+    'command-tail-ms': { type: 'string', default: '1000' },
   },
 });
 
-const ctx = { token: opts['access-token'], workspace: opts.workspace };
+// the token must not leak into commands through the environment
+delete process.env.EXECD_ACCESS_TOKEN;
+
+const ctx = {
+  token: opts['access-token'],
+  workspace: opts.workspace,
+  ptyExitRace: opts['pty-exit-race'],
+  commandTailMs: Math.max(0, Number(opts['command-tail-ms']) || 0),
+  self: opts.socket ? { socketPath: opts.socket } : { host: opts.host, port: Number(opts.port ?? 44772) },
+  interrupters: [],
+};
 const modules = [commandRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx)];
 
 function authorized(req) {

@@ -1,0 +1,360 @@
+// execd route module: commands (POST /command foreground + background, GET /command/status/{id},
+// GET /command/{id}/logs?cursor=, DELETE /command?id=), framed like the real execd:
+// compact JSON events each followed by a blank line, no `data:` prefix, stream held open a tail after the final event.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { HttpError, guard, readJson, sendJson, sendEmpty } from './http.js';
+import { LineSplitter } from './lines.js';
+
+const PING_INTERVAL_MS = 3000;
+const INTERRUPT_GRACE_MS = 3000;
+/** After the process exits, how long its pipes may stay open (a grandchild holding them) before we stop reading. */
+const PIPE_DRAIN_MS = 200;
+
+const SIGNAL_TEXT = {
+  SIGKILL: 'killed', SIGTERM: 'terminated', SIGINT: 'interrupt', SIGHUP: 'hangup', SIGQUIT: 'quit',
+  SIGSEGV: 'segmentation fault', SIGABRT: 'aborted', SIGPIPE: 'broken pipe', SIGALRM: 'alarm clock',
+  SIGUSR1: 'user defined signal 1', SIGUSR2: 'user defined signal 2', SIGBUS: 'bus error', SIGFPE: 'floating point exception',
+};
+
+/** RFC 3339 with nanoseconds, like Go's time.RFC3339Nano for UTC (trailing zeros trimmed). */
+function rfc3339Nano(ms, extraNs) {
+  const iso = new Date(ms).toISOString(); // 2026-11-29T07:15:42.461Z
+  const frac = (iso.slice(20, 23) + String(extraNs).padStart(6, '0')).replace(/0+$/, '');
+  return `${iso.slice(0, 19)}${frac ? '.' + frac : ''}Z`;
+}
+function nowStamp() {
+  const ns = process.hrtime.bigint() % 1000000n;
+  return rfc3339Nano(Date.now(), ns);
+}
+
+function findShell() {
+  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
+    if (dir && fs.existsSync(path.join(dir, 'bash'))) return 'bash';
+  }
+  return 'sh';
+}
+
+function validateBody(body) {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: expected a JSON object');
+  }
+  if (typeof body.command !== 'string' || body.command.trim() === '') {
+    throw new HttpError(400, 'INVALID_REQUEST_BODY', "error parsing request, MAYBE invalid body format: Key: 'RunCommandRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
+  }
+  for (const k of ['uid', 'gid', 'timeout']) {
+    if (body[k] != null && (!Number.isInteger(body[k]) || body[k] < 0)) {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', `error parsing request, MAYBE invalid body format: ${k} must be a non-negative integer`);
+    }
+  }
+  if (body.gid != null && body.uid == null) {
+    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'gid requires uid');
+  }
+  if (body.envs != null && (typeof body.envs !== 'object' || Array.isArray(body.envs))) {
+    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: envs must be an object of strings');
+  }
+  if (body.cwd != null && typeof body.cwd !== 'string') {
+    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: cwd must be a string');
+  }
+}
+
+export function createRoutes(ctx) {
+  const shell = findShell();
+  const tailMs = ctx.commandTailMs ?? 1000;
+  const logDir = os.tmpdir();
+  /** id -> command record */
+  const commands = new Map();
+  const streams = new Set();
+
+  function defaultCwd() {
+    try {
+      if (ctx.workspace && fs.statSync(ctx.workspace).isDirectory()) return ctx.workspace;
+    } catch { /* fall through */ }
+    return process.cwd();
+  }
+
+  function buildEnv(envs) {
+    const env = { ...process.env };
+    const file = process.env.EXECD_ENVS;
+    if (file) {
+      try {
+        for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+          const i = line.indexOf('=');
+          if (i > 0) env[line.slice(0, i).trim()] = line.slice(i + 1);
+        }
+      } catch { /* a missing EXECD_ENVS file is ignored */ }
+    }
+    for (const [k, v] of Object.entries(envs ?? {})) env[k] = v == null ? '' : String(v);
+    return env;
+  }
+
+  /** Starts the process; returns the record. Throws a start error (caller turns it into an error event). */
+  function start(body, background) {
+    const id = crypto.randomBytes(16).toString('hex');
+    const rec = {
+      id, content: body.command, background, running: true, exitCode: undefined, error: undefined,
+      startedAt: nowStamp(), finishedAt: undefined, startMs: Date.now(), child: null, logFile: null,
+      stopSignal: null, done: null, onLine: null,
+    };
+    let done;
+    rec.done = new Promise((r) => { done = r; });
+    const opts = { cwd: body.cwd ?? defaultCwd(), env: buildEnv(body.envs), detached: true };
+    if (body.uid != null) opts.uid = body.uid;
+    if (body.gid != null) opts.gid = body.gid;
+    let logFd = null;
+    if (background) {
+      rec.logFile = path.join(logDir, `${id}.output`);
+      logFd = fs.openSync(rec.logFile, 'a', 0o644);
+      opts.stdio = ['ignore', logFd, logFd];
+    } else {
+      opts.stdio = ['ignore', 'pipe', 'pipe'];
+    }
+    let child;
+    try {
+      child = spawn(shell, ['-c', body.command], opts);
+    } finally {
+      if (logFd !== null) fs.closeSync(logFd);
+    }
+    rec.child = child;
+    commands.set(id, rec);
+
+    const finish = (code, signal, spawnError) => {
+      if (!rec.running) return;
+      rec.running = false;
+      rec.finishedAt = nowStamp();
+      clearTimeout(rec.timer);
+      if (spawnError) {
+        rec.exitCode = -1;
+        rec.error = spawnError.message;
+        rec.startError = spawnError;
+      } else if (signal) {
+        rec.exitCode = -1;
+        rec.error = `signal: ${SIGNAL_TEXT[signal] ?? signal}`;
+      } else {
+        rec.exitCode = code;
+        rec.error = code === 0 ? undefined : `exit status ${code}`;
+      }
+      rec.child = null;
+      done();
+    };
+
+    if (!background) {
+      const out = new LineSplitter((t) => rec.onLine?.('stdout', t));
+      const err = new LineSplitter((t) => rec.onLine?.('stderr', t));
+      child.stdout.on('data', (b) => out.push(b));
+      child.stderr.on('data', (b) => err.push(b));
+      let exited = null;
+      let closed = 0;
+      const end = () => {
+        out.flush();
+        err.flush();
+        finish(exited.code, exited.signal);
+      };
+      const onClose = () => {
+        closed += 1;
+        if (closed === 2 && exited) end();
+      };
+      child.stdout.on('close', onClose);
+      child.stderr.on('close', onClose);
+      child.on('exit', (code, signal) => {
+        exited = { code, signal };
+        if (closed === 2) return end();
+        // A grandchild may keep the pipes open; like execd (which waits for the process, not the pipes) stop reading soon.
+        setTimeout(() => {
+          if (!rec.running) return;
+          child.stdout.destroy();
+          child.stderr.destroy();
+          end();
+        }, PIPE_DRAIN_MS).unref();
+      });
+    } else {
+      child.on('exit', (code, signal) => finish(code, signal));
+    }
+    child.on('error', (e) => {
+      // spawn failure (bad uid, ENOENT …): no exit event follows
+      if (rec.child && rec.child.pid === undefined) finish(null, null, e);
+    });
+    if (body.timeout) {
+      rec.timer = setTimeout(() => signalGroup(rec, 'SIGKILL'), body.timeout);
+    }
+    return rec;
+  }
+
+  function signalGroup(rec, sig) {
+    const pid = rec.child?.pid;
+    if (!pid) return;
+    try { process.kill(-pid, sig); } catch { /* already gone */ }
+  }
+
+  function writeEvent(res, ev) {
+    if (res.destroyed || res.writableEnded) return;
+    // field order of execd's Go struct: type, text, execution_time, timestamp, error
+    const { type, text, execution_time: time, error } = ev;
+    const out = { type };
+    if (text !== undefined) out.text = text;
+    if (time !== undefined) out.execution_time = time;
+    out.timestamp = Date.now();
+    if (error !== undefined) out.error = error;
+    res.write(JSON.stringify(out) + '\n\n');
+  }
+
+  function openStream(res) {
+    res.writeHead(200, {
+      'Content-Type': 'text/event-stream',
+      'Cache-Control': 'no-cache',
+      Connection: 'keep-alive',
+      'X-Accel-Buffering': 'no',
+    });
+    res.flushHeaders();
+    streams.add(res);
+    res.on('close', () => streams.delete(res));
+  }
+
+  function endStream(res) {
+    // execd keeps the response open for its graceful-shutdown tail after the final event
+    const t = setTimeout(() => {
+      if (!res.destroyed) res.end();
+    }, tailMs);
+    res.on('close', () => clearTimeout(t));
+  }
+
+  function finalEvent(rec, withTime) {
+    if (rec.startError) {
+      return { type: 'error', error: { ename: 'CommandExecError', evalue: rec.startError.message, traceback: [rec.startError.message] } };
+    }
+    if (rec.exitCode === 0) {
+      const ev = { type: 'execution_complete' };
+      if (withTime) ev.execution_time = Date.now() - rec.startMs;
+      return ev;
+    }
+    return { type: 'error', error: { ename: 'CommandExecError', evalue: String(rec.exitCode), traceback: [rec.error] } };
+  }
+
+  async function run(req, res) {
+    const body = await readJson(req);
+    validateBody(body);
+    const cwd = body.cwd ?? defaultCwd();
+    let st = null;
+    try { st = fs.statSync(cwd); } catch { /* missing */ }
+    if (!st || !st.isDirectory()) {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', `working directory does not exist: ${cwd}`);
+    }
+    const background = body.background === true;
+    let rec;
+    let startError = null;
+    try {
+      rec = start({ ...body, cwd }, background);
+    } catch (e) {
+      startError = e;
+    }
+    openStream(res);
+    writeEvent(res, { type: 'init', text: rec?.id ?? crypto.randomBytes(16).toString('hex') });
+    writeEvent(res, { type: 'ping', text: 'pong' });
+    if (startError) {
+      writeEvent(res, { type: 'error', error: { ename: 'CommandExecError', evalue: startError.message, traceback: [startError.message] } });
+      return endStream(res);
+    }
+    if (background) {
+      // the spawn error (if any) is reported through the status route
+      writeEvent(res, { type: 'execution_complete' });
+      return endStream(res);
+    }
+    const pinger = setInterval(() => writeEvent(res, { type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
+    res.on('close', () => clearInterval(pinger));
+    rec.onLine = (type, text) => writeEvent(res, { type, text });
+    await rec.done;
+    clearInterval(pinger);
+    writeEvent(res, finalEvent(rec, true));
+    endStream(res);
+  }
+
+  function status(res, id) {
+    const rec = commands.get(id);
+    if (!rec) throw new HttpError(404, 'INVALID_REQUEST_BODY', `command not found: ${id}`);
+    const body = { id: rec.id, content: rec.content, running: rec.running };
+    if (!rec.running) {
+      body.exit_code = rec.exitCode;
+      if (rec.error) body.error = rec.error;
+    }
+    body.started_at = rec.startedAt;
+    if (!rec.running) body.finished_at = rec.finishedAt;
+    sendJson(res, 200, body);
+  }
+
+  async function logs(res, id, url) {
+    const rec = commands.get(id);
+    if (!rec || !rec.background) {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', `command ${id} is not running in background`);
+    }
+    const raw = url.searchParams.get('cursor');
+    let cursor = 0;
+    if (raw !== null && raw !== '') {
+      if (!/^\d+$/.test(raw)) throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid cursor: ${raw}`);
+      cursor = Number(raw);
+    }
+    let data = Buffer.alloc(0);
+    try {
+      const fh = await fs.promises.open(rec.logFile, 'r');
+      try {
+        const { size } = await fh.stat();
+        if (cursor < size) {
+          data = Buffer.alloc(size - cursor);
+          const { bytesRead } = await fh.read(data, 0, data.length, cursor);
+          data = data.subarray(0, bytesRead);
+        }
+      } finally {
+        await fh.close();
+      }
+    } catch (e) {
+      if (e.code !== 'ENOENT') throw e;
+    }
+    const end = Math.max(cursor, cursor + data.length);
+    res.writeHead(200, {
+      'Content-Type': 'text/plain; charset=utf-8',
+      'Content-Length': data.length,
+      'Execd-Commands-Tail-Cursor': String(end),
+    });
+    res.end(data);
+  }
+
+  async function interrupt(res, url) {
+    const id = url.searchParams.get('id');
+    if (!id) throw new HttpError(400, 'MISSING_QUERY', 'missing query parameter: id');
+    const rec = commands.get(id);
+    if (!rec) {
+      for (const fn of ctx.interrupters ?? []) {
+        if (await fn(id)) return sendEmpty(res);
+      }
+      throw new HttpError(500, 'RUNTIME_ERROR', `error interrupting command ${id}: no such session`);
+    }
+    if (!rec.running) throw new HttpError(500, 'RUNTIME_ERROR', `error interrupting command: command session ${id} is not running`);
+    signalGroup(rec, 'SIGTERM');
+    const killer = setTimeout(() => signalGroup(rec, 'SIGKILL'), INTERRUPT_GRACE_MS);
+    await rec.done;
+    clearTimeout(killer);
+    sendEmpty(res);
+  }
+
+  return {
+    handle(req, res, url) {
+      const p = url.pathname;
+      if (p === '/command' && req.method === 'POST') return guard(res, () => run(req, res)).then(() => true);
+      if (p === '/command' && req.method === 'DELETE') return guard(res, () => interrupt(res, url)).then(() => true);
+      let m = /^\/command\/status\/([^/]+)$/.exec(p);
+      if (m && req.method === 'GET') return guard(res, () => status(res, decodeURIComponent(m[1]))).then(() => true);
+      m = /^\/command\/([^/]+)\/logs$/.exec(p);
+      if (m && req.method === 'GET') return guard(res, () => logs(res, decodeURIComponent(m[1]), url)).then(() => true);
+      return false;
+    },
+    close() {
+      for (const rec of commands.values()) {
+        if (rec.running) signalGroup(rec, 'SIGKILL');
+      }
+      for (const res of streams) res.destroy();
+    },
+  };
+}
+

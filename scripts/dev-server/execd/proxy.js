@@ -1,0 +1,124 @@
+// execd route module: reverse proxy `ANY /proxy/{port}/{path}` to 127.0.0.1:{port} inside the sandbox (HTTP and
+// WebSocket), as execd's own proxy that Docker bridge endpoints use (`…/proxy/44772`). /proxy/44772 reaches this
+// execd itself wherever it listens. The HTTP and upgrade forwarding helpers are also used on the host by the
+// lifecycle server (server proxy route, header-checking relay).
+import http from 'node:http';
+import net from 'node:net';
+import { sendJson } from './http.js';
+
+export const EXECD_PORT = 44772;
+
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers',
+  'transfer-encoding', 'upgrade', 'proxy-connection', 'host',
+]);
+
+/** Request headers to forward, as a flat raw list (case kept), without hop-by-hop and `drop` (lowercase names). */
+function forwardHeaders(rawHeaders, drop, keepUpgrade) {
+  const out = [];
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i].toLowerCase();
+    if (drop.has(name)) continue;
+    if (HOP_BY_HOP.has(name) && !(keepUpgrade && (name === 'connection' || name === 'upgrade'))) continue;
+    out.push(rawHeaders[i], rawHeaders[i + 1]);
+  }
+  return out;
+}
+
+function connectOptions(target) {
+  return target.socketPath ? { path: target.socketPath } : { host: target.host ?? '127.0.0.1', port: target.port };
+}
+
+/**
+ * Forwards one HTTP request to target ({ socketPath } or { host, port }) at `path` (path + query) and streams the
+ * answer back unchanged. Options: drop (Set of lowercase header names to strip), hostHeader.
+ */
+export function proxyRequest(req, res, target, path, { drop = new Set(), hostHeader } = {}) {
+  const headers = forwardHeaders(req.rawHeaders, drop, false);
+  headers.push('Host', hostHeader ?? (target.socketPath ? 'localhost' : `127.0.0.1:${target.port}`));
+  const where = target.socketPath ? { socketPath: target.socketPath } : { host: target.host ?? '127.0.0.1', port: target.port };
+  const up = http.request({ ...where, method: req.method, path, headers, agent: false });
+  up.on('response', (ur) => {
+    const out = [];
+    for (let i = 0; i < ur.rawHeaders.length; i += 2) {
+      const name = ur.rawHeaders[i].toLowerCase();
+      if (name !== 'host' && HOP_BY_HOP.has(name)) continue;
+      out.push(ur.rawHeaders[i], ur.rawHeaders[i + 1]);
+    }
+    res.writeHead(ur.statusCode, ur.statusMessage, out);
+    res.flushHeaders();
+    ur.pipe(res);
+    ur.on('error', () => res.destroy());
+  });
+  up.on('error', (err) => {
+    if (res.headersSent) res.destroy();
+    else sendJson(res, 502, { code: 'PROXY_ERROR', message: `cannot reach ${describe(target)}: ${err.code ?? err.message}` });
+  });
+  res.on('close', () => {
+    if (!up.destroyed && !res.writableFinished) up.destroy();
+  });
+  req.pipe(up);
+}
+
+function describe(target) {
+  return target.socketPath ? 'the sandbox' : `port ${target.port}`;
+}
+
+/** Forwards a WebSocket (or any) upgrade: replays the request head to target, then relays bytes both ways. */
+export function proxyUpgrade(req, socket, head, target, path, { drop = new Set(), hostHeader } = {}) {
+  const headers = forwardHeaders(req.rawHeaders, drop, true);
+  headers.push('Host', hostHeader ?? (target.socketPath ? 'localhost' : `127.0.0.1:${target.port}`));
+  let text = `${req.method} ${path} HTTP/1.1\r\n`;
+  for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
+  text += '\r\n';
+  const up = net.connect(connectOptions(target));
+  up.on('connect', () => {
+    up.write(text);
+    if (head?.length) up.write(head);
+    up.pipe(socket);
+    socket.pipe(up);
+  });
+  up.on('error', () => {
+    if (!up.connecting && socket.bytesWritten > 0) return socket.destroy();
+    const body = JSON.stringify({ code: 'PROXY_ERROR', message: `cannot reach ${describe(target)}` });
+    socket.end(`HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  });
+  socket.on('error', () => up.destroy());
+  socket.on('close', () => up.destroy());
+  up.on('close', () => socket.destroy());
+}
+
+/** Parses `/proxy/{port}[/rest]`; returns { port, path } or null (not a proxy path) or { bad } for a bad port. */
+function parseProxyPath(url) {
+  const m = /^\/proxy\/([^/]*)(\/.*)?$/.exec(url.pathname);
+  if (!m) return null;
+  const port = Number(m[1]);
+  if (!/^\d+$/.test(m[1]) || port < 1 || port > 65535) return { bad: m[1] };
+  return { port, path: (m[2] ?? '/') + url.search };
+}
+
+export function createRoutes(ctx) {
+  const targetFor = (port) => (port === EXECD_PORT ? ctx.self : { host: '127.0.0.1', port });
+  return {
+    handle(req, res, url) {
+      const p = parseProxyPath(url);
+      if (!p) return false;
+      if (p.bad !== undefined) {
+        sendJson(res, 400, { code: 'INVALID_REQUEST_BODY', message: `invalid port: ${p.bad}` });
+        return true;
+      }
+      proxyRequest(req, res, targetFor(p.port), p.path);
+      return true;
+    },
+    upgrade(req, socket, head, url) {
+      const p = parseProxyPath(url);
+      if (!p) return false;
+      if (p.bad !== undefined) {
+        socket.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+        return true;
+      }
+      proxyUpgrade(req, socket, head, targetFor(p.port), p.path);
+      return true;
+    },
+  };
+}

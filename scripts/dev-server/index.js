@@ -1,0 +1,292 @@
+// The local OpenSandbox-compatible server: `startServer(options)` serves the lifecycle API (routes under /v1 and
+// without prefix) with plain node:http and runs each sandbox as a bubblewrap-isolated execd (see runner.js).
+// Exported to users as `mastra-opensandbox/dev-server`; docs/dev-server.md describes options and differences.
+import http from 'node:http';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { Sandboxes } from './sandboxes.js';
+import { findBwrap, probeBwrap } from './runner.js';
+import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate } from './validate.js';
+import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
+import { INGRESS_HEADER } from './relay.js';
+
+const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie']);
+const BODY_LIMIT = 1024 * 1024;
+
+function send(res, status, body, headers = {}) {
+  if (res.headersSent) return void res.destroy();
+  if (body === undefined) {
+    res.writeHead(status, { 'Content-Length': 0, ...headers });
+    return void res.end();
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let size = 0;
+    req.on('data', (c) => {
+      size += c.length;
+      if (size > BODY_LIMIT) {
+        reject(new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${BODY_LIMIT} bytes`));
+        req.destroy();
+      } else chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** JSON body like FastAPI: empty → 422 missing; malformed → 422 json_invalid. */
+async function readJson(req) {
+  const text = await readBody(req);
+  if (text.trim() === '') throw new ValidationError([issue(['body'], 'Field required', 'missing', null)]);
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? 0);
+    throw new ValidationError([{ type: 'json_invalid', loc: ['body', pos], msg: 'JSON decode error', input: {}, ctx: { error: err.message } }]);
+  }
+}
+
+function safeEqual(a, b) {
+  const x = Buffer.from(String(a));
+  const y = Buffer.from(String(b));
+  return x.length === y.length && crypto.timingSafeEqual(x, y);
+}
+
+function intQuery(url, name, def, min, max) {
+  const raw = url.searchParams.get(name);
+  if (raw === null) return def;
+  const n = Number(raw);
+  if (!/^-?\d+$/.test(raw.trim())) {
+    throw new ValidationError([issue(['query', name], 'Input should be a valid integer, unable to parse string as an integer', 'int_parsing', raw)]);
+  }
+  if (n < min) throw new ValidationError([{ ...issue(['query', name], `Input should be greater than or equal to ${min}`, 'greater_than_equal', raw), ctx: { ge: min } }]);
+  if (max != null && n > max) throw new ValidationError([{ ...issue(['query', name], `Input should be less than or equal to ${max}`, 'less_than_equal', raw), ctx: { le: max } }]);
+  return n;
+}
+
+/**
+ * Starts the server. Resolves { domain, baseUrl, port, close() }. See docs/dev-server.md for the options.
+ */
+export async function startServer(options = {}) {
+  const opts = {
+    port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
+    execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
+    commandTailMs: 1000, ptyExitRace: false, log: false, ...options,
+  };
+  const log = typeof opts.log === 'function' ? opts.log : null;
+  if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
+  if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
+  if (!Array.isArray(opts.allowedHostPaths) || opts.allowedHostPaths.some((p) => typeof p !== 'string' || !path.isAbsolute(p))) {
+    throw new Error('allowedHostPaths must be an array of absolute paths');
+  }
+  if (!Number.isInteger(opts.commandTailMs) || opts.commandTailMs < 0) throw new Error('commandTailMs must be an integer >= 0');
+  let bwrap = null;
+  if (opts.isolation === 'bwrap') {
+    bwrap = findBwrap();
+    if (!bwrap) throw new Error("bubblewrap (bwrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or start with isolation 'none' (commands then run unconfined)");
+    const problem = probeBwrap(bwrap);
+    if (problem) throw new Error(`bubblewrap cannot create sandboxes here (${problem}); fix that or start with isolation 'none'`);
+  } else {
+    const warn = log ?? ((m) => process.emitWarning(m));
+    warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server');
+  }
+  const ownDataDir = !opts.dataDir;
+  const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
+  fs.mkdirSync(dataDir, { recursive: true });
+
+  const sandboxes = new Sandboxes({
+    dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap,
+    execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
+    endpointHeaders: opts.endpointHeaders, log,
+  });
+  let domain = '';
+
+  function endpointFor(sb, port, useServerProxy) {
+    if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: {} };
+    const relay = `127.0.0.1:${sb.relay.port}`;
+    const headers = opts.endpointHeaders ? { [INGRESS_HEADER]: `${sb.id}-${EXECD_PORT}` } : {};
+    if (port === EXECD_PORT && opts.execdEndpoint === 'direct') return { endpoint: relay, headers };
+    return { endpoint: `${relay}/proxy/${port}`, headers };
+  }
+
+  function checkAuth(req) {
+    if (!opts.apiKey) return;
+    const key = req.headers['open-sandbox-api-key'];
+    if (key === undefined) throw new ApiError(401, 'MISSING_API_KEY', 'Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.');
+    if (!safeEqual(key, opts.apiKey)) throw new ApiError(401, 'INVALID_API_KEY', 'Invalid API key.');
+  }
+
+  /** `/sandboxes/{id}/proxy/{port}/rest` → { sb, target, path } for the server proxy, or null. */
+  function proxyTarget(p, url) {
+    const m = /^\/sandboxes\/([^/]+)\/proxy\/(\d+)(\/.*)?$/.exec(p);
+    if (!m) return null;
+    const sb = sandboxes.get(decodeURIComponent(m[1]));
+    const port = Number(m[2]);
+    if (port < 1 || port > 65535) throw new ApiError(400, 'SANDBOX::INVALID_PORT', `invalid port ${m[2]}`);
+    const rest = (m[3] ?? '/') + url.search;
+    const target = { socketPath: sb.proc.socketPath };
+    return { sb, target, path: port === EXECD_PORT ? rest : `/proxy/${port}${rest}` };
+  }
+
+  async function route(req, res, url) {
+    let p = url.pathname.replace(/\/+$/, '') || '/';
+    if (p === '/v1' || p.startsWith('/v1/')) p = p.slice(3) || '/';
+    const m = req.method;
+    if (p === '/health' && m === 'GET') return send(res, 200, { status: 'healthy' });
+    const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url);
+    if (prox) {
+      // unauthenticated like upstream; the tenant key and credentials never reach the sandbox
+      proxyRequest(req, res, prox.target, prox.path, { drop: PROXY_STRIP });
+      return;
+    }
+    checkAuth(req);
+    if (p === '/sandboxes' && m === 'POST') {
+      const body = await readJson(req);
+      const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds });
+      const sb = await sandboxes.create(spec);
+      const v = sandboxes.view(sb, { full: false });
+      return send(res, 202, v, { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` });
+    }
+    if (p === '/sandboxes' && m === 'GET') {
+      const raw = url.searchParams.get('metadata');
+      const metadata = raw ? parseMetadataFilter(raw) : {};
+      const states = url.searchParams.getAll('state').filter((s) => s !== '');
+      const page = intQuery(url, 'page', 1, 1);
+      const pageSize = intQuery(url, 'pageSize', 20, 1, 200);
+      return send(res, 200, sandboxes.list({ states, metadata, page, pageSize }));
+    }
+    if (p === '/metrics/events' && m === 'POST') {
+      await readBody(req); // SDK telemetry: accepted and ignored
+      return send(res, 204);
+    }
+    let r = /^\/sandboxes\/([^/]+)$/.exec(p);
+    if (r) {
+      const id = decodeURIComponent(r[1]);
+      if (m === 'GET') return send(res, 200, sandboxes.view(sandboxes.get(id)));
+      if (m === 'DELETE') {
+        await sandboxes.remove(id);
+        return send(res, 204);
+      }
+    }
+    r = /^\/sandboxes\/([^/]+)\/(pause|resume|renew-expiration|metadata)$/.exec(p);
+    if (r) {
+      const id = decodeURIComponent(r[1]);
+      if (r[2] === 'pause' && m === 'POST') {
+        sandboxes.pause(id);
+        return send(res, 202);
+      }
+      if (r[2] === 'resume' && m === 'POST') {
+        sandboxes.resume(id);
+        return send(res, 202);
+      }
+      if (r[2] === 'renew-expiration' && m === 'POST') {
+        const body = await readJson(req);
+        if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+          throw new ValidationError([issue(['body'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body)]);
+        }
+        if (body.expiresAt === undefined) throw new ValidationError([issue(['body', 'expiresAt'], 'Field required', 'missing', body)]);
+        const at = parseTimestamp(body.expiresAt);
+        if (Number.isNaN(at)) throw new ValidationError([issue(['body', 'expiresAt'], 'Input should be a valid datetime', 'datetime_parsing', body.expiresAt)]);
+        sandboxes.get(id);
+        return send(res, 200, sandboxes.renew(id, at));
+      }
+      if (r[2] === 'metadata' && m === 'PATCH') {
+        const body = await readJson(req);
+        if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+          throw new ValidationError([issue(['body'], 'Input should be a valid dictionary', 'dict_type', body)]);
+        }
+        for (const [k, v] of Object.entries(body)) {
+          if (v !== null && typeof v !== 'string') throw new ValidationError([issue(['body', k], 'Input should be a valid string', 'string_type', v)]);
+        }
+        return send(res, 200, sandboxes.view(sandboxes.patchMetadata(id, body)));
+      }
+    }
+    r = /^\/sandboxes\/([^/]+)\/endpoints\/([^/]+)$/.exec(p);
+    if (r && m === 'GET') {
+      const id = decodeURIComponent(r[1]);
+      if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
+        throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
+      }
+      const sb = sandboxes.get(id);
+      const useProxy = /^(true|1|yes|on)$/i.test(url.searchParams.get('use_server_proxy') ?? '');
+      return send(res, 200, endpointFor(sb, Number(r[2]), useProxy));
+    }
+    throw new ApiError(404, 'GENERAL::NOT_FOUND', `Not Found: ${req.method} ${url.pathname}`);
+  }
+
+  const server = http.createServer((req, res) => {
+    const requestId = req.headers['x-request-id'] || crypto.randomUUID().replace(/-/g, '');
+    res.setHeader('X-Request-ID', requestId);
+    let url;
+    try {
+      url = new URL(req.url, 'http://server');
+    } catch {
+      return send(res, 400, { code: 'GENERAL::BAD_REQUEST', message: 'malformed request target' });
+    }
+    Promise.resolve()
+      .then(() => route(req, res, url))
+      .catch((err) => {
+        if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
+        if (err instanceof ApiError) return send(res, err.status, { code: err.code, message: err.message });
+        log?.(`internal error on ${req.method} ${url.pathname}: ${err.stack ?? err}`);
+        send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err.message ?? err) });
+      })
+      .finally(() => log?.(`${req.method} ${url.pathname} -> ${res.statusCode}`));
+  });
+  server.on('upgrade', (req, socket, head) => {
+    socket.on('error', () => socket.destroy());
+    try {
+      const url = new URL(req.url, 'http://server');
+      const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url);
+      if (!prox) throw new ApiError(404, 'GENERAL::NOT_FOUND', 'no WebSocket route here');
+      proxyUpgrade(req, socket, head, prox.target, prox.path, { drop: PROXY_STRIP });
+    } catch (err) {
+      const status = err instanceof ApiError ? err.status : 500;
+      const body = JSON.stringify({ code: err.code ?? 'GENERAL::UNKNOWN_ERROR', message: err.message });
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    }
+  });
+  server.on('clientError', (err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
+  });
+  server.keepAliveTimeout = 30_000;
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = server.address().port;
+  const hostPart = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+  domain = `${hostPart}:${port}`;
+  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir})`);
+
+  let closed = null;
+  return {
+    domain,
+    baseUrl: `http://${domain}`,
+    port,
+    close() {
+      closed ??= (async () => {
+        await new Promise((resolve) => {
+          server.close(() => resolve());
+          server.closeAllConnections();
+        });
+        await sandboxes.closeAll();
+        if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+        else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
+      })();
+      return closed;
+    },
+  };
+}

@@ -1,0 +1,66 @@
+// Process-tree helpers for the sandbox runner: find every descendant of a pid through /proc (Linux only) and
+// signal them, used to pause (SIGSTOP), resume (SIGCONT) and kill a sandbox.
+import fs from 'node:fs';
+
+/** Map pid -> parent pid for every process visible in /proc. */
+function parentMap() {
+  const map = new Map();
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat;
+    try {
+      stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue; // exited meanwhile
+    }
+    // "pid (comm) state ppid …": comm may contain spaces and parentheses, so parse after the last ')'
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    map.set(Number(name), Number(fields[1]));
+  }
+  return map;
+}
+
+/** Every descendant pid of `root` (not root itself), parents before children. */
+export function descendants(root) {
+  const children = new Map();
+  for (const [pid, ppid] of parentMap()) {
+    if (!children.has(ppid)) children.set(ppid, []);
+    children.get(ppid).push(pid);
+  }
+  const out = [];
+  const queue = [root];
+  while (queue.length) {
+    const pid = queue.shift();
+    for (const c of children.get(pid) ?? []) {
+      out.push(c);
+      queue.push(c);
+    }
+  }
+  return out;
+}
+
+export function signal(pid, sig) {
+  try {
+    process.kill(pid, sig);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Sends `sig` to every descendant of root, rescanning until no new process shows up (a process may fork while
+ * we walk the tree). For SIGSTOP this freezes the whole tree like a cgroup freezer would.
+ */
+export function signalTree(root, sig, maxRounds = 20) {
+  const done = new Set();
+  for (let round = 0; round < maxRounds; round++) {
+    const fresh = descendants(root).filter((p) => !done.has(p));
+    if (fresh.length === 0) break;
+    for (const p of fresh) {
+      signal(p, sig);
+      done.add(p);
+    }
+  }
+  return done.size;
+}

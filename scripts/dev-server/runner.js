@@ -1,0 +1,206 @@
+// Sandbox runner of the local OpenSandbox-compatible server: starts one execd per sandbox, isolated with bubblewrap
+// (own PID/IPC/UTS namespaces, no network unless allowed, host system read-only, per-sandbox /workspace /tmp /root),
+// or as a plain child process with isolation 'none'; pauses (SIGSTOP the tree), resumes (SIGCONT) and kills it.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { descendants, signal, signalTree } from './proctree.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
+const READY_TIMEOUT_MS = 15000;
+const EXIT_TIMEOUT_MS = 5000;
+const SOCKET_DIR_IN_SANDBOX = '/run/execd';
+const SYSTEM_DIRS = ['/usr', '/bin', '/sbin', '/lib', '/lib64', '/lib32', '/libx32', '/etc'];
+
+/** True when a `bwrap` executable is on PATH. */
+export function findBwrap() {
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    if (!dir) continue;
+    const p = path.join(dir, 'bwrap');
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return p;
+    } catch { /* keep looking */ }
+  }
+  return null;
+}
+
+/** Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps). */
+function runtimeDirs() {
+  const nodeDir = path.dirname(fs.realpathSync(process.execPath));
+  const pkgRoot = fs.realpathSync(path.resolve(HERE, '..', '..'));
+  // installed as a dependency: its own dependencies may be hoisted next to it, so expose that node_modules
+  const parent = path.dirname(pkgRoot);
+  let pkgDir = pkgRoot;
+  if (path.basename(parent) === 'node_modules') pkgDir = parent;
+  else if (path.basename(path.dirname(parent)) === 'node_modules' && path.basename(parent).startsWith('@')) pkgDir = path.dirname(parent);
+  return { nodeDir, pkgDir };
+}
+
+function underSystemDir(p) {
+  return SYSTEM_DIRS.some((d) => p === d || p.startsWith(d + '/'));
+}
+
+/**
+ * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork }.
+ * The runner options (isolation, execdToken, commandTailMs, ptyExitRace, bwrap, log) come from the server.
+ */
+export class SandboxProcess {
+  constructor(spec, options) {
+    this.spec = spec;
+    this.options = options;
+    this.dir = spec.dir;
+    this.dirs = {
+      workspace: path.join(spec.dir, 'workspace'),
+      tmp: path.join(spec.dir, 'tmp'),
+      home: path.join(spec.dir, 'home'),
+      run: path.join(spec.dir, 'run'),
+    };
+    this.socketPath = path.join(this.dirs.run, 'execd.sock');
+    this.child = null;
+    this.exited = null;
+    this.paused = false;
+  }
+
+  bwrapArgs(execdArgs, env) {
+    const { nodeDir, pkgDir } = runtimeDirs();
+    const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts'];
+    if (!this.spec.allowNetwork) a.push('--unshare-net');
+    a.push('--hostname', this.spec.id.replace(/-/g, '').slice(0, 12));
+    for (const d of SYSTEM_DIRS) {
+      let st;
+      try {
+        st = fs.lstatSync(d);
+      } catch {
+        continue;
+      }
+      if (st.isSymbolicLink()) a.push('--symlink', fs.readlinkSync(d), d);
+      else if (st.isDirectory()) a.push('--ro-bind', d, d);
+    }
+    a.push('--proc', '/proc', '--dev', '/dev');
+    if (!underSystemDir(nodeDir)) a.push('--ro-bind', nodeDir, nodeDir);
+    if (!underSystemDir(pkgDir)) a.push('--ro-bind', pkgDir, pkgDir);
+    a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
+    a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
+    for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind' : '--bind', b.src, b.dest);
+    a.push('--remount-ro', '/', '--chdir', '/workspace', '--clearenv');
+    for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);
+    a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
+    return a;
+  }
+
+  /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
+  async start() {
+    for (const d of Object.values(this.dirs)) fs.mkdirSync(d, { recursive: true, mode: 0o755 });
+    const { nodeDir } = runtimeDirs();
+    const isolated = this.options.isolation !== 'none';
+    const workspace = isolated ? '/workspace' : this.dirs.workspace;
+    const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/execd.sock` : this.socketPath;
+    if (Buffer.byteLength(this.socketPath) > 100) {
+      throw new Error(`socket path too long for a Unix socket (${this.socketPath}); use a shorter dataDir`);
+    }
+    const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
+    if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
+    const env = {
+      PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+      HOME: isolated ? '/root' : this.dirs.home,
+      TMPDIR: isolated ? '/tmp' : this.dirs.tmp,
+      LANG: 'C.UTF-8',
+      HOSTNAME: this.spec.id.replace(/-/g, '').slice(0, 12),
+      ...this.spec.env,
+    };
+    if (this.options.execdToken) env.EXECD_ACCESS_TOKEN = this.options.execdToken;
+    let child;
+    if (isolated) {
+      child = spawn(this.options.bwrap, this.bwrapArgs(execdArgs, env), { stdio: ['ignore', 'pipe', 'pipe'], env: {} });
+    } else {
+      child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: this.dirs.workspace });
+    }
+    this.child = child;
+    this.exitPromise = new Promise((resolve) => {
+      child.on('exit', (code, sig) => {
+        this.exited = { code, signal: sig };
+        resolve();
+      });
+      child.on('error', (err) => {
+        this.exited = { error: err };
+        resolve();
+      });
+    });
+    let stderr = '';
+    child.stderr.on('data', (b) => {
+      stderr = (stderr + b.toString()).slice(-4000);
+      this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
+    });
+    await new Promise((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
+      const fail = (err) => {
+        clearTimeout(timer);
+        reject(new Error(`${err.message}${stderr ? `: ${stderr.trim()}` : ''}`));
+      };
+      child.stdout.on('data', (b) => {
+        if (out === null) return; // ready already; keep draining
+        out += b.toString();
+        if (out.includes('execd ready')) {
+          out = null;
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      this.exitPromise.then(() => {
+        if (out !== null) fail(new Error(`execd exited before it was ready (${JSON.stringify(this.exited.error?.message ?? this.exited)})`));
+      });
+    }).catch(async (err) => {
+      await this.kill();
+      throw err;
+    });
+  }
+
+  /** Pids of the sandbox: for bwrap every descendant of the bwrap process (its pid-namespace init and below). */
+  pids() {
+    return this.child?.pid && !this.exited ? descendants(this.child.pid) : [];
+  }
+
+  pause() {
+    if (!this.child || this.exited) return;
+    signalTree(this.child.pid, 'SIGSTOP');
+    if (this.options.isolation === 'none') signal(this.child.pid, 'SIGSTOP');
+    this.paused = true;
+  }
+
+  resume() {
+    if (!this.child || this.exited) return;
+    if (this.options.isolation === 'none') signal(this.child.pid, 'SIGCONT');
+    signalTree(this.child.pid, 'SIGCONT');
+    this.paused = false;
+  }
+
+  /** Kills every process of the sandbox and waits (bounded) for it to be gone. Does not remove the dirs. */
+  async kill() {
+    if (this.child?.pid && !this.exited) {
+      const all = descendants(this.child.pid);
+      // SIGKILL works on stopped processes too; with bwrap the first descendant is the pid-namespace init,
+      // whose death takes the whole namespace with it.
+      signal(this.child.pid, 'SIGKILL');
+      for (const p of all) signal(p, 'SIGKILL');
+      await Promise.race([this.exitPromise, new Promise((r) => setTimeout(r, EXIT_TIMEOUT_MS).unref())]);
+    }
+  }
+
+  removeDirs() {
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Checks once that bwrap can create a sandbox here (user namespaces may be disabled); returns an error text or null. */
+export function probeBwrap(bwrap) {
+  try {
+    execFileSync(bwrap, ['--unshare-pid', '--unshare-net', '--ro-bind', '/', '/', '--proc', '/proc', '--dev', '/dev', '--', 'true'], { stdio: 'pipe', timeout: 10000 });
+    return null;
+  } catch (err) {
+    return String(err.stderr ?? err.message).trim() || String(err.message);
+  }
+}

@@ -1,0 +1,230 @@
+// Request validation of the lifecycle API, shaped like the real server: schema failures are FastAPI/pydantic 422
+// `{"detail":[{type,loc,msg,input}]}`; semantic failures are ApiError (status + `{code,message}`).
+
+export class ApiError extends Error {
+  constructor(status, code, message, extra = {}) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.extra = extra;
+  }
+}
+
+/** A 422 with pydantic-style details. */
+export class ValidationError extends Error {
+  constructor(detail) {
+    super('validation error');
+    this.detail = detail;
+  }
+}
+
+export function issue(loc, msg, type, input) {
+  const d = { type, loc, msg };
+  if (input !== undefined) d.input = input;
+  return d;
+}
+
+const isObj = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+const LABEL_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+export const RESERVED_PREFIX = 'opensandbox.io/';
+
+/** Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. */
+export function checkMetadata(metadata) {
+  for (const [key, value] of Object.entries(metadata)) {
+    const bad = (why) => new ApiError(400, 'SANDBOX::INVALID_METADATA_LABEL', `invalid metadata label ${JSON.stringify(key)}: ${why}`);
+    if (typeof value !== 'string') throw bad('value must be a string');
+    if (key.startsWith(RESERVED_PREFIX)) throw bad(`the prefix ${RESERVED_PREFIX} is reserved`);
+    const slash = key.lastIndexOf('/');
+    const prefix = slash >= 0 ? key.slice(0, slash) : null;
+    const name = slash >= 0 ? key.slice(slash + 1) : key;
+    if (prefix !== null && (prefix.length === 0 || prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) {
+      throw bad('prefix must be a DNS subdomain (lowercase alphanumerics, "-" and ".", at most 253 characters)');
+    }
+    if (name.length === 0 || name.length > 63 || !LABEL_NAME.test(name)) {
+      throw bad('name must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric');
+    }
+    if (value.length > 63 || (value !== '' && !LABEL_NAME.test(value))) {
+      throw new ApiError(400, 'SANDBOX::INVALID_METADATA_LABEL',
+        `invalid metadata value for ${JSON.stringify(key)}: must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric`);
+    }
+  }
+}
+
+function stringMap(v, loc, errs) {
+  if (v == null) return {};
+  if (!isObj(v)) {
+    errs.push(issue(loc, 'Input should be a valid dictionary', 'dict_type', v));
+    return {};
+  }
+  const out = {};
+  for (const [k, val] of Object.entries(v)) {
+    if (typeof val !== 'string') errs.push(issue([...loc, k], 'Input should be a valid string', 'string_type', val));
+    else out[k] = val;
+  }
+  return out;
+}
+
+function validateVolume(v, i, errs) {
+  const loc = ['body', 'volumes', i];
+  if (!isObj(v)) {
+    errs.push(issue(loc, 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', v));
+    return null;
+  }
+  if (typeof v.name !== 'string') errs.push(issue([...loc, 'name'], v.name === undefined ? 'Field required' : 'Input should be a valid string', v.name === undefined ? 'missing' : 'string_type', v.name));
+  else if (v.name.length > 63 || !DNS_LABEL.test(v.name)) errs.push(issue([...loc, 'name'], "String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'", 'string_pattern_mismatch', v.name));
+  if (typeof v.mountPath !== 'string') errs.push(issue([...loc, 'mountPath'], v.mountPath === undefined ? 'Field required' : 'Input should be a valid string', v.mountPath === undefined ? 'missing' : 'string_type', v.mountPath));
+  else if (!v.mountPath.startsWith('/')) errs.push(issue([...loc, 'mountPath'], "String should match pattern '^/.*'", 'string_pattern_mismatch', v.mountPath));
+  if (v.readOnly != null && typeof v.readOnly !== 'boolean') errs.push(issue([...loc, 'readOnly'], 'Input should be a valid boolean', 'bool_type', v.readOnly));
+  if (v.subPath != null) {
+    if (typeof v.subPath !== 'string') errs.push(issue([...loc, 'subPath'], 'Input should be a valid string', 'string_type', v.subPath));
+    else if (v.subPath.startsWith('/') || v.subPath.split('/').includes('..')) {
+      errs.push(issue([...loc], 'Value error, subPath must be a relative path without ".." components', 'value_error', v));
+    }
+  }
+  const backends = ['host', 'pvc', 'ossfs'].filter((b) => v[b] != null);
+  if (backends.length !== 1) {
+    errs.push(issue(loc, `Value error, Exactly one backend (host, pvc, ossfs) must be specified, but ${backends.length} were provided.`, 'value_error', v));
+  }
+  if (v.host != null) {
+    if (!isObj(v.host) || typeof v.host.path !== 'string') errs.push(issue([...loc, 'host', 'path'], 'Field required', 'missing', v.host));
+    else if (!v.host.path.startsWith('/')) errs.push(issue([...loc, 'host', 'path'], 'Value error, host path must be absolute', 'value_error', v.host.path));
+  }
+  if (v.pvc != null && (!isObj(v.pvc) || typeof v.pvc.claimName !== 'string' || !DNS_SUBDOMAIN.test(v.pvc.claimName))) {
+    errs.push(issue([...loc, 'pvc', 'claimName'], 'Value error, claimName must be a DNS subdomain name', 'value_error', v.pvc?.claimName));
+  }
+  return v;
+}
+
+/**
+ * Validates a CreateSandboxRequest. Returns a normalized object; throws ValidationError (422) or ApiError (400).
+ * `maxTimeout` (seconds) caps `timeout` when set.
+ */
+export function validateCreate(body, { maxTimeout } = {}) {
+  if (!isObj(body)) throw new ValidationError([issue(['body'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body)]);
+  const errs = [];
+  const out = {};
+  // image / snapshotId
+  if (body.image != null) {
+    if (!isObj(body.image)) errs.push(issue(['body', 'image'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body.image));
+    else if (typeof body.image.uri !== 'string' || body.image.uri.length === 0) {
+      errs.push(issue(['body', 'image', 'uri'], body.image.uri === undefined ? 'Field required' : 'String should have at least 1 character', body.image.uri === undefined ? 'missing' : 'string_too_short', body.image.uri));
+    } else out.image = { uri: body.image.uri };
+  }
+  if (body.snapshotId != null) {
+    if (typeof body.snapshotId !== 'string' || body.snapshotId === '') errs.push(issue(['body', 'snapshotId'], 'Input should be a valid string', 'string_type', body.snapshotId));
+    else out.snapshotId = body.snapshotId;
+  }
+  if (body.image != null && body.snapshotId != null) {
+    errs.push(issue(['body'], 'Value error, Exactly one of image or snapshotId must be provided, not both.', 'value_error', body));
+  } else if (body.image == null && body.snapshotId == null) {
+    errs.push(issue(['body'], 'Value error, Exactly one of image or snapshotId must be provided.', 'value_error', body));
+  }
+  // entrypoint
+  if (body.entrypoint != null) {
+    if (!Array.isArray(body.entrypoint)) errs.push(issue(['body', 'entrypoint'], 'Input should be a valid list', 'list_type', body.entrypoint));
+    else if (body.entrypoint.length === 0) errs.push(issue(['body', 'entrypoint'], 'List should have at least 1 item after validation, not 0', 'too_short', body.entrypoint));
+    else {
+      body.entrypoint.forEach((e, i) => {
+        if (typeof e !== 'string') errs.push(issue(['body', 'entrypoint', i], 'Input should be a valid string', 'string_type', e));
+      });
+      out.entrypoint = body.entrypoint;
+    }
+  } else if (body.image != null) {
+    errs.push(issue(['body'], 'Value error, entrypoint is required when image is specified.', 'value_error', body));
+  } else {
+    out.entrypoint = ['tail', '-f', '/dev/null'];
+  }
+  // timeout
+  out.timeout = null;
+  if (body.timeout != null) {
+    if (typeof body.timeout !== 'number' || !Number.isInteger(body.timeout)) {
+      errs.push(issue(['body', 'timeout'], 'Input should be a valid integer', 'int_type', body.timeout));
+    } else if (body.timeout < 60) {
+      errs.push({ ...issue(['body', 'timeout'], 'Input should be greater than or equal to 60', 'greater_than_equal', body.timeout), ctx: { ge: 60 } });
+    } else out.timeout = body.timeout;
+  }
+  // resourceLimits (required unless pool mode)
+  const pool = isObj(body.extensions) && body.extensions.poolRef != null;
+  if (body.resourceLimits == null) {
+    if (!pool) errs.push(issue(['body', 'resourceLimits'], 'Field required', 'missing', undefined));
+  } else out.resourceLimits = stringMap(body.resourceLimits, ['body', 'resourceLimits'], errs);
+  out.env = stringMap(body.env, ['body', 'env'], errs);
+  out.metadata = stringMap(body.metadata, ['body', 'metadata'], errs);
+  out.extensions = stringMap(body.extensions, ['body', 'extensions'], errs);
+  // networkPolicy
+  out.allowNetwork = false;
+  if (body.networkPolicy != null) {
+    const np = body.networkPolicy;
+    if (!isObj(np)) errs.push(issue(['body', 'networkPolicy'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', np));
+    else {
+      if (np.defaultAction != null && np.defaultAction !== 'allow' && np.defaultAction !== 'deny') {
+        errs.push(issue(['body', 'networkPolicy', 'defaultAction'], "Input should be 'allow' or 'deny'", 'literal_error', np.defaultAction));
+      }
+      if (np.egress != null && !Array.isArray(np.egress)) errs.push(issue(['body', 'networkPolicy', 'egress'], 'Input should be a valid list', 'list_type', np.egress));
+      const rules = Array.isArray(np.egress) ? np.egress : [];
+      rules.forEach((r, i) => {
+        if (!isObj(r) || (r.action !== 'allow' && r.action !== 'deny') || typeof r.target !== 'string') {
+          errs.push(issue(['body', 'networkPolicy', 'egress', i], 'Value error, an egress rule needs action allow|deny and a target', 'value_error', r));
+        }
+      });
+      out.allowNetwork = np.defaultAction === 'allow' || rules.some((r) => isObj(r) && r.action === 'allow');
+    }
+  }
+  // volumes
+  out.volumes = [];
+  if (body.volumes != null) {
+    if (!Array.isArray(body.volumes)) errs.push(issue(['body', 'volumes'], 'Input should be a valid list', 'list_type', body.volumes));
+    else body.volumes.forEach((v, i) => {
+      const ok = validateVolume(v, i, errs);
+      if (ok) out.volumes.push(ok);
+    });
+  }
+  // platform
+  if (body.platform != null) {
+    if (!isObj(body.platform) || typeof body.platform.os !== 'string' || typeof body.platform.arch !== 'string') {
+      errs.push(issue(['body', 'platform'], 'Value error, platform needs string os and arch', 'value_error', body.platform));
+    } else out.platform = { os: body.platform.os, arch: body.platform.arch };
+  }
+  if (body.secureAccess != null && typeof body.secureAccess !== 'boolean') {
+    errs.push(issue(['body', 'secureAccess'], 'Input should be a valid boolean', 'bool_type', body.secureAccess));
+  }
+  if (errs.length) throw new ValidationError(errs);
+  if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
+    throw new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
+  }
+  checkMetadata(out.metadata);
+  return out;
+}
+
+/** Python's parse_qsl(strict_parsing=True) for the `metadata` list filter; throws 400 INVALID_METADATA_FORMAT. */
+export function parseMetadataFilter(text) {
+  const out = {};
+  for (const part of text.split('&')) {
+    const eq = part.indexOf('=');
+    if (eq < 0) throw new ApiError(400, 'INVALID_METADATA_FORMAT', `Invalid metadata format: bad query field: ${JSON.stringify(part)}`);
+    const dec = (s) => {
+      try {
+        return decodeURIComponent(s.replace(/\+/g, ' '));
+      } catch {
+        return s;
+      }
+    };
+    const k = dec(part.slice(0, eq));
+    const v = dec(part.slice(eq + 1));
+    if (v.length > 0) out[k] = v; // parse_qsl drops blank values unless keep_blank_values
+  }
+  return out;
+}
+
+/** Parses an RFC 3339 timestamp (fractional seconds optional, Z or offset required); returns ms or NaN. */
+export function parseTimestamp(s) {
+  if (typeof s !== 'string') return NaN;
+  const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$/i.exec(s.trim());
+  if (!m) return NaN;
+  const frac = m[3] ? m[3].slice(0, 4) : '';
+  const zone = (m[4] ?? 'Z').toUpperCase();
+  return Date.parse(`${m[1]}T${m[2]}${frac}${zone}`);
+}
