@@ -1,0 +1,180 @@
+// `POST /files/upload` of execd (local OpenSandbox-compatible server): multipart pairs of a `metadata` part (JSON
+// FileMetadata {path, mode?, owner?, group?}, which must be a FILE part, i.e. carry a filename) and a `file` part;
+// the i-th metadata pairs with the i-th file. Like the real execd the whole form is received before anything is
+// written (file parts are spooled to a private temp directory inside the sandbox), then each pair is written:
+// parents created (mkdir -p, new dirs get the owner/group), file truncated/created 0777&~umask, data copied,
+// fsynced (file and parent directory), then mode/owner/group applied.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import busboy from 'busboy';
+import { HttpError } from './http.js';
+import { expandAbsPath } from './files-paths.js';
+import { applyOwnership, applyPermission, osMessage, parseMode } from './files-info.js';
+
+const METADATA_LIMIT = 1024 * 1024;
+
+/** Receives the multipart body: { metadata: Buffer[], files: string[] (temp paths), dir } */
+function receiveForm(req) {
+  return new Promise((resolve, reject) => {
+    const type = req.headers['content-type'] ?? '';
+    if (!/^multipart\/form-data/i.test(type)) {
+      reject(new HttpError(400, 'INVALID_FILE', 'multipart form is empty'));
+      req.resume();
+      return;
+    }
+    let bb;
+    try {
+      bb = busboy({ headers: req.headers, limits: { fieldSize: METADATA_LIMIT } });
+    } catch (err) {
+      reject(new HttpError(400, 'INVALID_FILE', `multipart form is empty: ${err.message}`));
+      req.resume();
+      return;
+    }
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'execd-upload-'));
+    const metadata = [];
+    const files = [];
+    const pending = [];
+    let failed = false;
+    const fail = (err) => {
+      if (failed) return;
+      failed = true;
+      req.unpipe(bb);
+      req.resume();
+      fs.rmSync(dir, { recursive: true, force: true });
+      reject(err);
+    };
+    bb.on('file', (name, stream, info) => {
+      if (info.filename === undefined) {
+        // busboy calls an octet-stream part without filename a file; execd (Go) calls it a plain field.
+        stream.resume();
+      } else if (name === 'metadata') {
+        const chunks = [];
+        let size = 0;
+        stream.on('data', (c) => {
+          size += c.length;
+          if (size > METADATA_LIMIT) fail(new HttpError(400, 'INVALID_FILE_METADATA', 'metadata part larger than 1 MiB'));
+          else chunks.push(c);
+        });
+        stream.on('end', () => metadata.push(Buffer.concat(chunks)));
+      } else if (name === 'file') {
+        const tmp = path.join(dir, String(files.length));
+        files.push(tmp);
+        const out = fs.createWriteStream(tmp);
+        pending.push(new Promise((res, rej) => {
+          out.on('finish', res);
+          out.on('error', rej);
+        }));
+        stream.pipe(out);
+      } else {
+        stream.resume();
+      }
+    });
+    bb.on('error', (err) => fail(new HttpError(400, 'INVALID_FILE', `error parsing multipart form: ${err.message}`)));
+    bb.on('close', () => {
+      if (failed) return;
+      Promise.all(pending).then(
+        () => resolve({ metadata, files, dir }),
+        (err) => fail(new HttpError(500, 'RUNTIME_ERROR', `error receiving file: ${osMessage(err)}`)),
+      );
+    });
+    req.on('aborted', () => fail(new HttpError(400, 'INVALID_FILE', 'request aborted')));
+    req.pipe(bb);
+  });
+}
+
+function parseMetadata(buf) {
+  let meta;
+  try {
+    meta = JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    throw new HttpError(400, 'INVALID_FILE_METADATA', `invalid metadata format. ${err.message}`);
+  }
+  if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) {
+    throw new HttpError(400, 'INVALID_FILE_METADATA', 'invalid metadata format. expected a JSON object');
+  }
+  if (typeof meta.path !== 'string' || meta.path === '') {
+    throw new HttpError(400, 'INVALID_FILE_METADATA', 'metadata path is empty');
+  }
+  parseMode(meta.mode, meta.path);
+  return meta;
+}
+
+/** mkdir -p that gives owner/group to the directories it created (not to existing ones). */
+export async function mkdirWithOwnership(dir, owner, group) {
+  const first = await fs.promises.mkdir(dir, { recursive: true });
+  if (first === undefined || (!owner && !group)) return first;
+  const rel = path.relative(first, dir);
+  let cur = first;
+  await applyOwnership(cur, owner, group);
+  for (const part of rel ? rel.split(path.sep) : []) {
+    cur = path.join(cur, part);
+    await applyOwnership(cur, owner, group);
+  }
+  return first;
+}
+
+async function copyAndSync(src, dest) {
+  const fd = await fs.promises.open(dest, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, 0o777);
+  try {
+    const input = await fs.promises.open(src, 'r');
+    try {
+      const buf = Buffer.allocUnsafe(1024 * 1024);
+      for (;;) {
+        const { bytesRead } = await input.read(buf, 0, buf.length, null);
+        if (bytesRead === 0) break;
+        let off = 0;
+        while (off < bytesRead) off += (await fd.write(buf, off, bytesRead - off)).bytesWritten;
+      }
+    } finally {
+      await input.close();
+    }
+    await fd.sync();
+  } finally {
+    await fd.close();
+  }
+  try {
+    const d = await fs.promises.open(path.dirname(dest), 'r');
+    await d.sync().catch(() => {});
+    await d.close();
+  } catch {
+    // best effort, as execd
+  }
+}
+
+export async function handleUpload(req, res, workspace) {
+  const form = await receiveForm(req);
+  try {
+    if (form.metadata.length === 0) throw new HttpError(400, 'INVALID_FILE_METADATA', 'metadata file is missing');
+    if (form.files.length === 0) throw new HttpError(400, 'INVALID_FILE_CONTENT', 'file is missing');
+    if (form.metadata.length !== form.files.length) {
+      throw new HttpError(400, 'INVALID_FILE',
+        `metadata and file count mismatch: ${form.metadata.length} vs ${form.files.length}`);
+    }
+    for (let i = 0; i < form.files.length; i++) {
+      const meta = parseMetadata(form.metadata[i]);
+      const target = expandAbsPath(meta.path, workspace);
+      const dir = path.dirname(target);
+      try {
+        await mkdirWithOwnership(dir, meta.owner, meta.group);
+      } catch (err) {
+        throw new HttpError(500, 'RUNTIME_ERROR', `error creating target directory ${dir}. ${osMessage(err)}`);
+      }
+      try {
+        await copyAndSync(form.files[i], target);
+      } catch (err) {
+        throw new HttpError(500, 'RUNTIME_ERROR', `error opening destination file ${target}. ${osMessage(err)}`);
+      }
+      try {
+        await applyPermission(target, meta, meta.path);
+      } catch (err) {
+        if (err instanceof HttpError) throw err;
+        throw new HttpError(500, 'RUNTIME_ERROR', `error chmoding file ${target}. ${osMessage(err)}`);
+      }
+    }
+  } finally {
+    await fs.promises.rm(form.dir, { recursive: true, force: true });
+  }
+  res.writeHead(200, { 'Content-Length': 0 });
+  res.end();
+}

@@ -1,0 +1,184 @@
+// One attached WebSocket client of a PTY session (local OpenSandbox-compatible server's execd), speaking the
+// real execd's PTY frame protocol (docs/opensandbox-protocol.md §6.5):
+//   server -> client: [0x03 + u64 BE offset + replay bytes], {"type":"connected",…}, 0x01+stdout / PTY stream,
+//                     0x02+stderr (pipe mode), {"type":"pong"}, {"type":"error","code","error"},
+//                     {"type":"exit","exit_code"} then close 1000 "process exited"; 4001 "TAKEN_OVER" on takeover.
+//   client -> server: 0x00+stdin bytes, {"type":"stdin","data"}, {"type":"resize","cols","rows"},
+//                     {"type":"signal","signal"}, {"type":"ping"}.
+// RFC 6455 pings every 30 s; the client is dropped after 60 s without any frame or pong from it.
+// Every output byte is sent before the exit frame. With `exitRace` (execd --pty-exit-race) the upstream race is
+// reproduced on purpose: live output is held back RACE_HOLD_MS, and at process exit the held output is dropped
+// (it stays in the replay buffer) and the exit frame + close go out at once.
+import { SIGNALS } from './pty-session.js';
+
+const PING_MS = 30_000;
+const READ_TIMEOUT_MS = 60_000;
+const RACE_HOLD_MS = 250;
+const HIGH_WATER = 8 * 1024 * 1024;
+const LOW_WATER = 1024 * 1024;
+
+export class PtyConnection {
+  constructor(ws, session, { exitRace = false } = {}) {
+    this.ws = ws;
+    this.session = session;
+    this.exitRace = exitRace;
+    this.run = null;
+    this.held = [];       // race mode: [{frame, timer}]
+    this.live = false;    // output goes to the socket only after replay + connected were sent
+    this.done = false;
+    this.pinger = setInterval(() => ws.ping(), PING_MS);
+    this.reader = setTimeout(() => ws.terminate(), READ_TIMEOUT_MS);
+    ws.on('message', (data, isBinary) => {
+      this.reader.refresh();
+      this.onMessage(data, isBinary);
+    });
+    ws.on('pong', () => this.reader.refresh());
+    ws.on('close', () => this.detach());
+    ws.on('error', () => this.detach());
+  }
+
+  /** Starts the process if needed, then replay + connected, then live output. */
+  async attach({ pipeMode, since }) {
+    const s = this.session;
+    if (!s.running) {
+      try {
+        await s.start(pipeMode);
+      } catch (err) {
+        this.sendJson({ type: 'error', code: 'START_FAILED', error: String(err.message ?? err) });
+        this.finish(1011, 'start failed');
+        return;
+      }
+      if (this.done) return;
+    }
+    // Snapshot and go live in one tick: no byte is lost or sent twice.
+    this.run = s.run;
+    const { data, offset } = s.replay.readFrom(since);
+    if (data.length > 0) {
+      const frame = Buffer.allocUnsafe(9 + data.length);
+      frame[0] = 0x03;
+      frame.writeBigUInt64BE(BigInt(offset), 1);
+      data.copy(frame, 9);
+      this.ws.send(frame);
+    }
+    this.sendJson({ type: 'connected', session_id: s.id, mode: s.isPty ? 'pty' : 'pipe' });
+    this.live = true;
+    if (this.run.drained) this.onRunEvent(this.run, 'exit', this.run.exitCode);
+    else if (this.exitRace && this.run.exitCode !== null) this.onRunEvent(this.run, 'processExit', this.run.exitCode);
+  }
+
+  onOutput(stream, chunk) {
+    if (this.done || !this.live) return;
+    const frame = Buffer.allocUnsafe(1 + chunk.length);
+    frame[0] = stream === 2 ? 0x02 : 0x01;
+    chunk.copy(frame, 1);
+    if (!this.exitRace) {
+      this.sendBinary(frame);
+      return;
+    }
+    const entry = { frame };
+    entry.timer = setTimeout(() => {
+      this.held.splice(this.held.indexOf(entry), 1);
+      this.sendBinary(frame);
+    }, RACE_HOLD_MS);
+    this.held.push(entry);
+  }
+
+  onRunEvent(run, what, code) {
+    if (this.done || !this.live || run !== this.run) return;
+    if (what === (this.exitRace ? 'processExit' : 'exit')) {
+      this.sendJson({ type: 'exit', exit_code: code });
+      this.finish(1000, 'process exited');
+    }
+  }
+
+  sendBinary(frame) {
+    if (this.done) return;
+    this.ws.send(frame, () => {
+      if (this.ws.bufferedAmount < LOW_WATER && this.session.holder === this) this.session.setPaused(false);
+    });
+    if (this.ws.bufferedAmount > HIGH_WATER) this.session.setPaused(true);
+  }
+
+  sendJson(obj) {
+    if (!this.done) this.ws.send(JSON.stringify(obj));
+  }
+
+  sendError(code, error) {
+    this.sendJson({ type: 'error', code, error });
+  }
+
+  onMessage(data, isBinary) {
+    if (this.done) return;
+    if (isBinary) {
+      if (data.length === 0) return;
+      if (data[0] !== 0x00) {
+        this.sendError('INVALID_FRAME', `unknown binary frame type 0x${data[0].toString(16).padStart(2, '0')}`);
+        return;
+      }
+      this.stdin(data.subarray(1));
+      return;
+    }
+    let frame;
+    try {
+      frame = JSON.parse(data.toString('utf8'));
+    } catch (err) {
+      this.sendError('INVALID_FRAME', `invalid JSON frame: ${err.message}`);
+      return;
+    }
+    switch (frame?.type) {
+      case 'stdin':
+        if (typeof frame.data !== 'string') this.sendError('INVALID_FRAME', 'stdin frame needs a string "data"');
+        else this.stdin(Buffer.from(frame.data, 'utf8'));
+        break;
+      case 'resize':
+        if (Number.isInteger(frame.cols) && Number.isInteger(frame.rows) && frame.cols > 0 && frame.rows > 0
+          && frame.cols <= 0xffff && frame.rows <= 0xffff) this.session.resize(frame.cols, frame.rows);
+        else this.sendError('INVALID_FRAME', 'resize frame needs positive integer "cols" and "rows"');
+        break;
+      case 'signal':
+        if (SIGNALS.has(frame.signal)) this.session.signal(frame.signal);
+        else this.sendError('INVALID_FRAME', `unsupported signal ${JSON.stringify(frame.signal)} (SIGINT, SIGTERM, SIGKILL, SIGQUIT, SIGHUP)`);
+        break;
+      case 'ping':
+        this.sendJson({ type: 'pong' });
+        break;
+      default:
+        this.sendError('INVALID_FRAME', `unknown frame type ${JSON.stringify(frame?.type ?? null)}`);
+    }
+  }
+
+  stdin(bytes) {
+    this.session.writeStdin(bytes, (err) => {
+      if (err && !this.done) {
+        this.sendError('STDIN_WRITE_FAILED', String(err.message ?? err));
+        this.finish(1011, 'stdin write failed');
+      }
+    });
+  }
+
+  /** Takeover by another client: close 4001 "TAKEN_OVER". */
+  evict() {
+    this.finish(4001, 'TAKEN_OVER');
+  }
+
+  finish(code, reason) {
+    if (this.done) return;
+    this.detach();
+    this.ws.close(code, reason);
+    // a client that never answers the close handshake is cut off
+    setTimeout(() => this.ws.terminate(), 5000).unref();
+  }
+
+  detach() {
+    if (this.done) return;
+    this.done = true;
+    clearInterval(this.pinger);
+    clearTimeout(this.reader);
+    for (const h of this.held) clearTimeout(h.timer);
+    this.held = [];
+    if (this.session.holder === this) {
+      this.session.holder = null;
+      this.session.setPaused(false);
+    }
+  }
+}
