@@ -1,0 +1,206 @@
+// execd commands of the local server through the official client (foreground, background, status, logs with
+// byte cursors, interrupts, timeouts) plus raw requests for the error statuses the client hides.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
+import { startServer } from '../scripts/dev-server/index.js';
+import { waitFor } from './helpers/poll.js';
+import { request } from './helpers/raw.js';
+
+describe('dev-server execd commands', function () {
+  this.timeout(60000);
+  let server;
+  let sbx;
+  let execd; // http://127.0.0.1:<port>
+
+  before(async () => {
+    server = await startServer({ commandTailMs: 50 }); // short tail: the client waits for EOF
+    sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'python:3.11' });
+    execd = await sbx.getEndpointUrl(44772);
+  });
+  after(async () => {
+    await sbx?.kill().catch(() => {});
+    await sbx?.close();
+    await server?.close();
+  });
+
+  const raw = (p, opts = {}) => request(`${execd}${p}`, { ...opts, headers: { 'Content-Type': 'application/json', ...opts.headers } });
+  const status = async (id) => (await raw(`/command/status/${id}`)).json;
+
+  it('foreground: stdout and stderr lines, exit code 0, env and cwd', async () => {
+    const ex = await sbx.commands.run('echo "$GREETING"; pwd; echo err >&2; printf partial', { workingDirectory: '/tmp', envs: { GREETING: 'hello there' } });
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['hello there', '/tmp', 'partial']);
+    assert.deepEqual(ex.logs.stderr.map((m) => m.text), ['err']);
+    assert.equal(ex.exitCode, 0);
+    assert.equal(ex.error, undefined);
+    assert.ok(ex.complete.executionTimeMs >= 0);
+  });
+
+  it('defaults the working directory to /workspace and files persist there across commands', async () => {
+    await sbx.commands.run('echo kept > note.txt');
+    const ex = await sbx.commands.run('pwd; cat /workspace/note.txt');
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['/workspace', 'kept']);
+  });
+
+  it('non-zero exit: error event with the exit code as a string', async () => {
+    const ex = await sbx.commands.run('echo a; exit 3');
+    assert.equal(ex.exitCode, 3);
+    assert.equal(ex.error.name, 'CommandExecError');
+    assert.equal(ex.error.value, '3');
+    assert.deepEqual(ex.error.traceback, ['exit status 3']);
+  });
+
+  it('splits on \\n, \\r and \\r\\n; blank lines arrive as "\\n"', async () => {
+    const ex = await sbx.commands.run('printf "a\\r\\nb\\n\\n\\nc\\rd"');
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['a', 'b', '\n', '\n', 'c', 'd']);
+  });
+
+  it('timeout kills the whole process group with signal: killed', async () => {
+    const t0 = Date.now();
+    const ex = await sbx.commands.run('sleep 30 & sleep 30; echo never', { timeoutSeconds: 1 });
+    assert.equal(ex.error.value, '-1');
+    assert.deepEqual(ex.error.traceback, ['signal: killed']);
+    assert.ok(Date.now() - t0 < 25000, 'timeout did not stop the command');
+    const ps = await sbx.commands.run('ps -eo args | grep -c "^sleep 30" || true');
+    assert.equal(ps.logs.stdout[0].text, '0');
+  });
+
+  it('a missing working directory is a 400 before any stream', async () => {
+    const r = await raw('/command', { method: 'POST', body: { command: 'true', cwd: '/no/such/dir' } });
+    assert.equal(r.status, 400);
+    assert.deepEqual(r.json, { code: 'INVALID_REQUEST_BODY', message: 'working directory does not exist: /no/such/dir' });
+    const empty = await raw('/command', { method: 'POST', body: { command: '' } });
+    assert.equal(empty.status, 400);
+    assert.equal(empty.json.code, 'INVALID_REQUEST_BODY');
+    const gidOnly = await raw('/command', { method: 'POST', body: { command: 'true', gid: 100 } });
+    assert.equal(gidOnly.status, 400);
+    const malformed = await raw('/command', { method: 'POST', body: '{"command":' });
+    assert.equal(malformed.status, 400);
+    assert.equal(malformed.json.code, 'INVALID_REQUEST_BODY');
+  });
+
+  it('uid/gid switch the user (execd runs as root in the sandbox)', async () => {
+    const ex = await sbx.commands.run('id -u; id -g', { uid: 65534, gid: 65534 });
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['65534', '65534']);
+  });
+
+  it('background: returns at once; status, combined log and byte cursors', async () => {
+    const script = 'for i in 1 2 3; do echo line$i; echo eline$i >&2; done; sleep 0.2; exit 4';
+    const ex = await sbx.commands.run(script, { background: true });
+    const id = ex.id;
+    assert.match(id, /^[0-9a-f]{32}$/);
+    const st = await waitFor(async () => {
+      const s = await sbx.commands.getCommandStatus(id);
+      return s.running === false && s;
+    }, { message: 'background command finishes' });
+    assert.equal(st.exitCode, 4);
+    assert.equal(st.error, 'exit status 4');
+    assert.equal(st.content, script);
+    assert.ok(st.finishedAt >= st.startedAt);
+    const all = await sbx.commands.getBackgroundCommandLogs(id);
+    assert.equal(all.content, 'line1\neline1\nline2\neline2\nline3\neline3\n');
+    assert.equal(all.cursor, 39);
+    const mid = await sbx.commands.getBackgroundCommandLogs(id, 15); // inside "line2\n"
+    assert.equal(mid.content, 'ne2\neline2\nline3\neline3\n');
+    assert.equal(mid.cursor, 39);
+    const end = await sbx.commands.getBackgroundCommandLogs(id, 39);
+    assert.equal(end.content, '');
+    assert.equal(end.cursor, 39);
+  });
+
+  it('background status while running has no exit code; logs grow', async () => {
+    const ex = await sbx.commands.run('echo first; sleep 30', { background: true });
+    const s = await status(ex.id);
+    assert.equal(s.running, true);
+    assert.equal('exit_code' in s, false);
+    assert.equal('finished_at' in s, false);
+    assert.match(s.started_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/);
+    await waitFor(async () => (await sbx.commands.getBackgroundCommandLogs(ex.id)).content === 'first\n', { message: 'first line logged' });
+    await sbx.commands.interrupt(ex.id);
+    const after = await status(ex.id);
+    assert.equal(after.running, false);
+    assert.equal(after.exit_code, -1);
+    assert.equal(after.error, 'signal: terminated');
+  });
+
+  it('interrupt of a foreground command ends its stream with signal: terminated', async () => {
+    let id;
+    const run = sbx.commands.run('echo started; sleep 30', {}, { onInit: (i) => { id = i.id; } });
+    await waitFor(() => id, { message: 'init received' });
+    await waitFor(async () => (await status(id)).running, { message: 'running' });
+    await sbx.commands.interrupt(id);
+    const ex = await run;
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['started']);
+    assert.equal(ex.error.value, '-1');
+    assert.deepEqual(ex.error.traceback, ['signal: terminated']);
+  });
+
+  it('DELETE /command: finished -> 500 not running; unknown -> 500 no such session', async () => {
+    const ex = await sbx.commands.run('true', { background: true });
+    await waitFor(async () => (await status(ex.id)).running === false, { message: 'finished' });
+    const done = await raw(`/command?id=${ex.id}`, { method: 'DELETE' });
+    assert.equal(done.status, 500);
+    assert.match(done.json.message, /is not running/);
+    const unknown = await raw('/command?id=0123456789abcdef0123456789abcdef', { method: 'DELETE' });
+    assert.equal(unknown.status, 500);
+    assert.match(unknown.json.message, /no such session/);
+  });
+
+  it('status of an unknown id is 404; logs of unknown or foreground ids are 400', async () => {
+    const s = await raw('/command/status/nope');
+    assert.equal(s.status, 404);
+    assert.deepEqual(s.json, { code: 'INVALID_REQUEST_BODY', message: 'command not found: nope' });
+    const l = await raw('/command/nope/logs');
+    assert.equal(l.status, 400);
+    let fg;
+    await sbx.commands.run('true', {}, { onInit: (i) => { fg = i.id; } });
+    assert.equal((await status(fg)).exit_code, 0);
+    const fl = await raw(`/command/${fg}/logs`);
+    assert.equal(fl.status, 400);
+  });
+
+  it('closing the stream does not stop a foreground command', async () => {
+    // raw request: read until the init event, then drop the connection
+    const id = await new Promise((resolve, reject) => {
+      const req = http.request(`${execd}/command`, { method: 'POST', agent: false }, (res) => {
+        let text = '';
+        res.on('data', (d) => {
+          text += d;
+          const m = /"type":"init","text":"([0-9a-f]{32})"/.exec(text);
+          if (m) {
+            req.destroy();
+            resolve(m[1]);
+          }
+        });
+        res.on('error', () => {});
+      });
+      req.on('error', (e) => { if (e.code !== 'ECONNRESET') reject(e); });
+      req.setTimeout(10000, () => req.destroy(new Error('no init event within 10 s')));
+      req.end(JSON.stringify({ command: 'sleep 0.5; echo done > /tmp/after-close' }));
+    });
+    assert.equal((await status(id)).running, true);
+    const st = await waitFor(async () => {
+      const s = await status(id);
+      return s.running === false && s;
+    }, { message: 'command finishes after the client left' });
+    assert.equal(st.exit_code, 0);
+    assert.equal((await sbx.commands.run('cat /tmp/after-close')).logs.stdout[0].text, 'done');
+  });
+
+  it('runs 200 concurrent commands', async () => {
+    const runs = Array.from({ length: 200 }, (_, i) => raw('/command', { method: 'POST', body: { command: `echo ${i}` }, timeoutMs: 45000 }));
+    const results = await Promise.all(runs);
+    results.forEach((r, i) => {
+      assert.equal(r.status, 200);
+      assert.ok(r.text.includes(`{"type":"stdout","text":"${i}"`), `output of command ${i}`);
+      assert.ok(r.text.includes('"type":"execution_complete"'), `completion of command ${i}`);
+    });
+  });
+
+  it('a command leaving a child that holds stdout still completes', async () => {
+    const ex = await sbx.commands.run('sleep 20 & echo parent-done');
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['parent-done']);
+    assert.equal(ex.exitCode, 0);
+    await sbx.commands.run('pkill -f "^sleep 20" || true');
+  });
+});
