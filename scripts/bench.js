@@ -1,0 +1,166 @@
+#!/usr/bin/env node
+// Benchmark (`npm run bench`): end-to-end latency of executeCommand('true') through our native addon, through the
+// official @alibaba-group/opensandbox client, through curl and through a minimal Node HTTP reader, all against one
+// local OpenSandbox-compatible server and one sandbox; then 200 concurrent executeCommands, every byte verified.
+//
+// Fairness: every path sends the same POST /command to the same execd. "curl" spawns one curl process per run and
+// stops at the terminal event (includes process start-up); "node reader" is one keep-alive http.request per run that
+// stops at the terminal event (the protocol floor in Node). The official client waits for execd's 1 s stream tail,
+// which is what its users get. Options: --runs N (default 200), --official-runs N (default 5).
+import http from 'node:http';
+import { spawn } from 'node:child_process';
+import { parseArgs } from 'node:util';
+import { startServer } from './dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
+
+const { values: args } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '200' },
+    'official-runs': { type: 'string', default: '5' },
+    concurrent: { type: 'string', default: '200' },
+  },
+});
+const RUNS = Number(args.runs);
+const OFFICIAL_RUNS = Number(args['official-runs']);
+const CONCURRENT = Number(args.concurrent);
+const BODY = JSON.stringify({ command: 'true', cwd: '/workspace' });
+const TERMINAL = /"type":"(execution_complete|error)"/;
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+function stats(samples) {
+  const s = [...samples].sort((a, b) => a - b);
+  const at = q => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
+  return { n: s.length, median: at(0.5), p95: at(0.95) };
+}
+
+async function measure(runs, fn, warmup = Math.min(10, runs)) {
+  for (let i = 0; i < warmup; i++) await fn();
+  const samples = [];
+  for (let i = 0; i < runs; i++) {
+    const t = now();
+    await fn();
+    samples.push(now() - t);
+  }
+  return stats(samples);
+}
+
+/** One POST /command with curl; resolves when the terminal event arrives, then kills curl (no 1 s tail). */
+function curlOnce(baseUrl, headers) {
+  return new Promise((resolve, reject) => {
+    const h = Object.entries(headers).flatMap(([k, v]) => ['-H', `${k}: ${v}`]);
+    const p = spawn('curl', ['-sN', '-X', 'POST', '-H', 'Content-Type: application/json', ...h, '--data-binary', BODY, `${baseUrl}/command`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    let done = false;
+    p.stdout.on('data', d => {
+      out += d;
+      if (!done && TERMINAL.test(out)) {
+        done = true;
+        resolve();
+        p.kill('SIGKILL');
+      }
+    });
+    p.on('error', reject);
+    p.on('close', () => done || reject(new Error(`curl ended without a terminal event: ${out.slice(0, 200)}`)));
+  });
+}
+
+/** One POST /command with node:http on a keep-alive agent; stops reading at the terminal event. */
+function nodeReaderOnce(baseUrl, headers, agent) {
+  return new Promise((resolve, reject) => {
+    const u = new URL(`${baseUrl}/command`);
+    const req = http.request(u, { method: 'POST', agent, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(BODY), ...headers } }, res => {
+      let out = '';
+      res.setEncoding('utf8');
+      res.on('data', d => {
+        out += d;
+        if (TERMINAL.test(out)) {
+          resolve();
+          res.destroy(); // like our client: the terminal event ends the command, the tail is not awaited
+        }
+      });
+      res.on('error', () => {});
+    });
+    req.on('error', e => (e.code === 'ECONNRESET' ? undefined : reject(e)));
+    req.end(BODY);
+  });
+}
+
+async function officialClient(domain, sandboxId) {
+  let mod;
+  try {
+    mod = await import('@alibaba-group/opensandbox');
+  } catch {
+    return null;
+  }
+  process.env.OPENSANDBOX_DISABLE_METRICS = '1';
+  const sbx = await mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', disableMetrics: true } });
+  try {
+    return await measure(OFFICIAL_RUNS, () => sbx.commands.run('true'), 1);
+  } finally {
+    await sbx.close?.().catch(() => {});
+  }
+}
+
+async function concurrentRun(sandbox) {
+  const lines = 20;
+  const t = now();
+  const results = await Promise.all(Array.from({ length: CONCURRENT }, (_, i) =>
+    sandbox.executeCommand(`for j in $(seq 1 ${lines}); do echo "cmd-${i}-line-$j"; done`)));
+  const ms = now() - t;
+  let bad = 0;
+  results.forEach((r, i) => {
+    const expected = Array.from({ length: lines }, (_, j) => `cmd-${i}-line-${j + 1}\n`).join('');
+    if (r.exitCode !== 0 || r.stdout !== expected) bad++;
+  });
+  return { ms, bad, bytes: results.reduce((n, r) => n + Buffer.byteLength(r.stdout), 0) };
+}
+
+const fmt = n => (n === undefined ? '-' : n.toFixed(2));
+
+async function main() {
+  const server = await startServer({ port: 0 });
+  const sandbox = new OpenSandboxSandbox({ domain: server.domain });
+  try {
+    await sandbox._start();
+    const { sandboxId, execdUrl } = sandbox.opensandbox;
+    const headers = {};
+    console.log(`server ${server.baseUrl}, sandbox ${sandboxId}, execd ${execdUrl}; ${RUNS} runs (official client: ${OFFICIAL_RUNS})\n`);
+
+    const ours = await measure(RUNS, () => sandbox.executeCommand('true'));
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const reader = await measure(RUNS, () => nodeReaderOnce(execdUrl, headers, agent));
+    agent.destroy();
+    const curl = await measure(Math.min(RUNS, 100), () => curlOnce(execdUrl, headers));
+    const official = await officialClient(server.domain, sandboxId);
+
+    const rows = [
+      ['mastra-opensandbox executeCommand', ours],
+      ['curl (one process per run, stops at final event)', curl],
+      ['node http reader (keep-alive, stops at final event)', reader],
+      ['official client commands.run (waits 1 s tail)', official],
+    ];
+    console.log('path'.padEnd(54), 'n'.padStart(5), 'median ms'.padStart(11), 'p95 ms'.padStart(10));
+    for (const [name, s] of rows) {
+      console.log(name.padEnd(54), String(s?.n ?? '-').padStart(5), fmt(s?.median).padStart(11), fmt(s?.p95).padStart(10));
+    }
+    console.log('');
+    console.log(`ours / curl        (median): ${(ours.median / curl.median).toFixed(2)}x   (target <= 1.5x)`);
+    console.log(`ours / node reader (median): ${(ours.median / reader.median).toFixed(2)}x`);
+    if (official) console.log(`official / ours    (median): ${(official.median / ours.median).toFixed(1)}x faster   (target >= 20x)`);
+    else console.log('official client: not installed, skipped');
+
+    const c = await concurrentRun(sandbox);
+    console.log(`\n${CONCURRENT} concurrent executeCommands (20 numbered lines each, ${c.bytes} bytes): ${c.ms.toFixed(0)} ms total, ` +
+      `${c.bad === 0 ? 'every byte verified in order' : `${c.bad} WRONG`}`);
+    if (c.bad) process.exitCode = 1;
+  } finally {
+    await sandbox._destroy().catch(() => {});
+    await server.close();
+  }
+}
+
+main().catch(err => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,265 @@
+// OpenSandboxSandbox.executeCommand against the local OpenSandbox-compatible server (real execd in bubblewrap):
+// output and exit codes, quoting, env overlay, cwd, timeouts, aborts, streaming, retention, concurrency.
+import assert from 'node:assert/strict';
+import { startServer } from '../scripts/dev-server/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
+import { waitFor } from './helpers/poll.js';
+
+/** Shell snippet counting live processes whose command line contains `marker` (the pattern never matches itself). */
+const countProcs = marker => {
+  const pattern = `[${marker[0]}]${marker.slice(1)}`;
+  return `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '${pattern}' || true`;
+};
+
+describe('OpenSandboxSandbox.executeCommand', function () {
+  this.timeout(30000);
+  let server;
+  let sandbox;
+
+  before(async function () {
+    this.timeout(60000);
+    server = await startServer({ port: 0 });
+    sandbox = new OpenSandboxSandbox({
+      domain: server.domain,
+      env: { SANDBOX_VAR: 'from-sandbox', SHARED: 'sandbox-value' },
+    });
+    assert.deepEqual(await sandbox._start(), { outcome: 'created' });
+  });
+
+  after(async function () {
+    this.timeout(30000);
+    await sandbox?._destroy();
+    await server?.close();
+  });
+
+  it('runs a command: stdout, exit 0, result shape', async () => {
+    const r = await sandbox.executeCommand('echo hello');
+    assert.equal(r.success, true);
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, 'hello\n');
+    assert.equal(r.stderr, '');
+    assert.equal(r.command, 'echo hello');
+    assert.deepEqual(r.args, []);
+    assert.equal(r.timedOut, false);
+    assert.equal(r.killed, false);
+    assert.equal(r.stdoutTruncated, false);
+    assert.equal(r.stdoutDroppedBytes, 0);
+    assert.equal(typeof r.executionTimeMs, 'number');
+    assert.ok(r.executionTimeMs >= 0);
+  });
+
+  it('captures stderr separately', async () => {
+    const r = await sandbox.executeCommand('echo out; echo oops >&2');
+    assert.equal(r.stdout, 'out\n');
+    assert.equal(r.stderr, 'oops\n');
+    assert.equal(r.success, true);
+  });
+
+  it('reports exact exit codes', async () => {
+    for (const code of [1, 2, 42, 255]) {
+      const r = await sandbox.executeCommand(`sh -c 'exit ${code}'`);
+      assert.equal(r.exitCode, code);
+      assert.equal(r.success, false);
+      assert.equal(r.killed, false);
+      assert.equal(r.timedOut, false);
+    }
+    const r = await sandbox.executeCommand('echo before; exit 3');
+    assert.equal(r.exitCode, 3);
+    assert.equal(r.stdout, 'before\n');
+  });
+
+  it('shell-quotes args like Mastra', async () => {
+    const r = await sandbox.executeCommand('printf', ['%s|', 'hello world', 'test', "it's", '$HOME', '']);
+    assert.equal(r.stdout, "hello world|test|it's|$HOME||\n");
+    assert.equal(r.command, "printf '%s|' 'hello world' test 'it'\\''s' '$HOME' ''");
+    assert.deepEqual(r.args, ['%s|', 'hello world', 'test', "it's", '$HOME', '']);
+  });
+
+  it('keeps UTF-8 output intact', async () => {
+    const text = 'héllo wörld ✓ 日本語 🎉';
+    const r = await sandbox.executeCommand('echo', [text]);
+    assert.equal(r.stdout, `${text}\n`);
+  });
+
+  it('runs pipelines and heredocs', async () => {
+    const p = await sandbox.executeCommand("printf 'b\\na\\nc\\n' | sort | tr a-z A-Z");
+    assert.equal(p.stdout, 'A\nB\nC\n');
+    const h = await sandbox.executeCommand("cat <<'EOF'\nline one\n$HOME stays literal\nEOF");
+    assert.equal(h.stdout, 'line one\n$HOME stays literal\n');
+  });
+
+  it('returns every line of large output (seq 1 5000)', async () => {
+    const r = await sandbox.executeCommand('seq 1 5000');
+    const expected = Array.from({ length: 5000 }, (_, i) => `${i + 1}\n`).join('');
+    assert.equal(r.stdout, expected);
+  });
+
+  it('runs in the working directory by default, honours cwd', async () => {
+    assert.equal((await sandbox.executeCommand('pwd')).stdout, '/workspace\n');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '/tmp' })).stdout, '/tmp\n');
+  });
+
+  it('rejects a missing cwd with the server message', async () => {
+    await assert.rejects(sandbox.executeCommand('pwd', [], { cwd: '/does/not/exist' }), err => {
+      assert.ok(err instanceof OpenSandboxApiError, String(err));
+      assert.equal(err.status, 400);
+      assert.match(err.message, /\/does\/not\/exist/);
+      return true;
+    });
+    assert.equal(sandbox.status, 'running');
+  });
+
+  it('keeps files in /tmp and the working directory between commands', async () => {
+    await sandbox.executeCommand('echo persisted > /tmp/osb-persist.txt && echo here > here.txt');
+    assert.equal((await sandbox.executeCommand('cat /tmp/osb-persist.txt')).stdout, 'persisted\n');
+    assert.equal((await sandbox.executeCommand('cat /workspace/here.txt')).stdout, 'here\n');
+  });
+
+  it('merges the sandbox env overlay with per-command env (command wins, undefined dropped)', async () => {
+    const a = await sandbox.executeCommand('printf "%s|%s" "$SANDBOX_VAR" "$SHARED"');
+    assert.equal(a.stdout, 'from-sandbox|sandbox-value\n');
+    const b = await sandbox.executeCommand('printf "%s|%s|%s" "$SANDBOX_VAR" "$SHARED" "$EXTRA"', [], {
+      env: { SHARED: 'command-value', EXTRA: `spaces and "quotes" and 'single' $dollar` },
+    });
+    assert.equal(b.stdout, `from-sandbox|command-value|spaces and "quotes" and 'single' $dollar\n`);
+    const c = await sandbox.executeCommand('printenv SANDBOX_VAR', [], { env: { SANDBOX_VAR: undefined } });
+    assert.equal(c.exitCode, 1);
+    assert.equal(c.stdout, '');
+  });
+
+  it('setEnv changes the overlay for later commands', async () => {
+    const before = sandbox.getEnv();
+    try {
+      sandbox.setEnv(env => ({ ...env, LATE_VAR: 'late' }));
+      assert.equal((await sandbox.executeCommand('printenv LATE_VAR')).stdout, 'late\n');
+      sandbox.setEnv(env => {
+        delete env.LATE_VAR;
+        return env;
+      });
+      assert.equal((await sandbox.executeCommand('printenv LATE_VAR')).exitCode, 1);
+    } finally {
+      sandbox.setEnv(() => before);
+    }
+  });
+
+  it('runs concurrent commands with independent env', async () => {
+    const results = await Promise.all(
+      [1, 2, 3].map(i => sandbox.executeCommand('sleep 0.2; printenv WHO', [], { env: { WHO: `cmd-${i}` } })),
+    );
+    assert.deepEqual(results.map(r => r.stdout), ['cmd-1\n', 'cmd-2\n', 'cmd-3\n']);
+  });
+
+  it('streams stdout and stderr through callbacks, every byte, in order', async () => {
+    const out = [];
+    const err = [];
+    const r = await sandbox.executeCommand('for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done', [], {
+      onStdout: d => out.push(d),
+      onStderr: d => err.push(d),
+    });
+    assert.ok(out.length >= 1);
+    assert.ok(err.length >= 1);
+    assert.equal(out.join(''), 'out1\nout2\nout3\n');
+    assert.equal(err.join(''), 'err1\nerr2\nerr3\n');
+    assert.equal(r.stdout, out.join(''));
+    assert.equal(r.stderr, err.join(''));
+  });
+
+  it('delivers output while the command is still running', async () => {
+    const chunks = [];
+    let sawFirstBeforeEnd = false;
+    await sandbox.executeCommand(`echo first; ${'while [ ! -f /tmp/osb-release ]; do sleep 0.02; done'}; echo second`, [], {
+      onStdout: d => {
+        chunks.push(d);
+        if (d.includes('first') && !d.includes('second')) {
+          sawFirstBeforeEnd = true;
+          // the command only finishes after we saw its first line: release it from a second command
+          sandbox.executeCommand('touch /tmp/osb-release').catch(() => {});
+        }
+      },
+    });
+    assert.equal(sawFirstBeforeEnd, true);
+    assert.equal(chunks.join(''), 'first\nsecond\n');
+  });
+
+  it('a callback that throws does not break the command', async () => {
+    const r = await sandbox.executeCommand('echo a; echo b', [], {
+      onStdout: () => {
+        throw new Error('user callback failure');
+      },
+    });
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, 'a\nb\n');
+  });
+
+  it('keeps only the newest maxRetainedBytes, callbacks still get everything', async () => {
+    const full = Array.from({ length: 1000 }, (_, i) => `${i + 1}\n`).join('');
+    const streamed = [];
+    const r = await sandbox.executeCommand('seq 1 1000', [], { maxRetainedBytes: 100, onStdout: d => streamed.push(d) });
+    assert.equal(streamed.join(''), full);
+    assert.equal(r.stdout, full.slice(-100));
+    assert.equal(r.stdoutTruncated, true);
+    assert.equal(r.stdoutDroppedBytes, full.length - 100);
+    assert.equal(r.stderrTruncated, false);
+    const none = await sandbox.executeCommand('echo gone', [], { maxRetainedBytes: 0 });
+    assert.equal(none.stdout, '');
+    assert.equal(none.stdoutDroppedBytes, 5);
+  });
+
+  it('times out: exit 124, timedOut, killed, partial output kept, remote command stopped', async () => {
+    const r = await sandbox.executeCommand('echo before-timeout; sleep 31.337', [], { timeout: 500 });
+    assert.equal(r.exitCode, 124);
+    assert.equal(r.timedOut, true);
+    assert.equal(r.killed, true);
+    assert.equal(r.success, false);
+    assert.equal(r.stdout, 'before-timeout\n');
+    await waitFor(async () => (await sandbox.executeCommand(countProcs('sleep 31.337'))).stdout === '0\n', {
+      timeoutMs: 10000, message: 'timed-out command still running in the sandbox',
+    });
+  });
+
+  it('times out with streaming: partial chunks were delivered', async () => {
+    const chunks = [];
+    const r = await sandbox.executeCommand('echo tick; sleep 30', [], { timeout: 300, onStdout: d => chunks.push(d) });
+    assert.equal(r.exitCode, 124);
+    assert.equal(chunks.join(''), 'tick\n');
+  });
+
+  it('aborts from inside onStdout: killed, non-zero, partial output, remote command stopped', async () => {
+    const controller = new AbortController();
+    const r = await sandbox.executeCommand(
+      `node -e "/* osb-abort-marker */ console.log('started'); setTimeout(() => console.log('never'), 30000)"`,
+      [],
+      {
+        abortSignal: controller.signal,
+        onStdout: d => {
+          if (d.includes('started')) controller.abort();
+        },
+      },
+    );
+    assert.equal(r.success, false);
+    assert.equal(r.killed, true);
+    assert.equal(r.timedOut, false);
+    assert.equal(r.exitCode, 130);
+    assert.equal(r.stdout, 'started\n');
+    await waitFor(async () => (await sandbox.executeCommand(countProcs('osb-abort-marker'))).stdout === '0\n', {
+      timeoutMs: 10000, message: 'aborted command still running in the sandbox',
+    });
+  });
+
+  it('a pre-aborted signal resolves failed without running the command', async () => {
+    const r = await sandbox.executeCommand('touch /tmp/osb-should-not-exist', [], { abortSignal: AbortSignal.abort() });
+    assert.equal(r.success, false);
+    assert.equal(r.killed, true);
+    assert.notEqual(r.exitCode, 0);
+    assert.equal((await sandbox.executeCommand('test -e /tmp/osb-should-not-exist')).exitCode, 1);
+  });
+
+  it('handles many concurrent commands, each output exact', async () => {
+    const n = 25;
+    const results = await Promise.all(Array.from({ length: n }, (_, i) => sandbox.executeCommand(`seq ${i} ${i + 50}`)));
+    results.forEach((r, i) => {
+      const expected = Array.from({ length: 51 }, (_, k) => `${i + k}\n`).join('');
+      assert.equal(r.stdout, expected, `command ${i}`);
+    });
+  });
+});

@@ -1,0 +1,254 @@
+// Failure paths of OpenSandboxSandbox: every fault ends in a rejected Promise with a typed error carrying the
+// server's message (never a hang, never a crash, never a secret in the message).
+// Against the real local server (with an API key): unreachable server, 401, 404 / sandbox deleted behind our back,
+// 5xx. A stream cut mid-command and a malformed event cannot be produced by a real server, so for those two only
+// a tiny raw TCP execd peer is used; the lifecycle calls still go to the real server through a forwarder that
+// points the execd endpoint at the peer.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { startServer } from '../scripts/dev-server/index.js';
+import {
+  OpenSandboxSandbox,
+  OpenSandboxApiError,
+  OpenSandboxNotFoundError,
+  OpenSandboxSandboxGoneError,
+  OpenSandboxTransportError,
+  OpenSandboxProtocolError,
+  OpenSandboxError,
+} from '../lib/index.js';
+
+const API_KEY = `test-api-key-${randomUUID()}`;
+
+/** A port on loopback with nothing listening. */
+async function deadPort() {
+  const srv = net.createServer();
+  await new Promise(r => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise(r => srv.close(r));
+  return port;
+}
+
+/**
+ * Raw TCP execd peer: answers GET /ping with 200 and DELETE /command with 200; POST /command gets the
+ * current mode: 'ok' = init + execution_complete (used while the sandbox starts); 'cut' = init + one stdout event, then the connection is dropped;
+ * 'malformed' = init + a line that is not JSON, connection left open.
+ */
+async function startExecdPeer() {
+  const sockets = new Set();
+  const peer = { mode: 'ok', commands: 0 };
+  const server = net.createServer(sock => {
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
+    sock.on('error', () => {});
+    let buf = Buffer.alloc(0);
+    sock.on('data', chunk => {
+      buf = Buffer.concat([buf, chunk]);
+      for (;;) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString('latin1');
+        const len = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+        if (buf.length < end + 4 + len) return;
+        buf = buf.subarray(end + 4 + len);
+        const [method, target] = head.split(' ');
+        const path = target.replace(/^\/execd/, '').split('?')[0];
+        if (method === 'POST' && path === '/command') {
+          peer.commands++;
+          sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n');
+          const chunk = s => sock.write(`${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`);
+          chunk('{"type":"init","text":"peer-command-1"}\n\n');
+          if (peer.mode === 'ok') {
+            chunk('{"type":"execution_complete","execution_time":1}\n\n');
+          } else if (peer.mode === 'cut') {
+            chunk('{"type":"stdout","text":"partial-before-cut"}\n\n');
+            setImmediate(() => sock.destroy());
+          } else {
+            chunk('{"type":"stdout","text": this is not json at all\n\n');
+          }
+          return;
+        }
+        const ok = (method === 'GET' && path === '/ping') || (method === 'DELETE' && path === '/command');
+        sock.write(ok ? 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n'
+          : 'HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}');
+      }
+    });
+  });
+  await new Promise(r => server.listen(0, '127.0.0.1', r));
+  peer.port = server.address().port;
+  peer.close = async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise(r => server.close(r));
+  };
+  return peer;
+}
+
+/** Forwards lifecycle requests to the real server, except execd endpoints, which point at the peer. */
+async function startForwarder(target, peerPort) {
+  const server = http.createServer((req, res) => {
+    if (/\/sandboxes\/[^/]+\/endpoints\/44772$/.test(req.url.split('?')[0])) {
+      const body = JSON.stringify({ endpoint: `127.0.0.1:${peerPort}/execd`, headers: {} });
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
+      return res.end(body);
+    }
+    const up = http.request({ host: '127.0.0.1', port: target.port, method: req.method, path: req.url, headers: req.headers }, upRes => {
+      res.writeHead(upRes.statusCode, upRes.headers);
+      upRes.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  await new Promise(r => server.listen(0, '127.0.0.1', r));
+  return {
+    domain: `127.0.0.1:${server.address().port}`,
+    close: () => new Promise(r => server.close(r)),
+  };
+}
+
+const noSecret = err => {
+  assert.ok(!err.message.includes(API_KEY), 'API key leaked into the message');
+  assert.ok(!JSON.stringify(err.details ?? {}).includes(API_KEY), 'API key leaked into details');
+};
+
+describe('OpenSandboxSandbox faults', function () {
+  this.timeout(30000);
+  let server;
+  const cleanup = [];
+  const make = (options = {}) => {
+    const s = new OpenSandboxSandbox({ domain: server.domain, apiKey: API_KEY, ...options });
+    cleanup.push(s);
+    return s;
+  };
+
+  before(async function () {
+    this.timeout(60000);
+    server = await startServer({ port: 0, apiKey: API_KEY });
+  });
+
+  after(async function () {
+    this.timeout(60000);
+    for (const s of cleanup) await s._destroy().catch(() => {});
+    await server?.close();
+  });
+
+  it('server unreachable: typed transport error, status error, retry possible', async () => {
+    const s = make({ domain: `127.0.0.1:${await deadPort()}` });
+    await assert.rejects(s._start(), err => {
+      assert.ok(err instanceof OpenSandboxTransportError, String(err));
+      assert.equal(err.kind, 'transport');
+      assert.ok(err.attempts >= 1);
+      assert.match(err.message, /list sandboxes/);
+      noSecret(err);
+      return true;
+    });
+    assert.equal(s.status, 'error');
+    await assert.rejects(s.executeCommand('echo x'), OpenSandboxTransportError);
+  });
+
+  it('wrong or missing API key: 401 with the server code and message, key not echoed', async () => {
+    const wrong = make({ apiKey: `wrong-${API_KEY}` });
+    await assert.rejects(wrong._start(), err => {
+      assert.ok(err instanceof OpenSandboxApiError, String(err));
+      assert.equal(err.status, 401);
+      assert.equal(err.code, 'INVALID_API_KEY');
+      assert.match(err.message, /Invalid API key/);
+      noSecret(err);
+      assert.ok(!err.message.includes(`wrong-${API_KEY}`));
+      return true;
+    });
+    const missing = new OpenSandboxSandbox({ domain: server.domain });
+    cleanup.push(missing);
+    await assert.rejects(missing._start(), err => err instanceof OpenSandboxApiError && err.status === 401 && err.code === 'MISSING_API_KEY');
+  });
+
+  it('5xx from the server: typed API error with the server message', async () => {
+    const s = make({ volumes: [{ name: 'bad', mountPath: '/usr/osb-cannot-mount-here', pvc: { claimName: `c-${randomUUID()}` } }] });
+    await assert.rejects(s._start(), err => {
+      assert.ok(err instanceof OpenSandboxApiError, String(err));
+      assert.equal(err.status, 500);
+      assert.equal(err.code, 'DOCKER::SANDBOX_START_FAILED');
+      assert.match(err.message, /create sandbox/);
+      assert.match(err.serverMessage, /Failed to start sandbox/);
+      noSecret(err);
+      return true;
+    });
+    assert.equal(s.status, 'error');
+  });
+
+  it('4xx validation error (422) carries the detail summary', async () => {
+    const s = make({ volumes: [{ name: 'Not_A_DNS_Label!', mountPath: '/data', pvc: { claimName: 'x' } }] });
+    await assert.rejects(s._start(), err => err instanceof OpenSandboxApiError && err.status >= 400 && err.status < 500 && err.message.length > 0);
+  });
+
+  it('sandbox deleted behind our back: typed "gone" error, then the next call re-provisions', async () => {
+    const outcomes = [];
+    const s = make({ id: `gone-${randomUUID()}`, onStart: ({ outcome }) => outcomes.push(outcome) });
+    await s._start();
+    const first = s.opensandbox.sandboxId;
+    const del = await fetch(`${server.baseUrl}/v1/sandboxes/${first}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
+    assert.equal(del.status, 204);
+    await assert.rejects(s.executeCommand('echo hi'), err => {
+      assert.ok(err instanceof OpenSandboxSandboxGoneError, String(err));
+      assert.ok(err instanceof OpenSandboxNotFoundError);
+      assert.equal(err.sandboxId, first);
+      assert.match(err.message, /no longer exists/);
+      noSecret(err);
+      return true;
+    });
+    assert.equal(s.status, 'stopped');
+    assert.equal(s.opensandbox.sandboxId, undefined);
+    const r = await s.executeCommand('echo again');
+    assert.equal(r.stdout, 'again\n');
+    assert.notEqual(s.opensandbox.sandboxId, first);
+    assert.deepEqual(outcomes, ['created', 'created']);
+  });
+
+  describe('broken execd streams (raw TCP peer)', () => {
+    let peer;
+    let fwd;
+    let s;
+    before(async () => {
+      peer = await startExecdPeer();
+      fwd = await startForwarder(server, peer.port);
+      s = make({ domain: fwd.domain });
+      await s._start();
+    });
+    after(async () => {
+      await s?._destroy().catch(() => {});
+      await fwd?.close();
+      await peer?.close();
+    });
+
+    it('stream cut mid-command: transport error, sandbox still usable', async () => {
+      peer.mode = 'cut';
+      const chunks = [];
+      await assert.rejects(s.executeCommand('echo x', [], { onStdout: d => chunks.push(d) }), err => {
+        assert.ok(err instanceof OpenSandboxTransportError || err instanceof OpenSandboxProtocolError, String(err));
+        assert.ok(!(err instanceof OpenSandboxSandboxGoneError));
+        assert.match(err.message, /run command/);
+        noSecret(err);
+        return true;
+      });
+      assert.equal(chunks.join(''), 'partial-before-cut\n');
+      assert.equal(s.status, 'running');
+    });
+
+    it('malformed event: protocol error, no hang', async () => {
+      peer.mode = 'malformed';
+      await assert.rejects(s.executeCommand('echo x'), err => {
+        assert.ok(err instanceof OpenSandboxProtocolError, String(err));
+        assert.equal(err.kind, 'protocol');
+        noSecret(err);
+        return true;
+      });
+    });
+
+    it('every error is an OpenSandboxError with a stable code', async () => {
+      peer.mode = 'cut';
+      const err = await s.executeCommand('echo x').catch(e => e);
+      assert.ok(err instanceof OpenSandboxError);
+      assert.equal(typeof err.code, 'string');
+    });
+  });
+});
