@@ -1,0 +1,145 @@
+// The native API (docs/ARCHITECTURE.md): loads build/Release/mastra_opensandbox.node with a clear message when
+// it is missing, and adapts JS values to the thin binding (objects -> JSON text / string pairs, JSON text ->
+// objects). Failures are Errors with own properties kind, status, code, message, requestId, attempts.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const require = createRequire(import.meta.url);
+
+function load() {
+  const file = path.join(root, 'build', 'Release', 'mastra_opensandbox.node');
+  try {
+    return require(file);
+  } catch (err) {
+    const e = new Error(
+      `mastra-opensandbox: cannot load the native addon (${file}): ${err.message}\n` +
+        'Rebuild it with `npm rebuild mastra-opensandbox` (or `node scripts/build.js` in the package); it needs ' +
+        'the Debian packages libcurl4-openssl-dev libcjson-dev libwebsockets-dev pkg-config build-essential python3.',
+    );
+    e.code = 'NATIVE_ADDON_MISSING';
+    e.cause = err;
+    throw e;
+  }
+}
+
+const binding = load();
+
+function typeError(message) {
+  const e = new TypeError(message);
+  e.kind = 'invalid';
+  return e;
+}
+
+function optionsObject(opts, what) {
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw typeError(`${what} must be an object`);
+  return opts;
+}
+
+function optionalMs(v, name, def) {
+  if (v === undefined || v === null) return def;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw typeError(`${name} must be a number >= 0`);
+  return Math.floor(v);
+}
+
+function stringPairs(obj, name, { allowNull = false } = {}) {
+  if (obj === undefined || obj === null) return [];
+  if (typeof obj !== 'object' || Array.isArray(obj)) throw typeError(`${name} must be an object of strings`);
+  const out = [];
+  for (const [k, v] of Object.entries(obj)) {
+    if (typeof v !== 'string' && !(allowNull && v === null)) throw typeError(`${name}.${k} must be a string`);
+    out.push(k, v ?? '');
+  }
+  return out;
+}
+
+const parse = (text) => (text === undefined ? undefined : JSON.parse(text));
+
+/** Lifecycle client of the OpenSandbox sandboxes API. */
+export class Lifecycle {
+  #n;
+  constructor(opts) {
+    const o = optionsObject(opts, 'Lifecycle options');
+    if (typeof o.baseUrl !== 'string') throw typeError('baseUrl must be a string');
+    if (o.apiKey !== undefined && o.apiKey !== null && typeof o.apiKey !== 'string') throw typeError('apiKey must be a string');
+    this.#n = new binding.Lifecycle(o.baseUrl, o.apiKey ?? null, optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000));
+  }
+  async create(request) {
+    if (request === null || typeof request !== 'object') throw typeError('create request must be an object');
+    return parse(await this.#n.create(JSON.stringify(request)));
+  }
+  async get(id) {
+    return parse(await this.#n.get(id));
+  }
+  async list({ metadata, states, page, pageSize } = {}) {
+    if (states !== undefined && !Array.isArray(states)) throw typeError('states must be an array of strings');
+    return parse(await this.#n.list(stringPairs(metadata, 'metadata'), states ?? [], page ?? 0, pageSize ?? 0));
+  }
+  async delete(id) {
+    await this.#n.delete(id);
+  }
+  async pause(id) {
+    await this.#n.pause(id);
+  }
+  async resume(id) {
+    await this.#n.resume(id);
+  }
+  async renew(id, expiresAt) {
+    const at = expiresAt instanceof Date ? expiresAt.toISOString() : expiresAt;
+    return parse(await this.#n.renew(id, at));
+  }
+  async endpoint(id, port, useServerProxy = false) {
+    const ep = parse(await this.#n.endpoint(id, port, Boolean(useServerProxy)));
+    return { endpoint: ep.endpoint, headers: ep.headers && typeof ep.headers === 'object' ? ep.headers : {} };
+  }
+  async patchMetadata(id, patch) {
+    stringPairs(patch, 'metadata patch', { allowNull: true });
+    return parse(await this.#n.patchMetadata(id, JSON.stringify(patch)));
+  }
+}
+
+/** execd client for one resolved endpoint. */
+export class Execd {
+  #n;
+  constructor(opts) {
+    const o = optionsObject(opts, 'Execd options');
+    if (typeof o.baseUrl !== 'string') throw typeError('baseUrl must be a string');
+    this.#n = new binding.Execd(
+      o.baseUrl,
+      stringPairs(o.headers, 'headers'),
+      optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000),
+      optionalMs(o.idleTimeoutMs, 'idleTimeoutMs', 10000),
+    );
+  }
+  waitReady(timeoutMs = 30000) {
+    return this.#n.waitReady(optionalMs(timeoutMs, 'timeoutMs', 30000));
+  }
+  /**
+   * Runs a foreground command. Returns { result: Promise, cancel(): Promise<void> }.
+   * onOutput({ stdout?, stderr? }) is called on the JS thread with batches of output, in order.
+   */
+  run(opts, onOutput) {
+    const o = optionsObject(opts, 'run options');
+    if (typeof o.command !== 'string' || o.command.length === 0) throw typeError('command must be a non-empty string');
+    if (o.cwd !== undefined && o.cwd !== null && typeof o.cwd !== 'string') throw typeError('cwd must be a string');
+    if (onOutput !== undefined && onOutput !== null && typeof onOutput !== 'function') throw typeError('onOutput must be a function');
+    let max = o.maxRetainedBytes ?? 1048576;
+    if (typeof max !== 'number' || !Number.isFinite(max) || (max < 0 && max !== -1)) {
+      throw typeError('maxRetainedBytes must be a number >= 0, or -1 for unbounded');
+    }
+    const h = this.#n.run(o.command, o.cwd ?? null, stringPairs(o.envs, 'envs'),
+      optionalMs(o.timeoutMs, 'timeoutMs', 0), Math.floor(max), onOutput ?? undefined);
+    return { result: h.result, cancel: () => h.cancel() };
+  }
+}
+
+/** { requestsInFlight, sockets, engineThreads, operations, pendingPromises } of this addon instance. */
+export function stats() {
+  return binding.stats();
+}
+
+export function versions() {
+  return binding.versions();
+}

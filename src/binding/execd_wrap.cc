@@ -1,0 +1,247 @@
+// Execd and Command: thin ObjectWraps over src/opensandbox/execd.h. Output batches and the result are carried
+// from the engine thread to the JS thread by the addon's threadsafe function, in order.
+#include "addon.h"
+
+#include <string>
+extern "C" {
+#include "opensandbox/execd.h"
+}
+
+namespace {
+
+// JS-thread state of one command: its result promise and the optional output callback.
+struct CmdJs {
+  Napi::Promise::Deferred deferred;
+  Napi::FunctionReference onBatch;
+  Addon* a;
+  CmdJs(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
+};
+
+struct BatchDelivery : Delivery {
+  CmdJs* cj;
+  std::string out, err;
+  void Run(Napi::Env env, Addon*) override {
+    if (cj->onBatch.IsEmpty()) return;
+    Napi::Object o = Napi::Object::New(env);
+    if (!out.empty()) o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
+    if (!err.empty()) o.Set("stderr", Napi::String::New(env, err.data(), err.size()));
+    cj->onBatch.Call({o});  // a throwing callback surfaces as an uncaught exception, like an event listener
+  }
+};
+
+struct ResultDelivery : Delivery {
+  CmdJs* cj;
+  bool failed = false;
+  osb_error err{};
+  int exitCode = 0, timedOut = 0, cancelled = 0, hasErrorText = 0;
+  std::string out, errOut, commandId, errorText;
+  double outDropped = 0, errDropped = 0, executionTimeMs = 0;
+  void Run(Napi::Env env, Addon* a) override {
+    if (failed) {
+      cj->deferred.Reject(MakeError(env, &err).Value());
+    } else {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("exitCode", Napi::Number::New(env, exitCode));
+      o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
+      o.Set("stderr", Napi::String::New(env, errOut.data(), errOut.size()));
+      o.Set("stdoutDroppedBytes", Napi::Number::New(env, outDropped));
+      o.Set("stderrDroppedBytes", Napi::Number::New(env, errDropped));
+      o.Set("executionTimeMs", Napi::Number::New(env, executionTimeMs));
+      o.Set("commandId", Napi::String::New(env, commandId));
+      o.Set("timedOut", Napi::Boolean::New(env, timedOut));
+      o.Set("cancelled", Napi::Boolean::New(env, cancelled));
+      if (hasErrorText) o.Set("errorText", Napi::String::New(env, errorText));
+      else o.Set("errorText", env.Null());
+      cj->deferred.Resolve(o);
+    }
+    delete cj;
+    cj = nullptr;
+    a->Settled(env);
+  }
+  void Orphan() override {
+    // The env is gone: the FunctionReference must not be released through Node-API.
+    if (cj) cj->onBatch.SuppressDestruct();
+    delete cj;
+    cj = nullptr;
+  }
+};
+
+struct DoneDelivery : Delivery {  // waitReady and cancel: resolve undefined or reject
+  Napi::Promise::Deferred deferred;
+  bool failed = false;
+  osb_error err{};
+  Addon* a;
+  DoneDelivery(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
+  void Run(Napi::Env env, Addon* addon) override {
+    if (failed) deferred.Reject(MakeError(env, &err).Value());
+    else deferred.Resolve(env.Undefined());
+    addon->Settled(env);
+  }
+};
+
+// ---- engine-thread callbacks ----
+
+void OnOutput(void* ud, const char* out, size_t out_len, const char* err, size_t err_len) {
+  CmdJs* cj = static_cast<CmdJs*>(ud);
+  BatchDelivery* d = new BatchDelivery();
+  d->cj = cj;
+  d->out.assign(out, out_len);
+  d->err.assign(err, err_len);
+  cj->a->Deliver(d);
+}
+
+void OnResult(void* ud, const osb_error* err, const osb_exec_result* r) {
+  CmdJs* cj = static_cast<CmdJs*>(ud);
+  ResultDelivery* d = new ResultDelivery();
+  d->cj = cj;
+  if (err) {
+    d->failed = true;
+    d->err = *err;
+  } else {
+    d->exitCode = r->exit_code;
+    d->out.assign(r->out, r->out_len);
+    d->errOut.assign(r->err, r->err_len);
+    d->outDropped = (double)r->out_dropped;
+    d->errDropped = (double)r->err_dropped;
+    d->executionTimeMs = r->execution_time_ms;
+    d->commandId = r->command_id;
+    d->timedOut = r->timed_out;
+    d->cancelled = r->cancelled;
+    if (r->error_text) {
+      d->hasErrorText = 1;
+      d->errorText = r->error_text;
+    }
+  }
+  cj->a->Deliver(d);
+}
+
+void OnDone(void* ud, const osb_error* err) {
+  DoneDelivery* d = static_cast<DoneDelivery*>(ud);
+  if (err) {
+    d->failed = true;
+    d->err = *err;
+  }
+  d->a->Deliver(d);
+}
+
+// ---- Command ----
+
+class CommandWrap : public Napi::ObjectWrap<CommandWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Command", {InstanceMethod<&CommandWrap::Cancel>("cancel")});
+  }
+  explicit CommandWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CommandWrap>(info) {}
+  ~CommandWrap() override { osb_exec_cmd_release(cmd_); }
+  void Attach(osb_exec_cmd* c) { cmd_ = c; }
+
+ private:
+  osb_exec_cmd* cmd_ = nullptr;
+
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Addon* a = GetAddon(env);
+    if (!cmd_) ThrowType(env, "not a command handle");
+    DoneDelivery* d = new DoneDelivery(env, a);
+    Napi::Promise p = d->deferred.Promise();
+    if (!a->engine || osb_exec_cancel(a->engine, cmd_, OnDone, d) != 0) {
+      delete d;
+      ThrowType(env, "the native engine is shutting down");
+    }
+    a->Hold(env);
+    return p;
+  }
+};
+
+// ---- Execd ----
+
+class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Execd",
+                       {InstanceMethod<&ExecdWrap::WaitReady>("waitReady"), InstanceMethod<&ExecdWrap::Run>("run")});
+  }
+
+  // new Execd(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs)
+  explicit ExecdWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ExecdWrap>(info) {
+    std::string base = ArgString(info, 0, "baseUrl");
+    std::vector<std::string> kv = ArgStrings(info, 1, "headers");
+    if (kv.size() % 2) ThrowType(info.Env(), "headers must be name/value pairs");
+    long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
+    long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
+    auto hv = CStrs(kv);
+    char err[256] = "";
+    x_ = osb_exec_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
+    if (!x_) ThrowType(info.Env(), err);
+  }
+  ~ExecdWrap() override { osb_exec_free(x_); }
+
+ private:
+  osb_exec* x_ = nullptr;
+
+  Napi::Value WaitReady(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Addon* a = GetAddon(env);
+    long timeout = ArgLong(info, 0, 30000, "timeoutMs");
+    osb_engine* e = a->Engine(env);
+    DoneDelivery* d = new DoneDelivery(env, a);
+    Napi::Promise p = d->deferred.Promise();
+    char err[256] = "";
+    if (osb_exec_wait_ready(e, x_, timeout, OnDone, d, err, sizeof err) != 0) {
+      delete d;
+      ThrowType(env, err);
+    }
+    a->Hold(env);
+    return p;
+  }
+
+  // run(command, cwd|null, envKv: string[], timeoutMs, maxRetainedBytes, onBatch|undefined) -> Command
+  Napi::Value Run(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Addon* a = GetAddon(env);
+    std::string command = ArgString(info, 0, "command");
+    bool hasCwd = !ArgIsNullish(info, 1);
+    std::string cwd = hasCwd ? ArgString(info, 1, "cwd") : "";
+    std::vector<std::string> envKv = ArgStrings(info, 2, "envs");
+    if (envKv.size() % 2) ThrowType(env, "envs must be name/value pairs");
+    long timeout = ArgLong(info, 3, 0, "timeoutMs");
+    long maxRetained = ArgLong(info, 4, 1048576, "maxRetainedBytes");
+    if (!ArgIsNullish(info, 5) && !info[5].IsFunction()) ThrowType(env, "onOutput must be a function");
+    osb_engine* e = a->Engine(env);
+
+    auto ev = CStrs(envKv);
+    osb_exec_run_opts o{};
+    o.command = command.c_str();
+    o.cwd = hasCwd ? cwd.c_str() : nullptr;
+    o.env_kv = ev.data();
+    o.nenv = envKv.size() / 2;
+    o.timeout_ms = timeout;
+    o.max_retained = maxRetained;
+    osb_exec_callbacks cb{OnOutput, OnResult};
+
+    CmdJs* cj = new CmdJs(env, a);
+    if (!ArgIsNullish(info, 5)) cj->onBatch = Napi::Persistent(info[5].As<Napi::Function>());
+    Napi::Object handle = a->commandCtor.New({});
+    CommandWrap* w = CommandWrap::Unwrap(handle);
+    char err[256] = "";
+    osb_exec_cmd* c = osb_exec_run(e, x_, &o, &cb, cj, err, sizeof err);
+    if (!c) {
+      delete cj;
+      ThrowType(env, err);
+    }
+    w->Attach(c);
+    handle.Set("result", cj->deferred.Promise());
+    a->Hold(env);
+    return handle;
+  }
+};
+
+}  // namespace
+
+void InitExecd(Napi::Env env, Napi::Object exports) {
+  Addon* a = GetAddon(env);
+  Napi::Function cmd = CommandWrap::Define(env);
+  a->commandCtor = Napi::Persistent(cmd);
+  exports.Set("Command", cmd);
+  exports.Set("Execd", ExecdWrap::Define(env));
+}

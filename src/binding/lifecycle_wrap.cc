@@ -1,0 +1,154 @@
+// Lifecycle: a thin ObjectWrap over src/opensandbox/lifecycle.h. Arguments are strings/numbers prepared by
+// lib/native.js (request bodies already JSON text); results are JSON text that lib/native.js parses.
+#include "addon.h"
+
+#include <cstdlib>
+extern "C" {
+#include "opensandbox/lifecycle.h"
+}
+
+namespace {
+
+struct LcCall : Delivery {
+  Napi::Promise::Deferred deferred;
+  bool failed = false;
+  osb_error err{};
+  char* json = nullptr;
+  explicit LcCall(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
+  ~LcCall() override { free(json); }
+  void Run(Napi::Env env, Addon* a) override {
+    if (failed) deferred.Reject(MakeError(env, &err).Value());
+    else if (json) deferred.Resolve(Napi::String::New(env, json));
+    else deferred.Resolve(env.Undefined());
+    a->Settled(env);
+  }
+};
+
+struct Ctx {
+  Addon* a;
+  LcCall* call;
+};
+
+// Engine thread.
+void OnDone(void* ud, const osb_error* err, char* json) {
+  Ctx* c = static_cast<Ctx*>(ud);
+  if (err) {
+    c->call->failed = true;
+    c->call->err = *err;
+  }
+  c->call->json = json;
+  c->a->Deliver(c->call);
+  delete c;
+}
+
+class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Lifecycle",
+                       {InstanceMethod<&LifecycleWrap::Create>("create"), InstanceMethod<&LifecycleWrap::Get>("get"),
+                        InstanceMethod<&LifecycleWrap::List>("list"), InstanceMethod<&LifecycleWrap::Delete>("delete"),
+                        InstanceMethod<&LifecycleWrap::Pause>("pause"), InstanceMethod<&LifecycleWrap::Resume>("resume"),
+                        InstanceMethod<&LifecycleWrap::Renew>("renew"),
+                        InstanceMethod<&LifecycleWrap::Endpoint>("endpoint"),
+                        InstanceMethod<&LifecycleWrap::PatchMetadata>("patchMetadata")});
+  }
+
+  // new Lifecycle(baseUrl, apiKey|null, requestTimeoutMs)
+  explicit LifecycleWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LifecycleWrap>(info) {
+    std::string base = ArgString(info, 0, "baseUrl");
+    std::string key = ArgIsNullish(info, 1) ? "" : ArgString(info, 1, "apiKey");
+    long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
+    char err[256] = "";
+    lc_ = osb_lc_new(base.c_str(), key.empty() ? nullptr : key.c_str(), timeout, err, sizeof err);
+    if (!lc_) ThrowType(info.Env(), err);
+  }
+  ~LifecycleWrap() override { osb_lc_free(lc_); }
+
+ private:
+  osb_lc* lc_ = nullptr;
+
+  // Runs one C call that takes (engine, lc, ..., done, ud, errbuf, errlen) and returns its promise.
+  template <typename F>
+  Napi::Value Start(const Napi::CallbackInfo& info, F submit) {
+    Napi::Env env = info.Env();
+    Addon* a = GetAddon(env);
+    osb_engine* e = a->Engine(env);
+    LcCall* call = new LcCall(env);
+    Napi::Promise p = call->deferred.Promise();
+    Ctx* ctx = new Ctx{a, call};
+    char err[256] = "";
+    if (submit(e, ctx, err, sizeof err) != 0) {
+      delete ctx;
+      delete call;
+      ThrowType(env, err);
+    }
+    a->Hold(env);
+    return p;
+  }
+
+  Napi::Value Create(const Napi::CallbackInfo& info) {
+    std::string body = ArgString(info, 0, "request");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_create(e, lc_, body.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value Get(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_get(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  // list(metaKv: string[], states: string[], page, pageSize)
+  Napi::Value List(const Napi::CallbackInfo& info) {
+    std::vector<std::string> meta = ArgStrings(info, 0, "metadata");
+    std::vector<std::string> states = ArgStrings(info, 1, "states");
+    if (meta.size() % 2) ThrowType(info.Env(), "metadata must be key/value pairs");
+    long page = ArgLong(info, 2, 0, "page"), size = ArgLong(info, 3, 0, "pageSize");
+    auto mv = CStrs(meta), sv = CStrs(states);
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_list(e, lc_, mv.data(), meta.size() / 2, sv.data(), sv.size(), page, size, OnDone, c, err, n);
+    });
+  }
+  Napi::Value Delete(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_delete(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value Pause(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_pause(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value Resume(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_resume(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value Renew(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id"), at = ArgString(info, 1, "expiresAt");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_renew(e, lc_, id.c_str(), at.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value Endpoint(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    long port = ArgLong(info, 1, 0, "port");
+    bool proxy = info.Length() > 2 && info[2].ToBoolean().Value();
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_endpoint(e, lc_, id.c_str(), port, proxy ? 1 : 0, OnDone, c, err, n);
+    });
+  }
+  Napi::Value PatchMetadata(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id"), patch = ArgString(info, 1, "patch");
+    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+      return osb_lc_patch_metadata(e, lc_, id.c_str(), patch.c_str(), OnDone, c, err, n);
+    });
+  }
+};
+
+}  // namespace
+
+void InitLifecycle(Napi::Env env, Napi::Object exports) { exports.Set("Lifecycle", LifecycleWrap::Define(env)); }

@@ -1,0 +1,745 @@
+/* execd client: /ping readiness and foreground /command streams (see execd.h). */
+#define _GNU_SOURCE
+#include "execd.h"
+#include "lifecycle.h"
+#include "core/buf.h"
+#include "core/events.h"
+#include "core/http.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#define PING_INTERVAL_MS 200
+#define FLUSH_DELAY_MS 5
+#define FLUSH_BYTES (64 * 1024)
+#define SERVER_TIMEOUT_GRACE_MS 1000 /* execd's own timeout: a backstop behind ours */
+
+struct osb_exec {
+  char *base_url;
+  char **headers; /* "Name: value" */
+  char **secrets; /* header values, NULL-terminated */
+  size_t nheaders;
+  long timeout_ms, idle_ms;
+};
+
+/* ---- client ---- */
+
+static char **dup_strv(char *const *v, size_t n) {
+  char **r = calloc(n + 1, sizeof *r);
+  if (!r) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if (!(r[i] = strdup(v[i]))) {
+      for (size_t j = 0; j < i; j++) free(r[j]);
+      free(r);
+      return NULL;
+    }
+  return r;
+}
+
+static void free_strv(char **v, size_t n) {
+  if (!v) return;
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+void osb_exec_free(osb_exec *x) {
+  if (!x) return;
+  free(x->base_url);
+  free_strv(x->headers, x->nheaders);
+  free_strv(x->secrets, x->nheaders);
+  free(x);
+}
+
+osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
+                       long idle_timeout_ms, char *err, size_t errlen) {
+  if (osb_check_base_url(base_url, err, errlen) != 0) return NULL;
+  for (size_t i = 0; i < nheaders; i++) {
+    if (osb_check_header(header_kv[2 * i], header_kv[2 * i + 1], err, errlen) != 0) return NULL;
+    if (strcasecmp(header_kv[2 * i], "OPEN-SANDBOX-API-KEY") == 0) {
+      snprintf(err, errlen, "the lifecycle API key must not be sent to execd");
+      return NULL;
+    }
+  }
+  osb_exec *x = calloc(1, sizeof *x);
+  if (!x) goto oom;
+  x->base_url = strdup(base_url);
+  x->headers = calloc(nheaders + 1, sizeof *x->headers);
+  x->secrets = calloc(nheaders + 1, sizeof *x->secrets);
+  if (!x->base_url || !x->headers || !x->secrets) goto oom;
+  for (size_t i = 0; i < nheaders; i++) {
+    const char *v = header_kv[2 * i + 1] ? header_kv[2 * i + 1] : "";
+    size_t n = strlen(header_kv[2 * i]) + strlen(v) + 3;
+    x->headers[i] = malloc(n);
+    x->secrets[i] = strdup(v);
+    x->nheaders = i + 1;
+    if (!x->headers[i] || !x->secrets[i]) goto oom;
+    snprintf(x->headers[i], n, "%s: %s", header_kv[2 * i], v);
+  }
+  size_t n = strlen(x->base_url);
+  while (n > 0 && x->base_url[n - 1] == '/') x->base_url[--n] = 0;
+  x->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+  x->idle_ms = idle_timeout_ms > 0 ? idle_timeout_ms : 10000;
+  return x;
+oom:
+  osb_exec_free(x);
+  snprintf(err, errlen, "out of memory");
+  return NULL;
+}
+
+/* A private copy of the client's request settings, owned by an operation. */
+typedef struct {
+  char *base_url;
+  char **headers, **secrets;
+  size_t nheaders;
+  long timeout_ms, idle_ms;
+} conf;
+
+static int conf_copy(conf *c, const osb_exec *x) {
+  memset(c, 0, sizeof *c);
+  c->base_url = strdup(x->base_url);
+  c->headers = dup_strv(x->headers, x->nheaders);
+  c->secrets = dup_strv(x->secrets, x->nheaders);
+  c->nheaders = x->nheaders;
+  c->timeout_ms = x->timeout_ms;
+  c->idle_ms = x->idle_ms;
+  return c->base_url && c->headers && c->secrets ? 0 : -1;
+}
+
+static void conf_free(conf *c) {
+  free(c->base_url);
+  free_strv(c->headers, c->nheaders);
+  free_strv(c->secrets, c->nheaders);
+  memset(c, 0, sizeof *c);
+}
+
+/* Headers for a request: the endpoint's, plus extra lines. Returns a malloc'd array of borrowed pointers. */
+static const char **headers_with(const conf *c, const char *const *extra, size_t nextra, size_t *n) {
+  const char **h = calloc(c->nheaders + nextra + 1, sizeof *h);
+  if (!h) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < c->nheaders; i++) h[k++] = c->headers[i];
+  for (size_t i = 0; i < nextra; i++) h[k++] = extra[i];
+  *n = k;
+  return h;
+}
+
+/* ---- waitReady ---- */
+
+typedef struct {
+  osb_active active;
+  osb_engine *e;
+  conf cf;
+  char *url;
+  uint64_t deadline;
+  long budget_ms;
+  uv_timer_t timer;
+  osb_http_req *req;
+  osb_exec_done_fn done;
+  void *ud;
+  int finished;
+  osb_error last;
+  int have_last;
+} ready_op;
+
+static void ready_closed(uv_handle_t *h) {
+  ready_op *r = h->data;
+  conf_free(&r->cf);
+  free(r->url);
+  free(r);
+}
+
+/* The timer is closed (and r freed) once no ping is in flight: here, or in ready_on_ping. */
+static void ready_finish(ready_op *r, const osb_error *err) {
+  if (r->finished) return;
+  r->finished = 1;
+  osb_engine_remove_active(r->e, &r->active);
+  uv_timer_stop(&r->timer);
+  r->done(r->ud, err);
+  if (r->req) osb_http_cancel(r->req); /* its on_done sees `finished` and closes */
+  else uv_close((uv_handle_t *)&r->timer, ready_closed);
+}
+
+static void ready_ping(ready_op *r);
+
+static void ready_on_timer(uv_timer_t *t) {
+  ready_op *r = t->data;
+  if (!r->finished) ready_ping(r);
+}
+
+static void ready_timeout(ready_op *r) {
+  osb_error err;
+  osb_error_set(&err, OSB_KIND_TIMEOUT, "READY_TIMEOUT", "execd not ready within %ld ms%s%s", r->budget_ms,
+                r->have_last ? ": " : "", r->have_last ? r->last.message : "");
+  if (r->have_last) snprintf(err.request_id, sizeof err.request_id, "%s", r->last.request_id);
+  ready_finish(r, &err);
+}
+
+static void ready_on_ping(void *ud, const osb_http_result *res) {
+  ready_op *r = ud;
+  r->req = NULL;
+  if (r->finished) {
+    uv_close((uv_handle_t *)&r->timer, ready_closed);
+    return;
+  }
+  if (res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300) {
+    ready_finish(r, NULL);
+    return;
+  }
+  osb_error_from_http(&r->last, res, (const char *const *)r->cf.secrets, NULL);
+  r->have_last = 1;
+  if (res->error == OSB_HTTP_OK && (res->status == 401 || res->status == 403)) {
+    ready_finish(r, &r->last); /* waiting will not fix credentials */
+    return;
+  }
+  uint64_t now = osb_engine_now(r->e);
+  if (now + PING_INTERVAL_MS >= r->deadline) {
+    ready_timeout(r);
+    return;
+  }
+  uv_timer_start(&r->timer, ready_on_timer, PING_INTERVAL_MS, 0);
+}
+
+static void ready_ping(ready_op *r) {
+  uint64_t now = osb_engine_now(r->e);
+  if (now >= r->deadline) {
+    ready_timeout(r);
+    return;
+  }
+  long remaining = (long)(r->deadline - now);
+  size_t n = 0;
+  const char **h = headers_with(&r->cf, NULL, 0, &n);
+  osb_http_opts o;
+  memset(&o, 0, sizeof o);
+  o.method = "GET";
+  o.url = r->url;
+  o.headers = h;
+  o.nheaders = n;
+  o.timeout_ms = remaining < r->cf.timeout_ms ? remaining : r->cf.timeout_ms;
+  o.on_done = ready_on_ping;
+  o.ud = r;
+  r->req = h ? osb_http_start(r->e, &o) : NULL;
+  free(h);
+  if (!r->req) {
+    osb_error err;
+    osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+    ready_finish(r, &err);
+  }
+}
+
+static void ready_abort(osb_active *a) {
+  ready_op *r = (ready_op *)a;
+  osb_error err;
+  osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+  ready_finish(r, &err);
+}
+
+static void ready_job(osb_engine *e, void *arg, int shutdown) {
+  ready_op *r = arg;
+  if (shutdown) {
+    osb_error err;
+    osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+    r->done(r->ud, &err);
+    conf_free(&r->cf);
+    free(r->url);
+    free(r);
+    return;
+  }
+  r->e = e;
+  uv_timer_init(osb_engine_loop(e), &r->timer);
+  r->timer.data = r;
+  r->active.abort = ready_abort;
+  osb_engine_add_active(e, &r->active);
+  r->deadline = osb_engine_now(e) + (uint64_t)r->budget_ms;
+  ready_ping(r);
+}
+
+int osb_exec_wait_ready(osb_engine *e, const osb_exec *x, long timeout_ms, osb_exec_done_fn done, void *ud,
+                        char *errbuf, size_t errlen) {
+  ready_op *r = calloc(1, sizeof *r);
+  if (!r || conf_copy(&r->cf, x) != 0) goto oom;
+  size_t n = strlen(r->cf.base_url) + 8;
+  r->url = malloc(n);
+  if (!r->url) goto oom;
+  snprintf(r->url, n, "%s/ping", r->cf.base_url);
+  r->budget_ms = timeout_ms > 0 ? timeout_ms : 30000;
+  r->done = done;
+  r->ud = ud;
+  if (osb_engine_post(e, ready_job, r) != 0) {
+    snprintf(errbuf, errlen, "the native engine is shutting down");
+    goto fail;
+  }
+  return 0;
+oom:
+  snprintf(errbuf, errlen, "out of memory");
+fail:
+  if (r) {
+    conf_free(&r->cf);
+    free(r->url);
+    free(r);
+  }
+  return -1;
+}
+
+/* ---- commands ---- */
+
+typedef struct waiter {
+  struct waiter *next;
+  osb_exec_done_fn done;
+  void *ud;
+} waiter;
+
+struct osb_exec_cmd {
+  osb_active active;
+  int refs; /* atomic */
+  osb_engine *e;
+  conf cf;
+  char *body;
+  long client_timeout_ms;
+  osb_exec_callbacks cb;
+  void *ud;
+  /* engine thread state */
+  osb_http_req *stream, *del;
+  osb_events *parser;
+  osb_tail out, err;
+  osb_buf bout, berr;
+  uv_timer_t flush_timer, timeout_timer;
+  int open_handles;
+  char *id;
+  int final_seen, exit_code;
+  char *error_text;
+  double exec_time;
+  uint64_t start_ms;
+  int timed_out, cancelled, completed, teardown, delete_sent;
+  int has_pending_err;
+  osb_error pending_err;
+  waiter *waiters;
+};
+
+static void cmd_free(osb_exec_cmd *c) {
+  conf_free(&c->cf);
+  free(c->body);
+  osb_events_free(c->parser);
+  osb_tail_free(&c->out);
+  osb_tail_free(&c->err);
+  osb_buf_free(&c->bout);
+  osb_buf_free(&c->berr);
+  free(c->id);
+  free(c->error_text);
+  while (c->waiters) {
+    waiter *w = c->waiters;
+    c->waiters = w->next;
+    free(w);
+  }
+  free(c);
+}
+
+void osb_exec_cmd_release(osb_exec_cmd *c) {
+  if (c && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) cmd_free(c);
+}
+
+static void cmd_handle_closed(uv_handle_t *h) {
+  osb_exec_cmd *c = h->data;
+  if (--c->open_handles == 0) osb_exec_cmd_release(c); /* the engine's reference */
+}
+
+static void maybe_teardown(osb_exec_cmd *c) {
+  if (!c->completed || c->stream || c->del || c->teardown) return;
+  c->teardown = 1;
+  osb_engine_remove_active(c->e, &c->active);
+  uv_timer_stop(&c->flush_timer);
+  uv_timer_stop(&c->timeout_timer);
+  uv_close((uv_handle_t *)&c->flush_timer, cmd_handle_closed);
+  uv_close((uv_handle_t *)&c->timeout_timer, cmd_handle_closed);
+}
+
+static void flush(osb_exec_cmd *c) {
+  uv_timer_stop(&c->flush_timer);
+  if (!c->bout.len && !c->berr.len) return;
+  if (c->cb.on_output)
+    c->cb.on_output(c->ud, c->bout.data ? c->bout.data : "", c->bout.len, c->berr.data ? c->berr.data : "",
+                    c->berr.len);
+  osb_buf_reset(&c->bout);
+  osb_buf_reset(&c->berr);
+}
+
+static void on_flush_timer(uv_timer_t *t) { flush(t->data); }
+
+static void settle_waiters(osb_exec_cmd *c) {
+  while (c->waiters) {
+    waiter *w = c->waiters;
+    c->waiters = w->next;
+    w->done(w->ud, NULL);
+    free(w);
+  }
+}
+
+/* Ends the command: exactly one on_result. err NULL = success with the current state. */
+static void settle(osb_exec_cmd *c, const osb_error *err) {
+  if (c->completed) return;
+  c->completed = 1;
+  uv_timer_stop(&c->timeout_timer);
+  flush(c);
+  if (err) {
+    c->cb.on_result(c->ud, err, NULL);
+  } else {
+    osb_exec_result r;
+    memset(&r, 0, sizeof r);
+    osb_tail_align_utf8(&c->out);
+    osb_tail_align_utf8(&c->err);
+    r.out = osb_tail_data(&c->out, &r.out_len);
+    r.err = osb_tail_data(&c->err, &r.err_len);
+    r.out_dropped = c->out.dropped;
+    r.err_dropped = c->err.dropped;
+    r.exit_code = c->final_seen ? c->exit_code : -1;
+    r.execution_time_ms = c->exec_time >= 0 ? c->exec_time : (double)(osb_engine_now(c->e) - c->start_ms);
+    r.command_id = c->id ? c->id : "";
+    r.timed_out = c->timed_out;
+    r.cancelled = c->cancelled;
+    r.error_text = c->error_text;
+    c->cb.on_result(c->ud, NULL, &r);
+  }
+  settle_waiters(c);
+  if (c->stream) osb_http_cancel(c->stream); /* close the stream: never wait for the idle tail */
+  maybe_teardown(c);
+}
+
+static void settle_error(osb_exec_cmd *c, osb_kind kind, const char *code, const char *msg) {
+  osb_error err;
+  osb_error_set(&err, kind, code, "%s", msg);
+  settle(c, &err);
+}
+
+static void on_delete_done(void *ud, const osb_http_result *res) {
+  (void)res; /* whatever DELETE answered (200, or 500 "not running" when it just ended), the command is over */
+  osb_exec_cmd *c = ud;
+  c->del = NULL;
+  if (!c->completed) settle(c, NULL);
+  else maybe_teardown(c);
+}
+
+static void send_delete(osb_exec_cmd *c) {
+  if (c->delete_sent || !c->id) return;
+  c->delete_sent = 1;
+  char *eid = osb_url_escape(c->id);
+  osb_buf url;
+  osb_buf_init(&url);
+  size_t n = 0;
+  const char **h = headers_with(&c->cf, NULL, 0, &n);
+  if (eid && h && osb_buf_appendf(&url, "%s/command?id=%s", c->cf.base_url, eid) == 0) {
+    osb_http_opts o;
+    memset(&o, 0, sizeof o);
+    o.method = "DELETE";
+    o.url = url.data;
+    o.headers = h;
+    o.nheaders = n;
+    o.timeout_ms = c->cf.timeout_ms;
+    o.on_done = on_delete_done;
+    o.ud = c;
+    c->del = osb_http_start(c->e, &o);
+  }
+  free(eid);
+  free(h);
+  osb_buf_free(&url);
+  if (!c->del) settle(c, NULL); /* out of memory: at least settle */
+}
+
+static void on_timeout_timer(uv_timer_t *t) {
+  osb_exec_cmd *c = t->data;
+  if (c->completed) return;
+  c->timed_out = 1;
+  if (c->id) send_delete(c);
+  else settle(c, NULL); /* no id yet: execd's own timeout (sent with the request) stops it */
+}
+
+static void add_output(osb_exec_cmd *c, int is_err, const char *text, size_t len) {
+  const char *nl = "\n";
+  osb_tail *t = is_err ? &c->err : &c->out;
+  osb_buf *b = is_err ? &c->berr : &c->bout;
+  int only_nl = len == 1 && text[0] == '\n';
+  osb_tail_append(t, text, len);
+  osb_buf_append(b, text, len);
+  if (!only_nl) {
+    osb_tail_append(t, nl, 1);
+    osb_buf_append(b, nl, 1);
+  }
+  if (c->bout.len + c->berr.len >= FLUSH_BYTES) flush(c);
+  else if (!uv_is_active((uv_handle_t *)&c->flush_timer))
+    uv_timer_start(&c->flush_timer, on_flush_timer, FLUSH_DELAY_MS, 0);
+}
+
+static int parse_exit_code(const char *s, int *out) {
+  if (!s || !*s) return -1;
+  const char *p = s;
+  if (*p == '-') p++;
+  if (!*p) return -1;
+  for (const char *q = p; *q; q++)
+    if (*q < '0' || *q > '9') return -1;
+  errno = 0;
+  long v = strtol(s, NULL, 10);
+  if (errno || v < -2147483647L || v > 2147483647L) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int on_event(void *ud, const osb_event *ev) {
+  osb_exec_cmd *c = ud;
+  switch (ev->type) {
+    case OSB_EV_INIT:
+      if (ev->text && ev->text[0] && !c->id) {
+        c->id = strdup(ev->text);
+        if (c->cancelled || c->timed_out) send_delete(c);
+      }
+      return 0;
+    case OSB_EV_STDOUT:
+    case OSB_EV_STDERR:
+      if (ev->text) add_output(c, ev->type == OSB_EV_STDERR, ev->text, ev->text_len);
+      return 0;
+    case OSB_EV_COMPLETE:
+      c->final_seen = 1;
+      c->exit_code = 0;
+      c->exec_time = ev->execution_time;
+      return 1;
+    case OSB_EV_ERROR: {
+      c->final_seen = 1;
+      int code;
+      osb_buf text;
+      osb_buf_init(&text);
+      if (parse_exit_code(ev->evalue, &code) == 0) {
+        c->exit_code = code;
+      } else {
+        c->exit_code = -1; /* a start failure: evalue is the message */
+        if (ev->evalue) osb_buf_append_str(&text, ev->evalue);
+      }
+      const cJSON *line;
+      cJSON_ArrayForEach(line, ev->traceback) {
+        if (!cJSON_IsString(line)) continue;
+        if (text.len) osb_buf_append_str(&text, "\n");
+        osb_buf_append_str(&text, line->valuestring);
+      }
+      if (!text.len && ev->ename) osb_buf_append_str(&text, ev->ename);
+      free(c->error_text);
+      c->error_text = text.len ? osb_buf_steal(&text, NULL) : NULL;
+      osb_buf_free(&text);
+      c->exec_time = ev->execution_time;
+      return 1;
+    }
+    case OSB_EV_STREAM_ERROR:
+      osb_error_set(&c->pending_err, OSB_KIND_STREAM, ev->code[0] ? ev->code : "STREAM_ERROR", "%s",
+                    ev->message[0] ? ev->message : "error in the command stream");
+      c->has_pending_err = 1;
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static int on_stream_data(void *ud, long status, const char *p, size_t n) {
+  (void)status;
+  osb_exec_cmd *c = ud;
+  if (c->completed) return 1;
+  int rc = osb_events_feed(c->parser, p, n);
+  if (rc == OSB_EVENTS_ERROR && !c->has_pending_err) {
+    osb_error_set(&c->pending_err, OSB_KIND_PROTOCOL, "MALFORMED_STREAM", "%s", osb_events_error(c->parser));
+    c->has_pending_err = 1;
+  }
+  return rc == OSB_EVENTS_OK ? 0 : 1;
+}
+
+static void on_stream_done(void *ud, const osb_http_result *res) {
+  osb_exec_cmd *c = ud;
+  c->stream = NULL;
+  if (c->completed) {
+    maybe_teardown(c);
+    return;
+  }
+  osb_error err;
+  if (res->error == OSB_HTTP_OK && (res->status < 200 || res->status > 299)) {
+    osb_error_from_http(&err, res, (const char *const *)c->cf.secrets, NULL);
+    settle(c, &err);
+    return;
+  }
+  if (res->error == OSB_HTTP_OK && !res->stopped && !c->final_seen && !c->has_pending_err) {
+    int rc = osb_events_finish(c->parser); /* a last line without "\n" */
+    if (rc == OSB_EVENTS_ERROR && !c->has_pending_err) {
+      osb_error_set(&c->pending_err, OSB_KIND_PROTOCOL, "MALFORMED_STREAM", "%s", osb_events_error(c->parser));
+      c->has_pending_err = 1;
+    }
+  }
+  if (c->has_pending_err) {
+    c->pending_err.attempts = res->attempts > 0 ? res->attempts : 1;
+    settle(c, &c->pending_err);
+  } else if (c->final_seen || c->cancelled || c->timed_out) {
+    settle(c, NULL);
+  } else if (res->error == OSB_HTTP_OK) {
+    settle_error(c, OSB_KIND_PROTOCOL, "STREAM_ENDED", "the command stream ended before its final event");
+  } else {
+    osb_error_from_http(&err, res, (const char *const *)c->cf.secrets, NULL);
+    if (err.kind == OSB_KIND_TRANSPORT && c->id) {
+      char m[sizeof err.message + 32];
+      snprintf(m, sizeof m, "command stream failed: %s", err.message);
+      memcpy(err.message, m, sizeof err.message - 1);
+      err.message[sizeof err.message - 1] = 0;
+    }
+    settle(c, &err);
+  }
+}
+
+static void cmd_abort(osb_active *a) {
+  osb_exec_cmd *c = (osb_exec_cmd *)a;
+  osb_engine_remove_active(c->e, &c->active);
+  settle_error(c, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+  if (c->del) osb_http_cancel(c->del);
+  if (c->stream) osb_http_cancel(c->stream);
+  maybe_teardown(c);
+}
+
+static void run_job(osb_engine *e, void *arg, int shutdown) {
+  osb_exec_cmd *c = arg;
+  c->e = e;
+  if (shutdown) {
+    osb_error err;
+    osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+    c->completed = 1;
+    c->cb.on_result(c->ud, &err, NULL);
+    settle_waiters(c);
+    osb_exec_cmd_release(c);
+    return;
+  }
+  uv_timer_init(osb_engine_loop(e), &c->flush_timer);
+  uv_timer_init(osb_engine_loop(e), &c->timeout_timer);
+  c->flush_timer.data = c->timeout_timer.data = c;
+  c->open_handles = 2;
+  c->active.abort = cmd_abort;
+  osb_engine_add_active(e, &c->active);
+  c->start_ms = osb_engine_now(e);
+  c->exec_time = -1;
+
+  static const char *const extra[] = {"Content-Type: application/json", "Accept: text/event-stream"};
+  size_t n = 0;
+  const char **h = headers_with(&c->cf, extra, 2, &n);
+  osb_buf url;
+  osb_buf_init(&url);
+  if (h && osb_buf_appendf(&url, "%s/command", c->cf.base_url) == 0) {
+    osb_http_opts o;
+    memset(&o, 0, sizeof o);
+    o.method = "POST";
+    o.url = url.data;
+    o.headers = h;
+    o.nheaders = n;
+    o.body = c->body;
+    o.body_len = strlen(c->body);
+    o.idle_timeout_ms = c->cf.idle_ms;
+    o.on_data = on_stream_data;
+    o.on_done = on_stream_done;
+    o.ud = c;
+    c->stream = osb_http_start(e, &o);
+  }
+  free(h);
+  osb_buf_free(&url);
+  if (!c->stream) {
+    settle_error(c, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+    return;
+  }
+  if (c->client_timeout_ms > 0)
+    uv_timer_start(&c->timeout_timer, on_timeout_timer, (uint64_t)c->client_timeout_ms, 0);
+}
+
+static char *build_body(const osb_exec_run_opts *o) {
+  cJSON *b = cJSON_CreateObject();
+  int ok = b && cJSON_AddStringToObject(b, "command", o->command);
+  if (ok && o->cwd) ok = cJSON_AddStringToObject(b, "cwd", o->cwd) != NULL;
+  if (ok && o->nenv) {
+    cJSON *env = cJSON_AddObjectToObject(b, "envs");
+    ok = env != NULL;
+    for (size_t i = 0; ok && i < o->nenv; i++)
+      ok = cJSON_AddStringToObject(env, o->env_kv[2 * i], o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "") != NULL;
+  }
+  if (ok && o->timeout_ms > 0)
+    ok = cJSON_AddNumberToObject(b, "timeout", (double)o->timeout_ms + SERVER_TIMEOUT_GRACE_MS) != NULL;
+  char *s = ok ? cJSON_PrintUnformatted(b) : NULL;
+  cJSON_Delete(b);
+  if (!s) return NULL;
+  char *r = strdup(s); /* our allocator, freed with free() */
+  cJSON_free(s);
+  return r;
+}
+
+osb_exec_cmd *osb_exec_run(osb_engine *e, const osb_exec *x, const osb_exec_run_opts *o,
+                           const osb_exec_callbacks *cb, void *ud, char *errbuf, size_t errlen) {
+  if (!o->command || !o->command[0]) {
+    snprintf(errbuf, errlen, "command must be a non-empty string");
+    return NULL;
+  }
+  if (o->timeout_ms < 0) {
+    snprintf(errbuf, errlen, "timeoutMs must be >= 0");
+    return NULL;
+  }
+  osb_exec_cmd *c = calloc(1, sizeof *c);
+  if (!c) goto oom;
+  c->refs = 2; /* the caller's and the engine's */
+  c->body = build_body(o);
+  c->parser = osb_events_new(0, on_event, c);
+  if (!c->body || !c->parser || conf_copy(&c->cf, x) != 0) goto oom;
+  osb_tail_init(&c->out, o->max_retained);
+  osb_tail_init(&c->err, o->max_retained);
+  c->client_timeout_ms = o->timeout_ms;
+  c->cb = *cb;
+  c->ud = ud;
+  if (osb_engine_post(e, run_job, c) != 0) {
+    snprintf(errbuf, errlen, "the native engine is shutting down");
+    cmd_free(c);
+    return NULL;
+  }
+  return c;
+oom:
+  if (c) cmd_free(c);
+  snprintf(errbuf, errlen, "out of memory");
+  return NULL;
+}
+
+typedef struct {
+  osb_exec_cmd *c;
+  osb_exec_done_fn done;
+  void *ud;
+} cancel_req;
+
+static void cancel_job(osb_engine *e, void *arg, int shutdown) {
+  (void)e;
+  cancel_req *q = arg;
+  osb_exec_cmd *c = q->c;
+  if (shutdown || c->completed) {
+    q->done(q->ud, NULL);
+  } else {
+    waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+      q->done(q->ud, NULL);
+    } else {
+      w->done = q->done;
+      w->ud = q->ud;
+      w->next = c->waiters;
+      c->waiters = w;
+      c->cancelled = 1;
+      if (c->id) send_delete(c); /* else at init */
+    }
+  }
+  osb_exec_cmd_release(c);
+  free(q);
+}
+
+int osb_exec_cancel(osb_engine *e, osb_exec_cmd *c, osb_exec_done_fn done, void *ud) {
+  cancel_req *q = calloc(1, sizeof *q);
+  if (!q) return -1;
+  q->c = c;
+  q->done = done;
+  q->ud = ud;
+  __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+  if (osb_engine_post(e, cancel_job, q) != 0) {
+    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    free(q);
+    return -1;
+  }
+  return 0;
+}
