@@ -1,0 +1,223 @@
+// Isolation of the local server's sandboxes (bubblewrap): read-only host, private /workspace and /tmp, private PID
+// namespace, no network unless allowed, working loopback inside, volume rules, no process left after the server is
+// SIGKILLed; and the unconfined 'none' mode.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { startServer } from '../scripts/dev-server/index.js';
+import { descendants } from '../scripts/dev-server/proctree.js';
+import { waitFor } from './helpers/poll.js';
+import { request, parseEvents } from './helpers/raw.js';
+
+const CLI = fileURLToPath(new URL('../scripts/dev-server/cli.js', import.meta.url));
+
+/** Minimal client over the raw API: create, run (foreground, returns { out, err, exit }), delete. */
+function client(server) {
+  const api = (p, opts = {}) => request(`${server.baseUrl}${p}`, { ...opts, headers: { 'Content-Type': 'application/json' } });
+  return {
+    api,
+    async create(extra = {}) {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...extra } });
+      if (r.status !== 202) return r;
+      const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+      return { id: r.json.id, base: `http://${ep.endpoint}`, status: 202 };
+    },
+    async run(sb, command, extra = {}) {
+      const r = await request(`${sb.base}/command`, { method: 'POST', body: { command, ...extra }, timeoutMs: 20000 });
+      assert.equal(r.status, 200, r.text);
+      const ev = parseEvents(r.text);
+      const last = ev.at(-1);
+      return {
+        out: ev.filter((e) => e.type === 'stdout').map((e) => e.text).join('\n'),
+        err: ev.filter((e) => e.type === 'stderr').map((e) => e.text).join('\n'),
+        exit: last.type === 'execution_complete' ? 0 : Number(last.error.evalue),
+        id: ev[0].text,
+      };
+    },
+    remove: (sb) => api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' }),
+  };
+}
+
+describe('dev-server sandbox isolation (bubblewrap)', function () {
+  this.timeout(60000);
+  let server;
+  let c;
+  let work; // test-owned host dir: server data + allowed host volumes
+  let a;
+  let b;
+
+  before(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-iso-'));
+    fs.mkdirSync(path.join(work, 'vol'));
+    server = await startServer({ dataDir: path.join(work, 'data'), allowedHostPaths: [path.join(work, 'vol')], commandTailMs: 20 });
+    c = client(server);
+    [a, b] = await Promise.all([c.create(), c.create()]);
+  });
+  after(async () => {
+    await server?.close();
+    fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('cannot write to the host system or see the server\'s files', async () => {
+    for (const target of ['/usr/x', '/etc/x', '/x']) {
+      const r = await c.run(a, `echo hi > ${target}`);
+      assert.notEqual(r.exit, 0, `${target} was writable`);
+    }
+    const r = await c.run(a, `test -e ${JSON.stringify(work)} && echo visible || echo hidden`);
+    assert.equal(r.out, 'hidden');
+    const marker = path.join(os.tmpdir(), `osb-marker-${process.pid}`);
+    fs.writeFileSync(marker, 'x');
+    try {
+      assert.equal((await c.run(a, `test -e ${marker} && echo visible || echo hidden`)).out, 'hidden');
+    } finally {
+      fs.rmSync(marker);
+    }
+    assert.equal((await c.run(a, 'echo ok > /workspace/w && echo ok > /tmp/t && cat /workspace/w /tmp/t')).out, 'ok\nok');
+  });
+
+  it('cannot see another sandbox\'s /workspace, /tmp or processes', async () => {
+    await c.run(a, 'echo secret > /workspace/a-secret; echo secret > /tmp/a-secret');
+    await c.run(a, 'sleep 1234', { background: true });
+    const r = await c.run(b, 'ls -A /workspace /tmp; ps -eo args');
+    assert.ok(!r.out.includes('a-secret'), r.out);
+    assert.ok(!r.out.includes('sleep 1234'), r.out);
+    const pids = (await c.run(b, 'ls /proc | grep -E "^[0-9]+$"')).out.split('\n');
+    // bwrap's init, execd, the command's shell and ls/grep: a handful, never the host's
+    assert.ok(pids.length <= 8, `sandbox sees ${pids.length} processes`);
+    assert.ok(pids.includes('1'));
+    const own = await c.run(a, 'ps -eo args');
+    assert.ok(own.out.includes('sleep 1234'));
+  });
+
+  it('has no network by default but a working loopback; allowed egress shares the host network', async () => {
+    const host = net.createServer((s) => s.end('host-says-hi'));
+    await new Promise((r) => host.listen(0, '127.0.0.1', r));
+    const port = host.address().port;
+    const probe = `node -e "require('net').connect(${port},'127.0.0.1').on('data',d=>{console.log(String(d));process.exit(0)}).on('error',e=>{console.log(e.code);process.exit(0)})"`;
+    try {
+      assert.equal((await c.run(a, probe)).out, 'ECONNREFUSED');
+      const open = await c.create({ networkPolicy: { defaultAction: 'allow' } });
+      try {
+        assert.equal((await c.run(open, probe)).out, 'host-says-hi');
+      } finally {
+        await c.remove(open);
+      }
+    } finally {
+      host.close();
+    }
+    // a server inside, reached from inside and from the host through endpoints/{port}
+    const srv = "require('http').createServer((q,s)=>s.end('inside:'+q.url)).listen(8002,'127.0.0.1')";
+    await c.run(a, `node -e "${srv}"`, { background: true });
+    const get = `node -e "require('http').get('http://127.0.0.1:8002/loop',r=>r.on('data',d=>console.log(String(d))))"`;
+    const inside = await waitFor(async () => {
+      const r = await c.run(a, get);
+      return r.out === 'inside:/loop' && r;
+    }, { message: 'in-sandbox server answers' });
+    assert.equal(inside.out, 'inside:/loop');
+    const ep = (await c.api(`/v1/sandboxes/${a.id}/endpoints/8002`)).json;
+    const fromHost = await request(`http://${ep.endpoint}/from-host?q=1`);
+    assert.equal(fromHost.text, 'inside:/from-host?q=1');
+  });
+
+  it('enforces the host-path allow-list and read-only volumes', async () => {
+    const denied = await c.create({ volumes: [{ name: 'v', host: { path: '/var' }, mountPath: '/v' }] });
+    assert.equal(denied.status, 400);
+    assert.equal(denied.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+    const vol = path.join(work, 'vol');
+    fs.writeFileSync(path.join(vol, 'given.txt'), 'from-host');
+    const sb = await c.create({
+      volumes: [
+        { name: 'ro', host: { path: vol }, mountPath: '/ro', readOnly: true },
+        { name: 'rw', host: { path: vol }, mountPath: '/rw', subPath: 'sub' },
+        { name: 'named', pvc: { claimName: 'shared-cache' }, mountPath: '/cache' },
+      ],
+    });
+    try {
+      assert.equal((await c.run(sb, 'cat /ro/given.txt')).out, 'from-host');
+      assert.notEqual((await c.run(sb, 'echo x > /ro/new.txt')).exit, 0);
+      assert.equal(fs.existsSync(path.join(vol, 'new.txt')), false);
+      assert.equal((await c.run(sb, 'echo y > /rw/made.txt && echo z > /cache/k')).exit, 0);
+      assert.equal(fs.readFileSync(path.join(vol, 'sub', 'made.txt'), 'utf8'), 'y\n');
+    } finally {
+      await c.remove(sb);
+    }
+    // a named volume outlives its sandbox and is shared with the next one
+    const next = await c.create({ volumes: [{ name: 'named', pvc: { claimName: 'shared-cache' }, mountPath: '/cache' }] });
+    assert.equal((await c.run(next, 'cat /cache/k')).out, 'z');
+    await c.remove(next);
+  });
+
+  it('delete kills every process and removes the sandbox\'s directories', async () => {
+    const sb = await c.create();
+    await c.run(sb, 'sleep 4321', { background: true });
+    const dir = path.join(work, 'data', 'sb', sb.id);
+    assert.ok(fs.existsSync(path.join(dir, 'workspace')));
+    const before = new Set(descendants(process.pid));
+    assert.equal((await c.remove(sb)).status, 204);
+    assert.equal(fs.existsSync(dir), false);
+    const left = [...before].filter((p) => fs.existsSync(`/proc/${p}`) && fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('4321'));
+    assert.deepEqual(left, []);
+  });
+
+  it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
+    const data = path.join(work, 'killed');
+    const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
+      const cc = client({ baseUrl: `http://${domain}` });
+      const sb = await cc.create();
+      await cc.run(sb, 'sleep 999', { background: true });
+      const pids = descendants(child.pid);
+      assert.ok(pids.length >= 3, `sandbox processes: ${pids}`);
+      child.kill('SIGKILL');
+      await waitFor(() => pids.every((p) => !fs.existsSync(`/proc/${p}`)), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
+
+describe('dev-server without isolation', function () {
+  this.timeout(30000);
+
+  it('refuses to start without bwrap on PATH unless isolation is none', async () => {
+    const saved = process.env.PATH;
+    process.env.PATH = path.dirname(process.execPath);
+    try {
+      await assert.rejects(startServer({}), /bubblewrap \(bwrap\) is not on PATH.*isolation 'none'/);
+    } finally {
+      process.env.PATH = saved;
+    }
+  });
+
+  it("isolation 'none' runs execd as a plain child process in the sandbox's host directory", async () => {
+    const warnings = [];
+    const server = await startServer({ isolation: 'none', log: (m) => warnings.push(m), commandTailMs: 20 });
+    try {
+      assert.ok(warnings.some((w) => /unconfined/.test(w)));
+      const c = client(server);
+      const sb = await c.create();
+      const r = await c.run(sb, 'pwd; echo $TMPDIR');
+      const [cwd, tmp] = r.out.split('\n');
+      assert.ok(path.isAbsolute(cwd) && cwd.endsWith(path.join(sb.id, 'workspace')), cwd);
+      assert.ok(tmp.endsWith(path.join(sb.id, 'tmp')), tmp);
+      await c.run(sb, 'sleep 2468', { background: true });
+      await c.remove(sb);
+      await waitFor(() => !fs.readdirSync('/proc').some((p) => /^\d+$/.test(p) && (() => {
+        try {
+          return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8') === 'sleep\u00002468\u0000';
+        } catch {
+          return false;
+        }
+      })()), { message: 'background process killed with its sandbox' });
+    } finally {
+      await server.close();
+    }
+  });
+});
