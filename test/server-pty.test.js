@@ -162,6 +162,25 @@ describe('dev-server execd PTY WebSocket API', function () {
     assert.equal((await status(id)).json.running, true, 'the shell survived the reconnects');
   });
 
+  it('streams large output completely and keeps the newest 1 MiB for replay', async () => {
+    const id = await session();
+    const a = open(id, '?pty=0');
+    await a.opened;
+    a.stdin("head -c 3000000 /dev/zero | tr '\\0' a; echo END >&2\n");
+    await a.until((x) => x.text('stderr') === 'END\n', 'end marker');
+    await a.until((x) => x.text('stdout').length === 3000000, 'all stdout bytes live');
+    assert.ok(/^a+$/.test(a.text('stdout')));
+    await a.close();
+    assert.equal((await status(id)).json.output_offset, 3000004);
+    const b = open(id, '?pty=0');
+    await b.until((x) => x.json('connected').length === 1, 'connected');
+    assert.equal(b.frames[0].kind, 'replay');
+    assert.equal(b.frames[0].offset, 3000004 - 1024 * 1024);
+    assert.equal(b.frames[0].bytes.length, 1024 * 1024);
+    // stdout and stderr are merged in arrival order, so END sits near (not necessarily at) the end
+    assert.equal(b.frames[0].bytes.toString().replace('END\n', ''), 'a'.repeat(1024 * 1024 - 4));
+  });
+
   it('one client at a time: 409 ALREADY_CONNECTED, takeover closes the old one with 4001', async () => {
     const id = await session();
     const a = open(id, '?pty=0');
