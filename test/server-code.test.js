@@ -15,7 +15,7 @@ const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0
 function openCell(base, body, timeoutMs = 30000) {
   const cell = { events: [], status: 0, headers: {}, text: '' };
   cell.done = new Promise((resolve, reject) => {
-    const req = http.request(`${base}/code`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json' } }, (res) => {
+    const req = cell.req = http.request(`${base}/code`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json' } }, (res) => {
       cell.status = res.statusCode;
       cell.headers = res.headers;
       res.setEncoding('utf8');
@@ -243,6 +243,32 @@ describe('dev-server execd code interpreter (/code)', function () {
     assert.equal(final(events).error.ename, 'KeyboardInterrupt');
     assert.ok(!texts(events, 'stdout').includes('never'));
     assert.equal(texts(await run(sh, 'bash', 'echo $kept'), 'stdout'), '42\n');
+  });
+
+  it('a client that goes away interrupts its cell; the context becomes free again', async () => {
+    const id = await newContext('python');
+    await value(id, 'python', 'kept = 42');
+    const cell = openCell(execd, { context: { id, language: 'python' }, code: "print('spinning', flush=True)\nwhile True: pass" });
+    cell.done.catch(() => {});
+    await waitFor(() => texts(cell.events, 'stdout') === 'spinning\n', { timeoutMs: 20000, message: 'cell started' });
+    cell.req.destroy();
+    const events = await waitFor(async () => {
+      const ev = await run(id, 'python', 'kept');
+      return final(ev).type === 'execution_complete' && ev;
+    }, { timeoutMs: 10000, intervalMs: 100, message: 'context free after the client left' });
+    assert.deepEqual(results(events), [{ text: '42' }]);
+  });
+
+  it('a cell that redirects or closes the kernel\'s stdout still completes (bash, python)', async () => {
+    const sh = await newContext('bash');
+    const shEvents = await run(sh, 'bash', 'echo visible; exec >/dev/null; echo hidden');
+    assert.equal(texts(shEvents, 'stdout'), 'visible\n');
+    assert.equal(final(shEvents).type, 'execution_complete');
+    assert.equal(final(await run(sh, 'bash', 'echo still-hidden; echo err-visible >&2')).type, 'execution_complete');
+    const py = await newContext('python');
+    const pyEvents = await run(py, 'python', "import os, sys\nprint('visible', flush=True)\nos.close(1)\nos.close(2)\n6 * 7");
+    assert.equal(texts(pyEvents, 'stdout'), 'visible\n');
+    assert.deepEqual(results(pyEvents), [{ text: '42' }]);
   });
 
   it('unknown context ids and unknown languages get execd errors', async () => {

@@ -9,13 +9,16 @@ unset PROMPT_COMMAND HISTFILE
 PS1='' PS2='' PS0='' PS4='+ '
 
 __osb_run() {
-  eval "$1" </dev/null
+  eval "$1" </dev/null 3>&- 8>&- 9>&-
 }
+
+# The marker goes to copies of stdout/stderr taken now, so `exec >file` in a cell cannot hang execd.
+exec 8>&1 9>&2
 
 __osb_done() {
   local rc=$?
-  printf '%s' "$1"
-  printf '%s' "$1" >&2
+  printf '%s' "$1" >&8
+  printf '%s' "$1" >&9
   printf '{"type":"done","exit":%d}\n' "$rc" >&3
 }
 
@@ -24,7 +27,7 @@ __osb_done() {
   trap '' INT
   while kill -0 "$PPID" 2>/dev/null; do sleep 1; done
   kill -KILL -- "-$$"
-) </dev/null >/dev/null 2>&1 &
+) </dev/null >/dev/null 2>&1 3>&- 8>&- 9>&- &
 disown $!
 
 printf '{"type":"ready"}\n' >&3

@@ -18,11 +18,18 @@ import sys
 import threading
 import time
 import traceback
+import types
 import warnings
 
 CONTROL_FD = 3
 KERNEL_FILE = os.path.abspath(__file__)
-namespace = {'__name__': '__main__', '__builtins__': builtins}
+# Cells run in a fresh __main__ module (so pickle finds classes defined in cells and user names cannot
+# clobber the kernel's own globals).
+main_module = types.ModuleType('__main__')
+main_module.__dict__['__builtins__'] = builtins
+namespace = main_module.__dict__
+# Markers go to copies of fds 1 and 2 taken at start, so a cell that redirects or closes them cannot hang execd.
+MARKER_FDS = (os.dup(1), os.dup(2))
 executing = False
 cell_number = 0
 
@@ -137,6 +144,7 @@ def execute(code):
 
 
 def main():
+    sys.modules['__main__'] = main_module
     signal.signal(signal.SIGINT, on_sigint)
     warnings.filterwarnings('ignore', message='Matplotlib is currently using agg')
     warnings.filterwarnings('ignore', message='FigureCanvasAgg is non-interactive')
@@ -157,7 +165,7 @@ def main():
                 except Exception:
                     pass
             marker = request['marker'].encode()
-            for fd in (1, 2):
+            for fd in MARKER_FDS:
                 os.write(fd, marker)
             for reply in replies:
                 send(reply)
