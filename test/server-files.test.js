@@ -106,7 +106,7 @@ describe('dev-server execd files API', function () {
     assert.equal(await sh(sbx, 'cat /workspace/m/new/dir/one.txt; test -e /workspace/m/one.txt || echo gone'), 'hello hello\ngone');
     await sbx.files.moveFiles([{ src: '/workspace/m/sub/three.md', dest: '/tmp/m-across/three.md' }]);
     await sbx.files.moveFiles([{ src: '/tmp/m-across/three.md', dest: '/workspace/m/sub/three.md' }]);
-    assert.equal(await sh(sbx, 'cat /workspace/m/sub/three.md; ls /tmp/m-across | wc -l; ls /tmp | grep execd-upload | wc -l'), 'y\n0\n0');
+    assert.equal(await sh(sbx, 'cat /workspace/m/sub/three.md; echo; ls /tmp/m-across | wc -l; ls /tmp | grep execd-upload | wc -l'), 'y\n0\n0');
 
     const counts = await sbx.files.replaceContentsDetailed([{ path: '/workspace/m/new/dir/one.txt', oldContent: 'll', newContent: 'LL' }]);
     assert.deepEqual(counts, [{ path: '/workspace/m/new/dir/one.txt', replacedCount: 2 }]);
