@@ -188,6 +188,17 @@ describe('dev-server lifecycle API', function () {
     await sbx.close();
   });
 
+  it('runs a non-default entrypoint like a container\'s main process', async () => {
+    const js = "require('http').createServer((q,s)=>s.end('entry:'+process.env.WHO)).listen(8003,'127.0.0.1')";
+    const { json } = await createRaw({ entrypoint: ['node', '-e', js], env: { WHO: "it's me" } });
+    const ep = (await api(`/v1/sandboxes/${json.id}/endpoints/8003`)).json;
+    const r = await waitFor(async () => {
+      const res = await request(`http://${ep.endpoint}/`);
+      return res.status === 200 && res;
+    }, { message: 'entrypoint server answers' });
+    assert.equal(r.text, "entry:it's me");
+  });
+
   it('server proxy (use_server_proxy) serves execd and strips credentials before a sandbox port', async () => {
     const cc = new ConnectionConfig({ domain: server.domain, apiKey: KEY, useServerProxy: true });
     const sbx = await Sandbox.create({ connectionConfig: cc, image: 'python:3.11' });

@@ -81,7 +81,7 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, log: false, ...options,
   };
-  const log = typeof opts.log === 'function' ? opts.log : null;
+  const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
   if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
   if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
   if (!Array.isArray(opts.allowedHostPaths) || opts.allowedHostPaths.some((p) => typeof p !== 'string' || !path.isAbsolute(p))) {

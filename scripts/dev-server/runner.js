@@ -2,6 +2,7 @@
 // (own PID/IPC/UTS namespaces, no network unless allowed, host system read-only, per-sandbox /workspace /tmp /root),
 // or as a plain child process with isolation 'none'; pauses (SIGSTOP the tree), resumes (SIGCONT) and kills it.
 import { spawn, execFileSync } from 'node:child_process';
+import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,15 @@ const READY_TIMEOUT_MS = 15000;
 const EXIT_TIMEOUT_MS = 5000;
 const SOCKET_DIR_IN_SANDBOX = '/run/execd';
 const SYSTEM_DIRS = ['/usr', '/bin', '/sbin', '/lib', '/lib64', '/lib32', '/libx32', '/etc'];
+
+function alive(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
 
 /** True when a `bwrap` executable is on PATH. */
 export function findBwrap() {
@@ -119,13 +129,17 @@ export class SandboxProcess {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: this.dirs.workspace });
     }
     this.child = child;
+    live.add(this);
+    installExitHook();
     this.exitPromise = new Promise((resolve) => {
       child.on('exit', (code, sig) => {
         this.exited = { code, signal: sig };
+        live.delete(this);
         resolve();
       });
       child.on('error', (err) => {
         this.exited = { error: err };
+        live.delete(this);
         resolve();
       });
     });
@@ -186,13 +200,50 @@ export class SandboxProcess {
       // whose death takes the whole namespace with it.
       signal(this.child.pid, 'SIGKILL');
       for (const p of all) signal(p, 'SIGKILL');
+      const deadline = Date.now() + EXIT_TIMEOUT_MS;
       await Promise.race([this.exitPromise, new Promise((r) => setTimeout(r, EXIT_TIMEOUT_MS).unref())]);
+      // then until every process of the tree is gone (or only a zombie waiting for its reaper)
+      while (Date.now() < deadline && all.some(alive)) await new Promise((r) => setTimeout(r, 10));
     }
   }
 
   removeDirs() {
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+const live = new Set();
+let exitHookInstalled = false;
+/** Last resort when the server process exits without close(): kill every sandbox still running (bwrap sandboxes
+ * also die with their parent through --die-with-parent, even on SIGKILL; isolation 'none' has only this). */
+function installExitHook() {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once('exit', () => {
+    for (const p of live) {
+      if (!p.child?.pid || p.exited) continue;
+      for (const pid of [p.child.pid, ...descendants(p.child.pid)]) signal(pid, 'SIGKILL');
+    }
+  });
+}
+
+const shellQuote = (s) => (/^[A-Za-z0-9_\-.,:/=@%+]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/** Runs the sandbox's entrypoint as a background command of its execd (like a container's main process). */
+export function startEntrypoint(socketPath, argv, token) {
+  return new Promise((resolve) => {
+    const body = JSON.stringify({ command: argv.map(shellQuote).join(' '), background: true });
+    const headers = { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) };
+    if (token) headers['X-EXECD-ACCESS-TOKEN'] = token;
+    const req = http.request({ socketPath, path: '/command', method: 'POST', headers, agent: false, timeout: 10000 }, (res) => {
+      res.resume();
+      res.on('end', resolve);
+      res.on('error', resolve);
+    });
+    req.on('error', resolve);
+    req.on('timeout', () => req.destroy());
+    req.end(body);
+  });
 }
 
 /** Checks once that bwrap can create a sandbox here (user namespaces may be disabled); returns an error text or null. */

@@ -4,7 +4,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ApiError, checkMetadata } from './validate.js';
-import { SandboxProcess } from './runner.js';
+import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -97,6 +97,8 @@ export class Sandboxes {
     this.items.set(id, sb);
     try {
       await proc.start();
+      // the default entrypoint only keeps a container alive; anything else runs like a container's main process
+      if (req.entrypoint.join(' ') !== 'tail -f /dev/null') await startEntrypoint(proc.socketPath, req.entrypoint, this.options.execdToken);
       sb.relay = await startRelay(proc.socketPath, { requiredIngress: this.options.endpointHeaders ? `${id}-44772` : null });
     } catch (err) {
       this.items.delete(id);
