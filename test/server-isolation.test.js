@@ -202,6 +202,9 @@ describe('dev-server without isolation', function () {
     try {
       assert.ok(warnings.some((w) => /unconfined/.test(w)));
       const c = client(server);
+      const vol = await c.create({ volumes: [{ name: 'v', pvc: { claimName: 'cache' }, mountPath: '/cache' }] });
+      assert.equal(vol.status, 400);
+      assert.equal(vol.json.code, 'VOLUME::NOT_SUPPORTED');
       const sb = await c.create();
       const r = await c.run(sb, 'pwd; echo $TMPDIR');
       const [cwd, tmp] = r.out.split('\n');

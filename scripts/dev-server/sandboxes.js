@@ -80,6 +80,9 @@ export class Sandboxes {
     if (req.snapshotId) {
       throw new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${req.snapshotId} not found (the local server has no snapshots).`);
     }
+    if (this.options.isolation === 'none' && req.volumes.length) {
+      throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
+    }
     const id = crypto.randomUUID();
     const binds = resolveVolumes(req.volumes, { allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir });
     const proc = new SandboxProcess(
