@@ -141,6 +141,13 @@ describe('dev-server execd files API', function () {
     assert.deepEqual(r2.json, { code: 'INVALID_FILE', message: 'metadata and file count mismatch: 2 vs 1' });
     assert.equal(await sh(sbx, 'test -e /workspace/u || echo nothing-written'), 'nothing-written');
 
+    const truncated = multipart([{ name: 'metadata', filename: 'metadata', data: '{"path":"/workspace/u/t.txt"}' }, { name: 'file', filename: 't', data: 'partial' }]);
+    const cut = truncated.body.subarray(0, truncated.body.length - 30);
+    const r4 = await raw('/files/upload', { method: 'POST', headers: truncated.headers, body: cut });
+    assert.equal(r4.status, 400);
+    assert.deepEqual(r4.json, { code: 'INVALID_FILE', message: 'error parsing multipart form: Unexpected end of form' });
+    assert.equal((await raw('/ping')).status, 200, 'execd survives a truncated form');
+
     const pairs = multipart([
       { name: 'metadata', filename: 'metadata', data: '{"path":"/workspace/u/a.txt","mode":600}' },
       { name: 'file', filename: 'a.txt', data: 'first' },

@@ -35,16 +35,19 @@ function receiveForm(req) {
     const metadata = [];
     const files = [];
     const pending = [];
+    const outs = [];
     let failed = false;
     const fail = (err) => {
       if (failed) return;
       failed = true;
       req.unpipe(bb);
       req.resume();
+      for (const o of outs) o.destroy();
       fs.rmSync(dir, { recursive: true, force: true });
       reject(err);
     };
     bb.on('file', (name, stream, info) => {
+      stream.on('error', (err) => fail(new HttpError(400, 'INVALID_FILE', `error parsing multipart form: ${err.message}`)));
       if (info.filename === undefined) {
         // busboy calls an octet-stream part without filename a file; execd (Go) calls it a plain field.
         stream.resume();
@@ -61,10 +64,13 @@ function receiveForm(req) {
         const tmp = path.join(dir, String(files.length));
         files.push(tmp);
         const out = fs.createWriteStream(tmp);
-        pending.push(new Promise((res, rej) => {
+        outs.push(out);
+        const written = new Promise((res, rej) => {
           out.on('finish', res);
           out.on('error', rej);
-        }));
+        });
+        written.catch(() => {}); // after a failure nobody waits for it
+        pending.push(written);
         stream.pipe(out);
       } else {
         stream.resume();
@@ -79,6 +85,7 @@ function receiveForm(req) {
       );
     });
     req.on('aborted', () => fail(new HttpError(400, 'INVALID_FILE', 'request aborted')));
+    req.on('error', (err) => fail(new HttpError(400, 'INVALID_FILE', `error reading request: ${err.message}`)));
     req.pipe(bb);
   });
 }

@@ -133,7 +133,6 @@ class Run {
           status = status.slice(nl + 1);
         }
       });
-      this.child.on('spawn', () => {});
     } else {
       this.child.stderr.on('data', (c) => session.output(this, 2, c));
       this.child.on('spawn', () => {

@@ -14,6 +14,15 @@ import { expandPath } from './files-paths.js';
 import { PtySession } from './pty-session.js';
 import { PtyConnection } from './pty-conn.js';
 
+/** decodeURIComponent that never throws (a malformed escape just stays as it is). */
+function decode(s) {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 function rejectUpgrade(socket, status, text, body) {
   const json = JSON.stringify(body);
   socket.on('error', () => {});
@@ -30,12 +39,7 @@ export function createRoutes(ctx) {
   }
 
   async function create(req, res) {
-    let body;
-    try {
-      body = await readJson(req, { optional: true });
-    } catch (err) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', `error parsing request: ${err.message}`);
-    }
+    let body = await readJson(req, { optional: true });
     body ??= {};
     if (typeof body !== 'object' || Array.isArray(body)) throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request: expected a JSON object');
     for (const k of ['cwd', 'command']) {
@@ -78,7 +82,7 @@ export function createRoutes(ctx) {
   function upgrade(req, socket, head, url) {
     const m = /^\/pty\/([^/]+)\/ws$/.exec(url.pathname);
     if (!m) return false;
-    const id = decodeURIComponent(m[1]);
+    const id = decode(m[1]);
     const session = sessions.get(id);
     if (!session) {
       rejectUpgrade(socket, 404, 'Not Found', { code: 'CONTEXT_NOT_FOUND', message: `pty session ${id} not found` });
@@ -124,7 +128,7 @@ export function createRoutes(ctx) {
       }
       const m = /^\/pty\/([^/]+)$/.exec(url.pathname);
       if (!m) return false;
-      const id = decodeURIComponent(m[1]);
+      const id = decode(m[1]);
       if (req.method === 'GET') await guard(res, async () => status(res, id));
       else if (req.method === 'DELETE') await guard(res, async () => remove(res, id));
       else return false;
