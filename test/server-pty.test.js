@@ -263,6 +263,19 @@ describe('dev-server execd PTY WebSocket API', function () {
     }
   });
 
+  it('does not wait forever for a background process that keeps the output open', async () => {
+    const id = await session({ command: 'sleep 21 & echo bg-started' });
+    const c = open(id, '?pty=0');
+    await waitFor(() => c.closed, { timeoutMs: 10000, message: 'exit frame despite the background process' });
+    assert.equal(c.text(), 'bg-started\n');
+    assert.deepEqual(c.frames.at(-1).json, { type: 'exit', exit_code: 0 });
+    assert.equal(c.closed.code, 1000);
+    const running = async () => (await sbx.commands.run('pgrep -xc sleep || true')).logs.stdout.map((m) => m.text).join('');
+    assert.equal(await running(), '1');
+    assert.equal((await request(`${execd}/pty/${id}`, { method: 'DELETE' })).status, 200);
+    await waitFor(async () => (await running()) === '0', { message: 'DELETE killed what the finished run left in its group' });
+  });
+
   describe('with the exit-race switch (ptyExitRace)', () => {
     let raceServer;
     let race;

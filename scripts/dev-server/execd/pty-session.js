@@ -24,6 +24,7 @@ export class PtySession {
     this.command = command;
     this.replay = new ReplayBuffer();
     this.run = null;     // the latest run
+    this.runs = [];      // every run, so DELETE can also kill what a finished run left in its process group
     this.holder = null;  // attached client: null | { pending: true } | PtyConnection
     this.closed = false;
   }
@@ -45,6 +46,7 @@ export class PtySession {
     if (this.closed) return Promise.reject(new Error('pty session is closing'));
     const run = new Run(this, !pipeMode);
     this.run = run;
+    this.runs.push(run);
     return run.started;
   }
 
@@ -90,7 +92,8 @@ export class PtySession {
   /** DELETE /pty/{id} and execd shutdown: SIGKILL the process group and close the pipes. */
   kill() {
     this.closed = true;
-    this.run?.kill();
+    for (const run of this.runs) run.kill();
+    this.runs = [];
   }
 }
 
@@ -98,7 +101,8 @@ class Run {
   constructor(session, isPty) {
     this.session = session;
     this.isPty = isPty;
-    this.pid = 0;
+    this.pid = 0;               // 0 once the process exited
+    this.pgid = 0;              // its process group (bash runs in its own session), kept after exit
     this.exitCode = null;       // set at process exit
     this.drained = false;       // output fully read after exit
     this.paused = false;
@@ -137,6 +141,7 @@ class Run {
       this.child.stderr.on('data', (c) => session.output(this, 2, c));
       this.child.on('spawn', () => {
         this.pid = this.child.pid;
+        this.pgid = this.pid;
         this.resolveStart(this);
       });
       this.child.on('exit', (code, signal) => this.onProcessExit(signal ? -1 : code));
@@ -164,6 +169,7 @@ class Run {
     const [what, value] = line.split(' ');
     if (what === 'pid') {
       this.pid = Number(value);
+      this.pgid = this.pid;
       this.startSettled = true;
       this.resolveStart(this);
     } else if (what === 'exit') {
@@ -209,12 +215,13 @@ class Run {
     }
   }
 
+  /** SIGKILL to the run's process group: the shell if it still runs, and whatever it left behind. */
   kill() {
-    if (this.pid !== 0) {
+    if (this.pgid) {
       try {
-        process.kill(-this.pid, 'SIGKILL');
+        process.kill(-this.pgid, 'SIGKILL');
       } catch {
-        // already gone
+        // the group is gone
       }
     }
     this.setPaused(false);
