@@ -178,6 +178,9 @@ describe('dev-server execd files API', function () {
     const suffix = await raw('/files/download?path=/workspace/dl/b.txt', { headers: { Range: 'bytes=-5' } });
     assert.equal(suffix.text, 'third');
     assert.equal(await sbx.files.readFile('/workspace/dl/b.txt', { range: 'bytes=11-16' }), 'second');
+    const streamed = [];
+    for await (const chunk of sbx.files.readBytesStream('/workspace/dl/b.txt')) streamed.push(Buffer.from(chunk));
+    assert.equal(Buffer.concat(streamed).toString(), '0123456789\nsecond\nthird');
 
     const bad = await raw('/files/download?path=/workspace/dl/b.txt', { headers: { Range: 'bytes=100-200' } });
     assert.equal(bad.status, 416);
