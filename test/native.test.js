@@ -1,0 +1,415 @@
+// Native API (lib/native.js over the C core) against the local OpenSandbox-compatible server: lifecycle calls and
+// error mapping, execd readiness, foreground commands (output, exit codes, cwd/env, final-event resolution without
+// the idle tail, timeout, cancel, retention, 200 concurrent runs), faults from a tiny raw TCP peer, secrets, and
+// leak checks through stats().
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { startServer } from '../scripts/dev-server/index.js';
+import { Lifecycle, Execd, stats } from '../lib/native.js';
+import { waitFor } from './helpers/poll.js';
+import { request } from './helpers/raw.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const API_KEY = 'test-key-5f1e2d3c4b5a';
+const CREATE = {
+  image: { uri: 'debian:12' }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 600,
+  resourceLimits: { cpu: '1', memory: '1Gi' }, metadata: { 'mastra.ai/workspace': 'native-test' },
+};
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected a rejection');
+}
+
+/** A one-shot raw HTTP peer for faults the real server cannot produce: answers every request with `reply(reqText)`. */
+async function rawPeer(reply) {
+  const seen = [];
+  const sockets = new Set();
+  const server = net.createServer((sock) => {
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
+    let buf = '';
+    sock.on('data', (d) => {
+      buf += d.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const head = buf.slice(0, end);
+      const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+      if (buf.length < end + 4 + len) return;
+      seen.push(buf);
+      const text = buf;
+      buf = '';
+      reply(sock, text);
+    });
+    sock.on('error', () => {});
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    seen,
+    close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(r); }),
+  };
+}
+
+const streamHead = 'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n';
+const chunk = (s) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
+
+describe('native API (C core) against the local server', function () {
+  this.timeout(30000);
+  let srv;
+  let lc;
+  let sb;
+  let ex;
+  let execdBase;
+
+  before(async () => {
+    srv = await startServer({ port: 0, apiKey: API_KEY });
+    lc = new Lifecycle({ baseUrl: srv.baseUrl + '/v1', apiKey: API_KEY, requestTimeoutMs: 15000 });
+    sb = await lc.create(CREATE);
+    const ep = await lc.endpoint(sb.id, 44772);
+    execdBase = `http://${ep.endpoint}`;
+    ex = new Execd({ baseUrl: execdBase, headers: ep.headers });
+    await ex.waitReady(15000);
+  });
+
+  after(async () => {
+    if (sb) await lc.delete(sb.id).catch(() => {});
+    await srv?.close();
+  });
+
+  describe('lifecycle', () => {
+    it('create resolves the 202 body; get and list find the sandbox by metadata and state', async () => {
+      assert.match(sb.id, /^[0-9a-f-]{36}$/);
+      assert.equal(sb.status.state, 'Running');
+      const got = await lc.get(sb.id);
+      assert.equal(got.id, sb.id);
+      assert.deepEqual(got.metadata, CREATE.metadata);
+      const list = await lc.list({ metadata: { 'mastra.ai/workspace': 'native-test' }, states: ['Running', 'Paused'], page: 1, pageSize: 50 });
+      assert.deepEqual(list.items.map((i) => i.id), [sb.id]);
+      assert.equal(list.pagination.pageSize, 50);
+      const none = await lc.list({ metadata: { 'mastra.ai/workspace': 'other&x=y' } });
+      assert.deepEqual(none.items, []);
+    });
+
+    it('endpoint resolves { endpoint, headers }; patchMetadata, renew, pause/resume', async () => {
+      const ep = await lc.endpoint(sb.id, 44772);
+      assert.match(ep.endpoint, /^127\.0\.0\.1:\d+$/);
+      assert.deepEqual(ep.headers, {});
+      const patched = await lc.patchMetadata(sb.id, { extra: 'v1' });
+      assert.equal(patched.metadata.extra, 'v1');
+      const removed = await lc.patchMetadata(sb.id, { extra: null });
+      assert.equal(removed.metadata.extra, undefined);
+      const at = new Date(Date.now() + 3600_000);
+      const renewed = await lc.renew(sb.id, at.toISOString());
+      assert.equal(new Date(renewed.expiresAt).getTime(), at.getTime());
+      assert.equal(await lc.pause(sb.id), undefined);
+      assert.equal((await lc.get(sb.id)).status.state, 'Paused');
+      assert.equal(await lc.resume(sb.id), undefined);
+      assert.equal((await lc.get(sb.id)).status.state, 'Running');
+    });
+
+    it('maps a 404 body {code,message} with the X-Request-ID', async () => {
+      const err = await rejection(lc.get('00000000-0000-4000-8000-000000000000'));
+      assert.equal(err.kind, 'api');
+      assert.equal(err.status, 404);
+      assert.equal(err.code, 'DOCKER::SANDBOX_NOT_FOUND');
+      assert.match(err.message, /not found/);
+      assert.match(err.requestId, /^[0-9a-f]{32}$/);
+      assert.equal(err.attempts, 1);
+    });
+
+    it('maps 401 from a key-protected server and never puts the key in the message', async () => {
+      const bad = new Lifecycle({ baseUrl: srv.baseUrl + '/v1', apiKey: 'wrong-key-123' });
+      const err = await rejection(bad.get(sb.id));
+      assert.deepEqual([err.kind, err.status, err.code], ['api', 401, 'INVALID_API_KEY']);
+      const none = new Lifecycle({ baseUrl: srv.baseUrl + '/v1' });
+      const err2 = await rejection(none.get(sb.id));
+      assert.deepEqual([err2.kind, err2.status, err2.code], ['api', 401, 'MISSING_API_KEY']);
+      assert.ok(!err.message.includes('wrong-key-123'));
+    });
+
+    it('summarises FastAPI 422 detail (loc + msg)', async () => {
+      const err = await rejection(lc.create({ image: { uri: 'x' }, entrypoint: ['true'], timeout: 5, resourceLimits: { cpu: '1', memory: '1Gi' } }));
+      assert.equal(err.kind, 'api');
+      assert.equal(err.status, 422);
+      assert.equal(err.code, 'HTTP_422');
+      assert.match(err.message, /body\.timeout: Input should be greater than or equal to 60/);
+    });
+
+    it('delete answers 204 -> undefined, then get is 404', async () => {
+      const other = await lc.create({ ...CREATE, metadata: {} });
+      assert.equal(await lc.delete(other.id), undefined);
+      const err = await rejection(lc.get(other.id));
+      assert.equal(err.status, 404);
+    });
+
+    it('an unreachable port is a transport error after retries of the idempotent GET', async () => {
+      const probe = net.createServer();
+      await new Promise((r) => probe.listen(0, '127.0.0.1', r));
+      const port = probe.address().port;
+      await new Promise((r) => probe.close(r)); // nothing listens there now
+      const dead = new Lifecycle({ baseUrl: `http://127.0.0.1:${port}/v1`, requestTimeoutMs: 1500 });
+      const err = await rejection(dead.get('x'));
+      assert.equal(err.kind, 'transport');
+      assert.equal(err.code, 'TRANSPORT');
+      assert.equal(err.status, 0);
+      assert.ok(err.attempts >= 2, `attempts ${err.attempts}`);
+      assert.match(err.message, /connect/i);
+      const post = await rejection(dead.create(CREATE)); // POST is never retried
+      assert.equal(post.kind, 'transport');
+      assert.equal(post.attempts, 1);
+    });
+
+    it('rejects bad arguments with TypeErrors (constructors throw, async methods reject)', async () => {
+      assert.throws(() => new Lifecycle({ baseUrl: 'ftp://x' }), TypeError);
+      assert.throws(() => new Lifecycle({ baseUrl: 'http://x', apiKey: 'a\r\nX: y' }), TypeError);
+      await assert.rejects(lc.get(''), TypeError);
+      await assert.rejects(lc.endpoint(sb.id, 70000), TypeError);
+      await assert.rejects(lc.get(42), TypeError);
+      assert.throws(() => new Execd({ baseUrl: execdBase, headers: { 'OPEN-SANDBOX-API-KEY': 'k' } }), /API key/);
+      assert.throws(() => ex.run({ command: '' }), TypeError);
+    });
+  });
+
+  describe('execd', () => {
+    it('runs a command: stdout/stderr reconstruction, exit code from error.evalue, cwd and env', async () => {
+      const batches = [];
+      const cmd = ex.run({ command: 'echo hello; echo; echo err >&2; echo "$A:$(pwd)"; printf partial; exit 3', cwd: '/tmp', envs: { A: 'x y' } }, (b) => batches.push(b));
+      const r = await cmd.result;
+      assert.equal(r.exitCode, 3);
+      assert.equal(r.stdout, 'hello\n\nx y:/tmp\npartial\n');
+      assert.equal(r.stderr, 'err\n');
+      assert.equal(r.errorText, 'exit status 3');
+      assert.equal(r.timedOut, false);
+      assert.equal(r.cancelled, false);
+      assert.match(r.commandId, /^[0-9a-f]{32}$/);
+      assert.equal(batches.map((b) => b.stdout ?? '').join(''), r.stdout);
+      assert.equal(batches.map((b) => b.stderr ?? '').join(''), r.stderr);
+      const ok = await ex.run({ command: 'true' }).result;
+      assert.equal(ok.exitCode, 0);
+      assert.equal(ok.errorText, null);
+      assert.equal(ok.stdout, '');
+    });
+
+    it('a missing cwd is an api error before the stream', async () => {
+      const err = await rejection(ex.run({ command: 'true', cwd: '/does/not/exist' }).result);
+      assert.deepEqual([err.kind, err.status, err.code], ['api', 400, 'INVALID_REQUEST_BODY']);
+      assert.match(err.message, /working directory does not exist/);
+    });
+
+    it('resolves at the final event, never waiting for the idle tail', async () => {
+      const slow = await startServer({ port: 0, commandTailMs: 120_000 });
+      const l2 = new Lifecycle({ baseUrl: slow.baseUrl });
+      try {
+        const s = await l2.create(CREATE);
+        const ep = await l2.endpoint(s.id, 44772);
+        const x = new Execd({ baseUrl: `http://${ep.endpoint}` });
+        await x.waitReady(15000);
+        const r = await x.run({ command: 'echo tail' }).result; // the test timeout (30 s) is far below the tail
+        assert.equal(r.stdout, 'tail\n');
+        await waitFor(() => stats().requestsInFlight === 0, { message: 'the stream was not closed' });
+      } finally {
+        await slow.close();
+      }
+    });
+
+    it('timeoutMs: DELETE /command then timedOut:true, and the remote command is stopped', async () => {
+      const r = await ex.run({ command: 'echo started; sleep 30', timeoutMs: 500 }).result;
+      assert.equal(r.timedOut, true);
+      assert.equal(r.cancelled, false);
+      assert.equal(r.exitCode, -1);
+      assert.equal(r.stdout, 'started\n');
+      const st = await request(`${execdBase}/command/status/${r.commandId}`);
+      assert.equal(st.status, 200);
+      assert.equal(st.json.running, false);
+    });
+
+    it('cancel(): DELETE /command, the result resolves cancelled:true with the partial output', async () => {
+      const seen = [];
+      const cmd = ex.run({ command: 'echo one; sleep 30; echo two' }, (b) => seen.push(b.stdout ?? ''));
+      await waitFor(() => seen.join('') === 'one\n', { message: 'first line not seen' });
+      await cmd.cancel();
+      const r = await cmd.result;
+      assert.equal(r.cancelled, true);
+      assert.equal(r.timedOut, false);
+      assert.equal(r.stdout, 'one\n');
+      const st = await request(`${execdBase}/command/status/${r.commandId}`);
+      assert.equal(st.json.running, false);
+      await cmd.cancel(); // settled already: resolves at once
+    });
+
+    it('retention keeps the newest maxRetainedBytes in C while callbacks get every byte', async () => {
+      const all = [];
+      const r = await ex.run({ command: 'seq 1 20000', maxRetainedBytes: 1000 }, (b) => all.push(b.stdout ?? '')).result;
+      const expected = Array.from({ length: 20000 }, (_, i) => `${i + 1}\n`).join('');
+      assert.equal(all.join(''), expected);
+      assert.equal(r.stdout, expected.slice(-1000));
+      assert.equal(r.stdoutDroppedBytes, expected.length - 1000);
+      assert.equal(r.stderrDroppedBytes, 0);
+      const zero = await ex.run({ command: 'echo x', maxRetainedBytes: 0 }).result;
+      assert.equal(zero.stdout, '');
+      assert.equal(zero.stdoutDroppedBytes, 2);
+      const unbounded = await ex.run({ command: 'seq 1 20000', maxRetainedBytes: -1 }).result;
+      assert.equal(unbounded.stdout, expected);
+    });
+
+    it('200 concurrent runs deliver every byte in order', async function () {
+      this.timeout(120000);
+      const N = 200;
+      const runs = Array.from({ length: N }, (_, i) => {
+        const parts = [];
+        const cmd = ex.run({ command: `for j in $(seq 1 50); do echo "r${i}-$j"; done` }, (b) => parts.push(b.stdout ?? ''));
+        return cmd.result.then((r) => ({ r, streamed: parts.join('') }));
+      });
+      const results = await Promise.all(runs);
+      results.forEach(({ r, streamed }, i) => {
+        const expected = Array.from({ length: 50 }, (_, j) => `r${i}-${j + 1}\n`).join('');
+        assert.equal(r.exitCode, 0);
+        assert.equal(r.stdout, expected);
+        assert.equal(streamed, expected);
+      });
+    });
+
+    it('waitReady: a wrong execd token fails at once with the {"error": …} body', async () => {
+      const tok = await startServer({ port: 0, execdAccessToken: 'tok-abcdef' });
+      const l2 = new Lifecycle({ baseUrl: tok.baseUrl });
+      try {
+        const s = await l2.create(CREATE);
+        const ep = await l2.endpoint(s.id, 44772);
+        const bad = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { 'X-EXECD-ACCESS-TOKEN': 'nope' } });
+        const err = await rejection(bad.waitReady(10000));
+        assert.deepEqual([err.kind, err.status, err.code], ['api', 401, 'HTTP_401']);
+        assert.match(err.message, /Unauthorized/);
+        const good = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { 'X-EXECD-ACCESS-TOKEN': 'tok-abcdef' } });
+        await good.waitReady(15000);
+        assert.equal((await good.run({ command: 'echo ok' }).result).stdout, 'ok\n');
+      } finally {
+        await tok.close();
+      }
+    });
+
+    it('waitReady: an endpoint that never answers times out with READY_TIMEOUT', async () => {
+      const probe = net.createServer();
+      await new Promise((r) => probe.listen(0, '127.0.0.1', r));
+      const port = probe.address().port;
+      await new Promise((r) => probe.close(r));
+      const err = await rejection(new Execd({ baseUrl: `http://127.0.0.1:${port}` }).waitReady(700));
+      assert.deepEqual([err.kind, err.code], ['timeout', 'READY_TIMEOUT']);
+      assert.match(err.message, /not ready within 700 ms/);
+    });
+  });
+
+  describe('faults from a raw peer', () => {
+    it('a malformed event is a protocol error', async () => {
+      const peer = await rawPeer((s) => s.write(streamHead + chunk('{"type":"init","text":"abc"}\n\n') + chunk('{not json\n\n')));
+      try {
+        const err = await rejection(new Execd({ baseUrl: peer.url }).run({ command: 'x' }).result);
+        assert.deepEqual([err.kind, err.code], ['protocol', 'MALFORMED_STREAM']);
+        assert.match(err.message, /not JSON/);
+      } finally {
+        await peer.close();
+      }
+    });
+
+    it('a stream cut before the final event rejects; a type-less {code,message} is a stream error', async () => {
+      const cut = await rawPeer((s) => s.end(streamHead + chunk('{"type":"init","text":"abc"}\n\n{"type":"stdout","text":"partial"}\n\n')));
+      const bare = await rawPeer((s) => s.write(streamHead + chunk('{"type":"init","text":"abc"}\n\n{"code":"RUNTIME_ERROR","message":"session is busy"}\n\n')));
+      try {
+        const err = await rejection(new Execd({ baseUrl: cut.url }).run({ command: 'x' }).result);
+        assert.equal(err.kind, 'transport');
+        const err2 = await rejection(new Execd({ baseUrl: bare.url }).run({ command: 'x' }).result);
+        assert.deepEqual([err2.kind, err2.code, err2.message], ['stream', 'RUNTIME_ERROR', 'session is busy']);
+      } finally {
+        await cut.close();
+        await bare.close();
+      }
+    });
+
+    it('a silent stream trips the idle watchdog', async () => {
+      const peer = await rawPeer((s) => s.write(streamHead + chunk('{"type":"init","text":"abc"}\n\n')));
+      try {
+        const err = await rejection(new Execd({ baseUrl: peer.url, idleTimeoutMs: 300 }).run({ command: 'x' }).result);
+        assert.deepEqual([err.kind, err.code], ['timeout', 'STREAM_IDLE']);
+      } finally {
+        await peer.close();
+      }
+    });
+
+    it('secrets are redacted from error messages; execd never receives the API key', async () => {
+      const peer = await rawPeer((s, req) => {
+        const body = JSON.stringify({ code: 'ECHO', message: req });
+        s.write(`HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-ID: rid-1\r\n\r\n${body}`);
+      });
+      try {
+        const l = new Lifecycle({ baseUrl: peer.url, apiKey: API_KEY });
+        const err = await rejection(l.get('abc'));
+        assert.equal(err.code, 'ECHO');
+        assert.equal(err.requestId, 'rid-1');
+        assert.ok(peer.seen[0].includes(`OPEN-SANDBOX-API-KEY: ${API_KEY}`));
+        assert.ok(!err.message.includes(API_KEY), err.message);
+        assert.match(err.message, /OPEN-SANDBOX-API-KEY: \*\*\*/);
+        const x = new Execd({ baseUrl: peer.url, headers: { 'X-EXECD-ACCESS-TOKEN': 'tok-secret-9' } });
+        const err2 = await rejection(x.run({ command: 'x' }).result);
+        assert.ok(!err2.message.includes('tok-secret-9'));
+        assert.ok(!peer.seen.at(-1).includes(API_KEY));
+      } finally {
+        await peer.close();
+      }
+    });
+  });
+
+  describe('resources', () => {
+    it('stats() returns to baseline: no request, operation or promise left', async () => {
+      await waitFor(() => {
+        const s = stats();
+        return s.requestsInFlight === 0 && s.operations === 0 && s.pendingPromises === 0;
+      }, { message: `stats not at baseline: ${JSON.stringify(stats())}` });
+      const s = stats();
+      assert.equal(s.engineThreads, 1);
+      assert.ok(s.sockets <= 32, `sockets ${s.sockets}`);
+    });
+
+    it('an idle addon does not hold the process open; exit with a command in flight is clean', async () => {
+      const script = (body) => `import { Execd } from ${JSON.stringify(path.join(root, 'lib/native.js'))};
+        const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+        await ex.waitReady(10000);
+        ${body}`;
+      const runNode = (code) => new Promise((resolve, reject) => {
+        const p = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'pipe'] });
+        let out = '';
+        p.stdout.on('data', (d) => { out += d; });
+        p.stderr.on('data', (d) => { out += d; });
+        const t = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`child did not exit: ${out}`)); }, 20000);
+        p.on('exit', (code, signal) => { clearTimeout(t); resolve({ code, signal, out }); });
+      });
+      const idle = await runNode(script(`const r = await ex.run({ command: 'echo hi' }).result; console.log(r.stdout.trim());`));
+      assert.deepEqual([idle.code, idle.signal, idle.out.trim()], [0, null, 'hi']);
+      const busy = await runNode(script(`ex.run({ command: 'sleep 20' }); setTimeout(() => process.exit(7), 100);`));
+      assert.deepEqual([busy.code, busy.signal], [7, null]);
+    });
+
+    it('works in worker_threads, and a terminated worker leaves the main addon usable', async () => {
+      const { Worker } = await import('node:worker_threads');
+      const code = `const { parentPort } = require('node:worker_threads');
+        (async () => {
+          const { Execd } = await import(${JSON.stringify(pathToFileURL(path.join(root, 'lib/native.js')).href)});
+          const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+          const r = await ex.run({ command: 'echo from-worker' }).result;
+          parentPort.postMessage(r.stdout);
+          ex.run({ command: 'sleep 20' });
+        })();`;
+      const w = new Worker(code, { eval: true });
+      const msg = await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
+      assert.equal(msg, 'from-worker\n');
+      await w.terminate();
+      assert.equal((await ex.run({ command: 'echo main' }).result).stdout, 'main\n');
+    });
+  });
+});
