@@ -263,6 +263,17 @@ describe('dev-server execd PTY WebSocket API', function () {
     }
   });
 
+  it('reports START_FAILED when the process cannot start', async () => {
+    for (const query of ['?pty=0', '']) {
+      const id = await session({ cwd: '/workspace/vanishing' });
+      await sbx.files.deleteDirectories(['/workspace/vanishing']);
+      const c = open(id, query);
+      assert.equal((await c.whenClosed).code, 1011);
+      assert.deepEqual(c.frames.map((f) => f.json), [{ type: 'error', code: 'START_FAILED', error: 'working directory /workspace/vanishing does not exist' }]);
+      assert.equal((await status(id)).json.running, false);
+    }
+  });
+
   it('does not wait forever for a background process that keeps the output open', async () => {
     const id = await session({ command: 'sleep 21 & echo bg-started' });
     const c = open(id, '?pty=0');

@@ -44,6 +44,7 @@ export class PtySession {
   /** Starts a new run; resolves once the process runs, rejects with an Error when it cannot start. */
   start(pipeMode) {
     if (this.closed) return Promise.reject(new Error('pty session is closing'));
+    this.runs = this.runs.filter((r) => !r.finished());
     const run = new Run(this, !pipeMode);
     this.run = run;
     this.runs.push(run);
@@ -86,7 +87,7 @@ export class PtySession {
 
   /** Pauses/resumes reading the process output (backpressure from a slow client). */
   setPaused(paused) {
-    this.run?.setPaused(paused);
+    for (const run of this.runs) run.setPaused(paused);
   }
 
   /** DELETE /pty/{id} and execd shutdown: SIGKILL the process group and close the pipes. */
@@ -156,8 +157,10 @@ class Run {
     });
   }
 
-  onSpawnError(err) {
+  onSpawnError(error) {
     if (this.startSettled) return;
+    let err = error;
+    if (error?.code === 'ENOENT' && !fs.existsSync(this.session.cwd)) err = new Error(`working directory ${this.session.cwd} does not exist`);
     this.startSettled = true;
     this.pid = 0;
     this.exitCode = -1;
@@ -212,6 +215,18 @@ class Run {
     for (const r of this.readable) {
       if (paused) r.pause();
       else r.resume();
+    }
+  }
+
+  /** True when the run exited, its output is drained and nothing is left in its process group. */
+  finished() {
+    if (this.exitCode === null || !this.drained) return false;
+    if (!this.pgid) return true;
+    try {
+      process.kill(-this.pgid, 0);
+      return false;
+    } catch {
+      return true;
     }
   }
 
