@@ -126,8 +126,8 @@ export function fromNative(err, { operation, secrets = [], timeoutMs } = {}) {
   const rid = details.requestId ? ` (request id ${details.requestId})` : '';
   switch (kind) {
     case 'api': {
-      const code = details.code ? ` ${details.code}` : '';
-      const msg = `${where}OpenSandbox server answered ${details.status}${code}: ${serverMessage}${rid}`;
+      const code = details.code && details.code !== `HTTP_${details.status}` ? ` ${details.code}` : '';
+      const msg = `${where}the server answered ${details.status}${code}: ${serverMessage}${rid}`;
       return details.status === 404 ? new OpenSandboxNotFoundError(msg, details) : new OpenSandboxApiError(msg, details);
     }
     case 'stream':
@@ -142,6 +142,8 @@ export function fromNative(err, { operation, secrets = [], timeoutMs } = {}) {
       return new OpenSandboxProtocolError(`${where}malformed response from the OpenSandbox server: ${serverMessage}`, details);
     case 'cancelled':
       return new OpenSandboxCancelledError(`${where}cancelled: ${serverMessage}`, details);
+    case 'invalid':
+      return new OpenSandboxError(`${where}invalid argument: ${serverMessage}`, 'INVALID_ARGUMENT', { kind: 'invalid', operation });
     default: {
       const e = new OpenSandboxError(`${where}${serverMessage}`, 'INTERNAL', { kind: 'internal', operation });
       if (err instanceof Error) e.cause = err;

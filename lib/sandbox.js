@@ -16,6 +16,8 @@ export const ABORTED_EXIT_CODE = 130;
 export const TIMED_OUT_EXIT_CODE = 124;
 /** Exit code reported for a command killed by a signal we did not send (execd reports -1). */
 export const KILLED_EXIT_CODE = 137;
+/** Exit code reported when execd could not start the command (its reason is appended to stderr). */
+export const START_FAILED_EXIT_CODE = 1;
 
 const STATE_POLL_MS = 200;
 const LIVE_STATES = ['Running', 'Paused', 'Pending'];
@@ -172,6 +174,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #toResult(r, started) {
     let exitCode = r.exitCode;
     let killed = false;
+    let startFailure;
     if (r.timedOut) {
       exitCode = TIMED_OUT_EXIT_CODE;
       killed = true;
@@ -179,12 +182,18 @@ export class OpenSandboxSandbox extends MastraSandbox {
       exitCode = ABORTED_EXIT_CODE;
       killed = true;
     } else if (typeof exitCode !== 'number' || exitCode < 0) {
-      exitCode = KILLED_EXIT_CODE;
-      killed = true;
+      // execd reports -1 both for a process killed by a signal ("signal: killed") and for a start failure
+      // (the reason in the error text): the first is a kill, the second a plain failure with the reason on stderr.
+      if (/^signal: /m.test(r.errorText ?? '')) {
+        exitCode = KILLED_EXIT_CODE;
+        killed = true;
+      } else {
+        exitCode = START_FAILED_EXIT_CODE;
+        startFailure = r.errorText || 'the command could not be started';
+      }
     }
     let stderr = r.stderr ?? '';
-    // A start failure (no exit code) carries its reason in errorText: surface it like a shell would.
-    if (r.errorText && exitCode !== 0 && !stderr.includes(r.errorText)) stderr += (stderr && !stderr.endsWith('\n') ? '\n' : '') + r.errorText;
+    if (startFailure) stderr += (stderr && !stderr.endsWith('\n') ? '\n' : '') + startFailure;
     const stdoutDroppedBytes = r.stdoutDroppedBytes || 0;
     const stderrDroppedBytes = r.stderrDroppedBytes || 0;
     return {

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
+import { stats } from '../lib/native.js';
 
 /** Shell snippet counting live processes whose command line contains `marker` (the pattern never matches itself). */
 const countProcs = marker => {
@@ -252,6 +253,18 @@ describe('OpenSandboxSandbox.executeCommand', function () {
     assert.equal(r.killed, true);
     assert.notEqual(r.exitCode, 0);
     assert.equal((await sandbox.executeCommand('test -e /tmp/osb-should-not-exist')).exitCode, 1);
+  });
+
+  it('leaves no request or operation in flight after commands settle', async () => {
+    await sandbox.executeCommand('echo settle');
+    await sandbox.executeCommand('sleep 30', [], { timeout: 200 });
+    const c = new AbortController();
+    await sandbox.executeCommand('echo x; sleep 30', [], { abortSignal: c.signal, onStdout: () => c.abort() });
+    const s = await waitFor(() => {
+      const st = stats();
+      return st.requestsInFlight === 0 && st.operations === 0 && st.pendingPromises === 0 && st;
+    }, { timeoutMs: 5000, message: `native work still in flight: ${JSON.stringify(stats())}` });
+    assert.equal(s.requestsInFlight, 0);
   });
 
   it('handles many concurrent commands, each output exact', async () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxError } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
 
 const TOKEN = `execd-token-${randomUUID()}`;
 
@@ -57,7 +57,9 @@ describe('OpenSandboxSandbox execd endpoints', function () {
   it('a wrong execd access token fails the start with a typed error, token not echoed', async () => {
     const s = make({ execdAccessToken: `wrong-${TOKEN}`, readyTimeoutMs: 2000 });
     await assert.rejects(s._start(), err => {
-      assert.ok(err instanceof OpenSandboxError, String(err));
+      assert.ok(err instanceof OpenSandboxApiError, String(err));
+      assert.equal(err.status, 401);
+      assert.match(err.message, /wait for execd .*Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN/);
       assert.ok(!err.message.includes(TOKEN), 'token leaked');
       return true;
     });
