@@ -15,6 +15,16 @@ import { request, parseEvents } from './helpers/raw.js';
 
 const CLI = fileURLToPath(new URL('../scripts/dev-server/cli.js', import.meta.url));
 
+/** True while pid runs (a zombie waiting for its reaper counts as gone). */
+function alive(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** Minimal client over the raw API: create, run (foreground, returns { out, err, exit }), delete. */
 function client(server) {
   const api = (p, opts = {}) => request(`${server.baseUrl}${p}`, { ...opts, headers: { 'Content-Type': 'application/json' } });
@@ -163,6 +173,27 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     assert.deepEqual(left, []);
   });
 
+  it('the CLI deletes its sandboxes and exits 0 on SIGTERM', async () => {
+    const data = path.join(work, 'termed');
+    const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      const exited = new Promise((r) => child.on('exit', (code) => r(code)));
+      const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
+      const cc = client({ baseUrl: `http://${domain}` });
+      const sb = await cc.create();
+      await cc.run(sb, 'sleep 998', { background: true });
+      const pids = descendants(child.pid);
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0);
+      assert.deepEqual(pids.filter(alive), [], 'sandbox processes left');
+      assert.equal(fs.existsSync(path.join(data, 'sb')), false, 'sandbox directories left');
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
   it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
     const data = path.join(work, 'killed');
     const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -176,7 +207,7 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       const pids = descendants(child.pid);
       assert.ok(pids.length >= 3, `sandbox processes: ${pids}`);
       child.kill('SIGKILL');
-      await waitFor(() => pids.every((p) => !fs.existsSync(`/proc/${p}`)), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
+      await waitFor(() => !pids.some(alive), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
     } finally {
       child.kill('SIGKILL');
     }
@@ -212,6 +243,12 @@ describe('dev-server without isolation', function () {
       assert.ok(tmp.endsWith(path.join(sb.id, 'tmp')), tmp);
       await c.run(sb, 'sleep 2468', { background: true });
       await c.remove(sb);
+      const other = await c.create();
+      const relay = other.base.replace('http://', '');
+      await server.close();
+      // close() deleted the remaining sandbox: its relay port is closed
+      const refused = await new Promise((r) => net.connect(Number(relay.split(':')[1]), '127.0.0.1').on('connect', function () { this.destroy(); r('open'); }).on('error', (e) => r(e.code)));
+      assert.equal(refused, 'ECONNREFUSED');
       await waitFor(() => !fs.readdirSync('/proc').some((p) => /^\d+$/.test(p) && (() => {
         try {
           return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8') === 'sleep\u00002468\u0000';
