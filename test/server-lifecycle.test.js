@@ -65,6 +65,8 @@ describe('dev-server lifecycle API', function () {
     assert.equal(r.json.status.state, 'Running');
     assert.equal(r.json.status.reason, 'CONTAINER_RUNNING');
     assert.equal('expiresAt' in r.json, false);
+    assert.equal('image' in r.json, false);
+    assert.equal('platform' in r.json, false);
     assert.match(r.json.createdAt, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
     // no prefix works too
     const g = await api(`/sandboxes/${r.json.id}`);
@@ -214,6 +216,9 @@ describe('dev-server lifecycle API', function () {
     assert.equal(r.json['open-sandbox-api-key'], undefined);
     assert.equal(r.json.authorization, undefined);
     assert.equal(r.json.cookie, undefined);
+    // the proxy route needs no API key (upstream exempts it)
+    const anonymous = await request(url);
+    assert.equal(anonymous.status, 200);
     await sbx.kill();
     await sbx.close();
   });

@@ -136,7 +136,7 @@ export class Sandboxes {
 
   view(sb, { full = true } = {}) {
     const v = { id: sb.id };
-    if (sb.image) v.image = sb.image;
+    if (sb.image && full) v.image = sb.image; // the create response has neither image nor platform
     v.status = sb.status;
     v.metadata = sb.metadata;
     v.entrypoint = sb.entrypoint;
