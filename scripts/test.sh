@@ -9,6 +9,6 @@ c_rc=0
 if [ -f test/c/Makefile ]; then
   make -s -C test/c check || c_rc=$?
 fi
-npx mocha --reporter spec --reporter-option maxDiffSize=4096
+npx mocha --reporter spec "test/**/*.test.js"
 js_rc=$?
 [ "$c_rc" -eq 0 ] && [ "$js_rc" -eq 0 ]
