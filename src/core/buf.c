@@ -60,7 +60,10 @@ void osb_buf_reset(osb_buf *b) {
 }
 
 char *osb_buf_steal(osb_buf *b, size_t *len) {
-  if (!b->data && reserve(b, 0) != 0) return NULL;
+  if (!b->data) {
+    if (reserve(b, 0) != 0) return NULL;
+    b->data[0] = 0;
+  }
   char *d = b->data;
   if (len) *len = b->len;
   osb_buf_init(b);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Driver of `make check`: starts the dev-server's execd standalone (node from PATH) on a free loopback port, runs
+# every C test under ASan/UBSan and under valgrind, runs the fuzz target for a bounded number of runs, stops execd
+# and prints the total as "N passed, N failed". Exit status 0 only when nothing failed.
+set -u
+cd "$(dirname "$0")"
+ROOT=$(cd ../.. && pwd)
+B=build
+FUZZ_RUNS=${FUZZ_RUNS:-20000}
+passed=0
+failed=0
+
+ws=$(mktemp -d)
+node "$ROOT/scripts/dev-server/execd/main.js" --port 0 --workspace "$ws" >"$B/execd.log" 2>&1 &
+execd_pid=$!
+cleanup() {
+  kill "$execd_pid" 2>/dev/null
+  wait "$execd_pid" 2>/dev/null
+  rm -rf "$ws"
+}
+trap cleanup EXIT
+
+port=""
+for _ in $(seq 1 100); do # up to 10 s for "execd ready <port>"
+  port=$(sed -n 's/^execd ready \([0-9][0-9]*\)$/\1/p' "$B/execd.log")
+  [ -n "$port" ] && break
+  kill -0 "$execd_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "execd did not start:"; cat "$B/execd.log"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+export EXECD_URL="http://127.0.0.1:$port"
+# a port nothing listens on: bound, then released
+export CLOSED_PORT=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+
+# run <label> <command...>: adds the test binary's "N passed, M failed" to the totals; a crash or sanitizer /
+# valgrind error without a failing test counts as one failure.
+run() {
+  local label=$1
+  shift
+  local out rc p f
+  out=$("$@" 2>&1)
+  rc=$?
+  p=$(printf '%s\n' "$out" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' | tail -1)
+  f=$(printf '%s\n' "$out" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' | tail -1)
+  p=${p:-0}
+  f=${f:-0}
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" -ne 0 ]; then
+    printf '%s\n' "$out" | sed "s/^/[$label] /"
+    echo "[$label] FAILED (exit $rc)"
+  else
+    echo "[$label] $p passed"
+  fi
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1
+VG="valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=99"
+for t in test_units test_engine; do
+  run "asan $t" "$B/asan/$t"
+  run "valgrind $t" $VG "$B/plain/$t"
+done
+
+if [ -x "$B/fuzz_events" ]; then
+  mkdir -p "$B/fuzz-corpus"
+  out=$("$B/fuzz_events" -runs="$FUZZ_RUNS" -max_len=4096 "$B/fuzz-corpus" corpus 2>&1)
+  if [ $? -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "[fuzz] $FUZZ_RUNS runs: $(printf '%s\n' "$out" | grep -o 'cov: [0-9]*' | tail -1), no crash"
+  else
+    failed=$((failed + 1))
+    printf '%s\n' "$out" | tail -40
+    echo "[fuzz] FAILED"
+  fi
+else
+  echo "[fuzz] skipped: clang's libFuzzer runtime is missing (see $B/fuzz-build.log)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
