@@ -1,41 +1,42 @@
-// Type declarations of the local OpenSandbox-compatible server (`mastra-opensandbox/dev-server`).
+// Type declarations of the local OpenSandbox-compatible server (`mastra-opensandbox/dev-server`);
+// docs/dev-server.md describes every option.
 
 export interface DevServerOptions {
-  /** TCP port; 0 picks a free one. */
+  /** TCP port of the lifecycle API; 0 (default) picks a free one. */
   port?: number;
-  /** Bind address. Default '127.0.0.1'. */
+  /** Bind address, also the host part of `domain`. Default '127.0.0.1'. */
   host?: string;
-  /** When set, every lifecycle request must carry it as OPEN-SANDBOX-API-KEY (else 401). */
+  /** When set, every lifecycle request needs OPEN-SANDBOX-API-KEY (401 MISSING_API_KEY / INVALID_API_KEY). */
   apiKey?: string;
-  /** Host path prefixes allowed for `host` volumes; empty rejects every host mount. */
+  /** Absolute host directories under which `host` volumes may be mounted; empty (default) rejects every host volume. */
   allowedHostPaths?: string[];
-  /** How sandboxes are isolated: bubblewrap, or plain child processes. */
+  /** 'bwrap' (default): bubblewrap-isolated sandboxes; 'none': plain child processes. */
   isolation?: 'bwrap' | 'none';
-  /** Where sandbox directories live. Default: a fresh temporary directory. */
+  /** Where sandbox directories and named volumes live. Default: a fresh temporary directory, removed by close(). */
   dataDir?: string;
-  /** When set, execd requires it as X-EXECD-ACCESS-TOKEN. */
+  /** When set, execd requests need X-EXECD-ACCESS-TOKEN. */
   execdAccessToken?: string;
-  /** Shape of the execd endpoint the server hands out ('proxy' adds a path prefix). */
-  execdEndpoint?: string;
-  /** When true, endpoints carry extra routing headers that execd requests must send back. */
+  /** 'direct' (default): execd endpoint `127.0.0.1:<port>`; 'proxy': `127.0.0.1:<port>/proxy/44772` (a path prefix). */
+  execdEndpoint?: 'direct' | 'proxy';
+  /** Endpoints carry an `OpenSandbox-Ingress-To` header that every execd request must send back. Default false. */
   endpointHeaders?: boolean;
-  /** Upper bound for a sandbox's `timeout`. */
+  /** Larger sandbox `timeout`s are rejected (400 SANDBOX::INVALID_TIMEOUT). */
   maxSandboxTimeoutSeconds?: number;
-  /** How long execd keeps a /command stream open after the final event (real execd: 1000). */
+  /** How long execd keeps a /command stream open after its final event. Default 1000 (like the real execd). */
   commandTailMs?: number;
-  /** Reproduce execd's PTY exit race (output of a fast-exiting process sometimes missing). */
+  /** Reproduce the PTY API's exit race. Default false. */
   ptyExitRace?: boolean;
-  /** Log function (or false for silence). */
+  /** A line logger, true (stderr) or false (default: silent). Never receives API keys or tokens. */
   log?: ((line: string) => void) | boolean;
 }
 
 export interface DevServer {
-  /** `host:port`, usable as the `domain` option. */
-  domain: string;
+  /** `host:port`, usable as the `domain` option of OpenSandboxSandbox. */
+  readonly domain: string;
   /** `http://host:port`. */
-  baseUrl: string;
-  port: number;
-  /** Stops the server and deletes every sandbox it runs. */
+  readonly baseUrl: string;
+  readonly port: number;
+  /** Stops the server and deletes every sandbox it runs (idempotent). */
   close(): Promise<void>;
 }
 
