@@ -116,6 +116,8 @@ static Napi::Value Versions(const Napi::CallbackInfo& info) {
   return o;
 }
 
+void InitCodeInterpreter(Napi::Env env, Napi::Object exports);  // code_wrap.cc
+
 static void Cleanup(Addon* a) {
   a->closing = true;
   if (a->engine) osb_engine_stop(a->engine);  // settles everything: deliveries are orphaned below
@@ -133,6 +135,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("versions", Napi::Function::New(env, Versions, "versions"));
   InitLifecycle(env, exports);
   InitExecd(env, exports);
+  InitCodeInterpreter(env, exports);
   return exports;
 }
 
