@@ -74,7 +74,7 @@ export class SandboxProcess {
     this.paused = false;
   }
 
-  bwrapArgs(execdArgs, env) {
+  bwrapArgs(execdArgs) {
     const { nodeDir, pkgDir } = runtimeDirs();
     const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts'];
     if (!this.spec.allowNetwork) a.push('--unshare-net');
@@ -95,8 +95,8 @@ export class SandboxProcess {
     a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
     a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind' : '--bind', b.src, b.dest);
-    a.push('--remount-ro', '/', '--chdir', '/workspace', '--clearenv');
-    for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);
+    // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
+    a.push('--remount-ro', '/', '--chdir', '/workspace');
     a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
     return a;
   }
@@ -124,7 +124,7 @@ export class SandboxProcess {
     if (this.options.execdToken) env.EXECD_ACCESS_TOKEN = this.options.execdToken;
     let child;
     if (isolated) {
-      child = spawn(this.options.bwrap, this.bwrapArgs(execdArgs, env), { stdio: ['ignore', 'pipe', 'pipe'], env: {} });
+      child = spawn(this.options.bwrap, this.bwrapArgs(execdArgs), { stdio: ['ignore', 'pipe', 'pipe'], env });
     } else {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: this.dirs.workspace });
     }
