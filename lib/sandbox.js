@@ -136,10 +136,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
     const full = call.args.length ? `${command} ${call.args.map(shellQuote).join(' ')}` : command;
     const started = Date.now();
     const base = { command: full, args: call.args };
-    if (call.abortSignal?.aborted) {
-      return { ...base, success: false, exitCode: ABORTED_EXIT_CODE, stdout: '', stderr: '', executionTimeMs: Date.now() - started, timedOut: false, killed: true };
-    }
+    const abortedBeforeRun = () =>
+      ({ ...base, success: false, exitCode: ABORTED_EXIT_CODE, stdout: '', stderr: '', executionTimeMs: Date.now() - started, timedOut: false, killed: true });
+    if (call.abortSignal?.aborted) return abortedBeforeRun();
     await this.ensureRunning();
+    if (call.abortSignal?.aborted) return abortedBeforeRun(); // aborted while the sandbox was starting
     const execd = this.#execd;
     if (!execd || this.status !== 'running') throw new SandboxNotReadyError(this.id);
     this.#lastUsedAt = new Date();

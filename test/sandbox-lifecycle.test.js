@@ -71,6 +71,17 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal(s.status, 'running');
   });
 
+  it('a command aborted while its lazy start runs does not run', async () => {
+    const controller = new AbortController();
+    const s = make({ onStart: () => controller.abort() });
+    const r = await s.executeCommand('touch /workspace/osb-not-run', [], { abortSignal: controller.signal });
+    assert.equal(s.status, 'running');
+    assert.equal(r.success, false);
+    assert.equal(r.killed, true);
+    assert.equal(r.exitCode, 130);
+    assert.equal((await s.executeCommand('test -e /workspace/osb-not-run')).exitCode, 1);
+  });
+
   it('stop pauses (files and processes survive); start resumes it as connected', async () => {
     const s = make();
     await s._start();
