@@ -341,6 +341,18 @@ export class OpenSandboxSandbox extends MastraSandbox {
     };
   }
 
+  /**
+   * @internal For this package's other execd clients (the code interpreter): `{ baseUrl, headers,
+   * requestTimeoutMs }` of the current execd endpoint (headers include the access token: never log them), or
+   * undefined while the sandbox is not running.
+   */
+  [Symbol.for('mastra-opensandbox.execdConnection')]() {
+    if (!this.#execdUrl || !this.#endpoint) return undefined;
+    const headers = { ...(this.#endpoint.headers ?? {}) };
+    if (this.#cfg.execdAccessToken) headers['X-EXECD-ACCESS-TOKEN'] = this.#cfg.execdAccessToken;
+    return { baseUrl: this.#execdUrl, headers, requestTimeoutMs: this.#cfg.requestTimeoutMs };
+  }
+
   // ---------------------------------------------------------------- internals
 
   #lc() {
