@@ -16,6 +16,7 @@ import {
   OpenSandboxSandboxGoneError,
   OpenSandboxTransportError,
   OpenSandboxProtocolError,
+  OpenSandboxTimeoutError,
   OpenSandboxError,
 } from '../lib/index.js';
 
@@ -203,6 +204,20 @@ describe('OpenSandboxSandbox faults', function () {
     assert.equal(r.stdout, 'again\n');
     assert.notEqual(s.opensandbox.sandboxId, first);
     assert.deepEqual(outcomes, ['created', 'created']);
+  });
+
+  it('a sandbox frozen behind our back: the silent stream times out (typed), no hang', async () => {
+    const s = make();
+    await s._start();
+    await s.opensandbox.pause(); // the raw handle bypasses status: execd is frozen but we still think it runs
+    await assert.rejects(s.executeCommand('echo frozen'), err => {
+      assert.ok(err instanceof OpenSandboxTimeoutError, String(err));
+      assert.equal(err.kind, 'timeout');
+      assert.match(err.message, /run command: timed out/);
+      return true;
+    });
+    await s.opensandbox.resume();
+    assert.equal((await s.executeCommand('echo thawed')).stdout, 'thawed\n');
   });
 
   describe('broken execd streams (raw TCP peer)', () => {
