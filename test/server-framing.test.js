@@ -122,7 +122,7 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     const pattern = `${TOKEN.slice(0, half)}""${TOKEN.slice(half)}`; // the command's own argv must not match itself
     const r = await run({ command: `env | grep -c ${pattern}; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c ${pattern}` });
     const out = parseEvents(r.text).filter((e) => e.type === 'stdout').map((e) => e.text);
-    assert.deepEqual(out, ['0', '0']);
+    assert.deepEqual(out, ['0', '0'], r.text);
   });
 
   it('the relay refuses requests without the exact ingress header (404)', async () => {
