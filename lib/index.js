@@ -13,3 +13,11 @@ export {
   OpenSandboxProtocolError,
   OpenSandboxCancelledError,
 } from './errors.js';
+export {
+  CodeInterpreter,
+  OpenSandboxContextNotFoundError,
+  createCodeInterpreterTools,
+  CODE_INTERPRETER_TOOLS,
+  CODE_LANGUAGES,
+  DEFAULT_CODE_LANGUAGES,
+} from './code-interpreter.js';

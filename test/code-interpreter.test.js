@@ -1,0 +1,383 @@
+// The code interpreter client: CodeInterpreter (C core over execd's /code API) and createCodeInterpreterTools
+// (Mastra tools), against startServer() with real python3/node/bash kernels in a bubblewrap sandbox. Two tiny raw
+// TCP peers inject what the local server cannot produce: a server that never answers (no kernel) and the
+// Jupyter-backed ordering where execution_complete arrives before the output.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { Agent } from '@mastra/core/agent';
+import { startServer } from '../scripts/dev-server/index.js';
+import {
+  OpenSandboxSandbox,
+  OpenSandboxOptionError,
+  OpenSandboxStreamError,
+  OpenSandboxTimeoutError,
+  CodeInterpreter,
+  OpenSandboxContextNotFoundError,
+  createCodeInterpreterTools,
+  CODE_INTERPRETER_TOOLS,
+} from '../lib/index.js';
+import { stats } from '../lib/native.js';
+import { waitFor } from './helpers/poll.js';
+import { createScriptedModel } from './helpers/scripted-model.js';
+
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+const EXECD_CONNECTION = Symbol.for('mastra-opensandbox.execdConnection');
+
+/** A raw HTTP peer: answers every request with handler(socket, requestText) once the headers and body are in. */
+async function rawPeer(handler) {
+  const sockets = new Set();
+  const server = net.createServer((sock) => {
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
+    sock.on('error', () => {});
+    let buf = '';
+    sock.on('data', (d) => {
+      buf += d.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const len = Number(/content-length:\s*(\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+      if (buf.length < end + 4 + len) return;
+      const text = buf;
+      buf = '';
+      handler(sock, text);
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((r) => {
+      for (const s of sockets) s.destroy();
+      server.close(r);
+    }),
+  };
+}
+
+describe('code interpreter client', function () {
+  this.timeout(60000);
+  let server;
+  let sandbox;
+  let ci;
+
+  before(async function () {
+    server = await startServer({ port: 0 });
+    sandbox = new OpenSandboxSandbox({ domain: server.domain });
+    await sandbox._start();
+    ci = new CodeInterpreter(sandbox[EXECD_CONNECTION]());
+  });
+
+  after(async function () {
+    await sandbox?._destroy();
+    await server?.close();
+  });
+
+  const run = (opts, onOutput) => ci.run(opts, onOutput).result;
+
+  describe('CodeInterpreter', () => {
+    it('creates, gets, lists and deletes contexts', async () => {
+      const py = await ci.createContext({ language: 'python' });
+      const js = await ci.createContext({ language: 'javascript' });
+      assert.match(py.id, /^[0-9a-f]{32}$/);
+      assert.equal(py.language, 'python');
+      assert.deepEqual(await ci.getContext(py.id), { id: py.id, language: 'python' });
+      const all = await ci.listContexts();
+      assert.ok(all.some((c) => c.id === py.id) && all.some((c) => c.id === js.id));
+      assert.deepEqual((await ci.listContexts('javascript')).filter((c) => c.id === js.id), [{ id: js.id, language: 'javascript' }]);
+      await ci.deleteContext(py.id);
+      await assert.rejects(ci.getContext(py.id), (e) => e instanceof OpenSandboxContextNotFoundError && e.status === 404 && e.contextId === py.id);
+      await assert.rejects(ci.deleteContext(py.id), OpenSandboxContextNotFoundError);
+      await ci.deleteContexts('javascript');
+      assert.deepEqual(await ci.listContexts('javascript'), []);
+    });
+
+    it('keeps state across runs in one context and not across contexts', async () => {
+      const a = await ci.createContext({ language: 'python' });
+      const b = await ci.createContext({ language: 'python' });
+      const r1 = await run({ code: 'x = 41\nprint("set")', language: 'python', contextId: a.id });
+      assert.equal(r1.success, true);
+      assert.equal(r1.stdout, 'set\n');
+      assert.equal(r1.contextId, a.id);
+      assert.equal(r1.executionCount, 1);
+      const r2 = await run({ code: 'x + 1', language: 'python', contextId: a.id });
+      assert.deepEqual(r2.results, [{ text: '42' }]);
+      assert.equal(r2.executionCount, 2);
+      assert.equal(r2.completed, true);
+      const r3 = await run({ code: 'x + 1', language: 'python', contextId: b.id });
+      assert.equal(r3.success, false);
+      assert.equal(r3.error.ename, 'NameError');
+      assert.equal(r3.error.evalue, "name 'x' is not defined");
+      assert.deepEqual(r3.results, []);
+    });
+
+    it('errors carry the exception name, message and traceback; stderr is separate', async () => {
+      const r = await run({ code: 'import sys\nprint("before")\nprint("warn", file=sys.stderr)\n1/0', language: 'python' });
+      assert.equal(r.success, false);
+      assert.equal(r.stdout, 'before\n');
+      assert.equal(r.stderr, 'warn\n');
+      assert.equal(r.error.ename, 'ZeroDivisionError');
+      assert.equal(r.error.evalue, 'division by zero');
+      assert.equal(r.error.traceback.at(-1), 'ZeroDivisionError: division by zero');
+      assert.equal(r.status, 'error');
+      assert.match(r.contextId, /^[0-9a-f]{32}$/); // the server's default python context
+    });
+
+    it('streams output in batches while the cell runs; the result comes at the end of the stream', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      const batches = [];
+      const cell = ci.run({
+        code: 'import time\nfor i in range(3):\n    print(f"tick {i}", flush=True)\n    time.sleep(0.2)\n"end"',
+        language: 'python',
+        contextId: ctx.id,
+      }, (b) => batches.push(b));
+      await waitFor(() => batches.length > 0, { timeoutMs: 10000, message: 'first batch' });
+      const r = await cell.result;
+      assert.equal(batches.map((b) => b.stdout ?? '').join(''), 'tick 0\ntick 1\ntick 2\n');
+      assert.ok(batches.length >= 2, `batches: ${batches.length}`);
+      assert.equal(r.stdout, 'tick 0\ntick 1\ntick 2\n');
+      assert.deepEqual(r.results, [{ text: "'end'" }]);
+    });
+
+    it('interrupt stops `while True: pass` and the context keeps its state', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      await run({ code: 'kept = "yes"', language: 'python', contextId: ctx.id });
+      const cell = ci.run({ code: 'print("spinning", flush=True)\nwhile True: pass', language: 'python', contextId: ctx.id });
+      const out = [];
+      await new Promise((resolve) => {
+        const c2 = ci.run({ code: 'pass', language: 'python', contextId: ctx.id }); // busy: rejects at once
+        c2.result.catch((e) => out.push(e)).finally(resolve);
+      });
+      assert.ok(out[0] instanceof OpenSandboxStreamError, String(out[0]));
+      assert.equal(out[0].code, 'RUNTIME_ERROR');
+      assert.match(out[0].message, /busy/);
+      await cell.interrupt();
+      const r = await cell.result;
+      assert.equal(r.interrupted, true);
+      assert.equal(r.timedOut, false);
+      assert.equal(r.error.ename, 'KeyboardInterrupt');
+      assert.equal(r.stdout, 'spinning\n');
+      assert.deepEqual((await run({ code: 'kept', language: 'python', contextId: ctx.id })).results, [{ text: "'yes'" }]);
+      await cell.interrupt(); // after the end: nothing to do, resolves
+    });
+
+    it('a cell timeout interrupts the kernel and reports timedOut; the context still works', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      const r = await run({ code: 'import time\ntime.sleep(30)', language: 'python', contextId: ctx.id, timeoutMs: 300 });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.success, false);
+      assert.equal(r.error.ename, 'KeyboardInterrupt');
+      assert.ok(r.executionTimeMs < 10000, `took ${r.executionTimeMs} ms`);
+      assert.deepEqual((await run({ code: '6 * 7', language: 'python', contextId: ctx.id })).results, [{ text: '42' }]);
+    });
+
+    it('bounds output per stream in C, drains the rest and cuts on a character boundary', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      const batches = [];
+      const r = await run({
+        code: 'import sys\nsys.stdout.write("a" * 3000000)\nsys.stderr.write("é" * 1000)\n"after"',
+        language: 'python',
+        contextId: ctx.id,
+        maxOutputBytes: 1001,
+      }, (b) => batches.push(b));
+      assert.equal(r.stdout, 'a'.repeat(1001));
+      assert.equal(r.stdoutDroppedBytes, 3000000 - 1001);
+      assert.equal(r.stdoutTruncated, true);
+      assert.equal(r.stderr, 'é'.repeat(500)); // 1000 bytes: the 1001st would split a character
+      assert.equal(r.stderrDroppedBytes, 1000);
+      assert.equal(r.stderrTruncated, true);
+      assert.deepEqual(r.results, [{ text: "'after'" }]); // everything after the output was still read
+      assert.equal(batches.map((b) => b.stdout ?? '').join(''), r.stdout); // only kept bytes are forwarded
+      const small = await run({ code: 'print("ok")', language: 'python', contextId: ctx.id, maxOutputBytes: 1001 });
+      assert.equal(small.stdout, 'ok\n');
+      assert.equal(small.stdoutTruncated, false);
+    });
+
+    it('returns a plot as an image/png result, and bounds result bytes', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      const code = 'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()';
+      const r = await run({ code, language: 'python', contextId: ctx.id });
+      assert.equal(r.success, true);
+      assert.equal(r.results.length, 1);
+      assert.match(r.results[0].text, /^<Figure size \d+x\d+ with 1 Axes>$/);
+      assert.deepEqual(Buffer.from(r.results[0]['image/png'], 'base64').subarray(0, 8), PNG_SIGNATURE);
+      const small = await run({ code, language: 'python', contextId: ctx.id, maxResultBytes: 100 });
+      assert.deepEqual(small.results, []);
+      assert.equal(small.resultsDropped, 1);
+      assert.equal(small.resultsTruncated, true);
+    });
+
+    it('runs javascript and bash contexts with their own state', async () => {
+      const js = await ci.createContext({ language: 'javascript' });
+      await run({ code: 'globalThis.n = 20', language: 'javascript', contextId: js.id });
+      assert.deepEqual((await run({ code: 'n + 22', language: 'javascript', contextId: js.id })).results, [{ text: '42' }]);
+      const sh = await ci.createContext({ language: 'bash' });
+      await run({ code: 'V=hello', language: 'bash', contextId: sh.id });
+      assert.equal((await run({ code: 'echo "$V"', language: 'bash', contextId: sh.id })).stdout, 'hello\n');
+      const failed = await run({ code: 'false', language: 'bash', contextId: sh.id });
+      assert.deepEqual([failed.error.ename, failed.error.evalue], ['CommandExecError', '1']);
+    });
+
+    it('an unknown context id is a typed error on run (500) and on get/delete (404)', async () => {
+      await assert.rejects(run({ code: '1', language: 'python', contextId: 'f'.repeat(32) }),
+        (e) => e instanceof OpenSandboxContextNotFoundError && e.status === 500 && e.contextId === 'f'.repeat(32));
+      await assert.rejects(ci.interrupt('f'.repeat(32)), (e) => e.status === 500);
+    });
+
+    it('rejects bad input before any request', () => {
+      assert.throws(() => ci.run({ code: '', language: 'python' }), OpenSandboxOptionError);
+      assert.throws(() => ci.run({ code: '1' }), OpenSandboxOptionError);
+      assert.throws(() => ci.run({ code: '1', language: 'python', timeoutMs: -1 }), OpenSandboxOptionError);
+      assert.throws(() => ci.run({ code: '1', language: 'python', maxOutputBytes: 'x' }), OpenSandboxOptionError);
+      assert.throws(() => new CodeInterpreter({ baseUrl: 'ftp://x' }), OpenSandboxOptionError);
+      assert.throws(() => new CodeInterpreter({ baseUrl: 'http://x', headers: { 'OPEN-SANDBOX-API-KEY': 'k' } }), OpenSandboxOptionError);
+    });
+
+    it('a server that never answers fails the cell at the idle deadline, and a plain call at its timeout', async () => {
+      const peer = await rawPeer(() => {}); // accepts, reads, never answers (like execd retrying for a kernel)
+      try {
+        const slow = new CodeInterpreter({ baseUrl: peer.url, requestTimeoutMs: 400, idleTimeoutMs: 400 });
+        await assert.rejects(slow.run({ code: '1', language: 'python' }).result,
+          (e) => e instanceof OpenSandboxTimeoutError && e.code === 'STREAM_IDLE' && /sent nothing for 400 ms/.test(e.message));
+        await assert.rejects(slow.createContext({ language: 'python' }), (e) => e instanceof OpenSandboxTimeoutError && e.code === 'TIMEOUT');
+      } finally {
+        await peer.close();
+      }
+    });
+
+    it('waits for the end of the stream: output after execution_complete (Jupyter ordering) is kept', async () => {
+      const ev = (o) => `${JSON.stringify(o)}\n\n`;
+      const peer = await rawPeer((sock) => {
+        sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const chunk = (s) => sock.write(`${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`);
+        chunk(ev({ type: 'init', text: 'ctx1' }) + ev({ type: 'execution_complete', execution_time: 5 }));
+        setImmediate(() => {
+          chunk(ev({ type: 'stdout', text: 'late\n' }) + ev({ type: 'result', results: { text: '42' } }) + ev({ type: 'execution_count', execution_count: 7 }));
+          sock.end('0\r\n\r\n');
+        });
+      });
+      try {
+        const quirky = new CodeInterpreter({ baseUrl: peer.url });
+        const r = await quirky.run({ code: 'x', language: 'python', contextId: 'ctx1' }).result;
+        assert.equal(r.stdout, 'late\n');
+        assert.deepEqual(r.results, [{ text: '42' }]);
+        assert.equal(r.executionCount, 7);
+        assert.equal(r.executionTimeMs, 5);
+        assert.equal(r.completed, true);
+        assert.equal(r.success, true);
+      } finally {
+        await peer.close();
+      }
+    });
+  });
+
+  describe('createCodeInterpreterTools', () => {
+    it('validates its options', () => {
+      assert.throws(() => createCodeInterpreterTools({}), /must be an OpenSandboxSandbox/);
+      assert.throws(() => createCodeInterpreterTools(sandbox, { languages: ['cobol'] }), /unknown language "cobol"; supported: python, bash/);
+      assert.throws(() => createCodeInterpreterTools(sandbox, { languages: ['python'], defaultLanguage: 'bash' }), OpenSandboxOptionError);
+      assert.throws(() => createCodeInterpreterTools(sandbox, { requireApproval: { runCodes: true } }), /unknown tool/);
+      assert.throws(() => createCodeInterpreterTools(sandbox, { timeoutMs: -5 }), OpenSandboxOptionError);
+    });
+
+    it('offers four tools with zod schemas and per-tool approval', () => {
+      const tools = createCodeInterpreterTools(sandbox, { requireApproval: { runCode: true } });
+      assert.deepEqual(Object.keys(tools), Object.values(CODE_INTERPRETER_TOOLS));
+      assert.equal(tools.run_code.requireApproval, true);
+      assert.equal(tools.list_code_contexts.requireApproval, false);
+      assert.equal(createCodeInterpreterTools(sandbox, { requireApproval: true }).delete_code_context.requireApproval, true);
+      assert.equal(tools.run_code.inputSchema.safeParse({ code: 'x', language: 'cobol' }).success, false);
+      assert.equal(tools.run_code.inputSchema.safeParse({ code: 'x', language: 'bash' }).success, true);
+    });
+
+    it('run_code reuses a default context per language, compacts the result and reports the full one', async () => {
+      const full = [];
+      const tools = createCodeInterpreterTools(sandbox, { onResult: (entry) => full.push(entry), tracebackLines: 2 });
+      const a = await tools.run_code.execute({ code: 'x = 41' }, {});
+      const b = await tools.run_code.execute({ code: 'print("p")\nx + 1', language: 'python' }, {});
+      assert.equal(a.contextId, b.contextId);
+      assert.equal(b.result, '42');
+      assert.equal(b.stdout, 'p\n');
+      assert.equal(b.success, true);
+      assert.equal(b.error, null);
+      const js = await tools.run_code.execute({ code: '[1, 2].length', language: 'javascript' }, {});
+      assert.notEqual(js.contextId, a.contextId);
+      assert.equal(js.result, '2');
+      const err = await tools.run_code.execute({ code: 'def f():\n    raise ValueError("bad")\nf()' }, {});
+      assert.equal(err.success, false);
+      assert.deepEqual(err.error, { name: 'ValueError', message: 'bad', traceback: '    raise ValueError("bad")\nValueError: bad' });
+      const plot = await tools.run_code.execute({ code: 'import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()' }, {});
+      assert.deepEqual(plot.richOutputs, ['image/png']);
+      assert.equal(full.length, 5);
+      assert.equal(full[4].contextId, a.contextId);
+      assert.deepEqual(Buffer.from(full[4].result.results[0]['image/png'], 'base64').subarray(0, 8), PNG_SIGNATURE);
+      assert.equal(full[3].result.error.ename, 'ValueError');
+    });
+
+    it('clips output for the model and keeps flags; limits come from the options', async () => {
+      const full = [];
+      const tools = createCodeInterpreterTools(sandbox, { maxOutputBytes: 5000, maxModelOutputChars: 100, onResult: (e) => full.push(e) });
+      const r = await tools.run_code.execute({ code: 'print("z" * 200000)' }, {});
+      assert.equal(r.stdoutTruncated, true);
+      assert.equal(r.stdout, `${'z'.repeat(100)}\n[... 4900 more characters not shown]`);
+      assert.equal(full[0].result.stdout.length, 5000);
+      assert.equal(full[0].result.stdoutDroppedBytes, 200001 - 5000);
+    });
+
+    it('unknown language: a clear error before any request; unknown context: a typed error', async () => {
+      const fresh = new OpenSandboxSandbox({ domain: server.domain });
+      const tools = createCodeInterpreterTools(fresh, { languages: ['python', 'bash'] });
+      const bad = await tools.run_code.execute({ code: '1', language: 'javascript' }, {}); // Mastra validates the zod input
+      assert.equal(bad.error, true);
+      assert.match(bad.message, /language: Invalid option: expected one of "python"\|"bash"/);
+      assert.equal(fresh.status, 'pending'); // nothing was started
+      const live = createCodeInterpreterTools(sandbox);
+      await assert.rejects(live.run_code.execute({ code: '1', contextId: 'e'.repeat(32) }, {}), OpenSandboxContextNotFoundError);
+      await assert.rejects(live.delete_code_context.execute({ contextId: 'e'.repeat(32) }, {}), OpenSandboxContextNotFoundError);
+    });
+
+    it('creates, lists and deletes contexts; a deleted default context is replaced', async () => {
+      const tools = createCodeInterpreterTools(sandbox);
+      const created = await tools.create_code_context.execute({ language: 'bash' }, {});
+      assert.equal(created.language, 'bash');
+      await tools.run_code.execute({ code: 'Y=7', contextId: created.contextId }, {});
+      const y = await tools.run_code.execute({ code: 'echo $Y', contextId: created.contextId }, {});
+      assert.equal(y.stdout, '7\n');
+      assert.equal(y.language, 'bash'); // learned from the context
+      const def = await tools.run_code.execute({ code: 'z = 1' }, {});
+      const listed = await tools.list_code_contexts.execute({}, {});
+      assert.deepEqual(listed.contexts.find((c) => c.contextId === created.contextId), { contextId: created.contextId, language: 'bash', isDefault: false });
+      assert.deepEqual(listed.contexts.find((c) => c.contextId === def.contextId), { contextId: def.contextId, language: 'python', isDefault: true });
+      assert.deepEqual(await tools.delete_code_context.execute({ contextId: def.contextId }, {}), { contextId: def.contextId, deleted: true });
+      const again = await tools.run_code.execute({ code: "'z' in globals()" }, {});
+      assert.notEqual(again.contextId, def.contextId);
+      assert.equal(again.result, 'False');
+      await ci.deleteContext(again.contextId); // behind the tools' back: the next run makes a new default context
+      const third = await tools.run_code.execute({ code: '3' }, {});
+      assert.equal(third.result, '3');
+      assert.notEqual(third.contextId, again.contextId);
+    });
+
+    it('a real Agent keeps state across tool calls and streams output through the tool writer', async () => {
+      const tools = createCodeInterpreterTools(sandbox);
+      const model = createScriptedModel([
+        { toolCall: { toolName: 'run_code', input: { code: 'x = 41\nprint("defined")' } } },
+        { toolCall: { toolName: 'run_code', input: { code: 'x + 1' } } },
+        (ctx) => ({ text: `the answer is ${JSON.parse(ctx.lastToolResult).result}` }),
+      ]);
+      const agent = new Agent({ id: 'code-agent', name: 'code agent', instructions: 'Use the code interpreter.', model, tools });
+      const out = await agent.stream('Compute.', { maxSteps: 4 });
+      const stdout = [];
+      for await (const chunk of out.fullStream) {
+        if (chunk.type === 'data-code-stdout') stdout.push(chunk.data.output);
+      }
+      assert.equal(await out.text, 'the answer is 42');
+      assert.deepEqual(stdout, ['defined\n']);
+      const offered = (model.calls[0].tools ?? []).map((t) => t.name).sort();
+      assert.deepEqual(offered, Object.values(CODE_INTERPRETER_TOOLS).sort());
+    });
+  });
+
+  describe('afterwards', () => {
+    it('leaves no requests in flight', async () => {
+      await waitFor(() => stats().requestsInFlight === 0, { timeoutMs: 10000, message: `requests in flight: ${JSON.stringify(stats())}` });
+    });
+  });
+});
