@@ -187,6 +187,38 @@ describe('dev-server execd commands', function () {
     assert.equal((await sbx.commands.run('cat /tmp/after-close')).logs.stdout[0].text, 'done');
   });
 
+  it('bash sessions keep exported variables and the directory across runs', async () => {
+    const sid = await sbx.commands.createSession({ workingDirectory: '/tmp/sess' });
+    const first = await sbx.commands.runInSession(sid, 'export X=42; cd /tmp; echo to-stderr >&2');
+    assert.deepEqual(first.logs.stdout.map((m) => m.text), ['to-stderr']); // merged into stdout
+    assert.equal(first.exitCode, 0);
+    const second = await sbx.commands.runInSession(sid, 'echo $X; pwd; exit 5');
+    assert.deepEqual(second.logs.stdout.map((m) => m.text), ['42', '/tmp']);
+    assert.equal(second.exitCode, 5);
+    await sbx.commands.deleteSession(sid);
+    const gone = await raw(`/session/${sid}`, { method: 'DELETE' });
+    assert.equal(gone.status, 404);
+    assert.equal(gone.json.code, 'CONTEXT_NOT_FOUND');
+  });
+
+  it('session failures inside the stream are bare {code,message} objects (busy, timeout)', async () => {
+    const sid = (await raw('/session', { method: 'POST' })).json.session_id;
+    const slow = raw(`/session/${sid}/run`, { method: 'POST', body: { command: 'sleep 1; echo slow-done' } });
+    await waitFor(async () => {
+      const ps = await sbx.commands.run('ps -eo args');
+      return ps.logs.stdout.some((m) => m.text === 'sleep 1');
+    }, { message: 'first run started' });
+    const busy = await raw(`/session/${sid}/run`, { method: 'POST', body: { command: 'true' } });
+    const lines = busy.text.trimEnd().split('\n\n').map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((e) => e.type), ['init', 'ping', undefined]);
+    assert.deepEqual(lines[2], { code: 'RUNTIME_ERROR', message: 'error running in session: session is busy' });
+    assert.ok((await slow).text.includes('"text":"slow-done"'));
+    const timed = await raw(`/session/${sid}/run`, { method: 'POST', body: { command: 'sleep 5', timeout: 300 } });
+    assert.deepEqual(JSON.parse(timed.text.trimEnd().split('\n\n').at(-1)), { code: 'RUNTIME_ERROR', message: 'error running in session. timeout after 0.3s' });
+    const unknown = await raw('/session/nope/run', { method: 'POST', body: { command: 'true' } });
+    assert.equal(unknown.status, 500);
+  });
+
   it('runs 200 concurrent commands', async () => {
     const runs = Array.from({ length: 200 }, (_, i) => raw('/command', { method: 'POST', body: { command: `echo ${i}` }, timeoutMs: 45000 }));
     const results = await Promise.all(runs);
