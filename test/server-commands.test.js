@@ -219,6 +219,28 @@ describe('dev-server execd commands', function () {
     assert.equal(unknown.status, 500);
   });
 
+  it('metrics: the official client reads them; /metrics/watch streams JSON lines', async () => {
+    const m = await sbx.getMetrics();
+    assert.equal(m.cpuCount, (await import('node:os')).availableParallelism());
+    assert.ok(m.cpuUsedPercentage >= 0 && m.cpuUsedPercentage <= 100);
+    assert.ok(m.memoryTotalMiB > 0 && m.memoryUsedMiB > 0 && m.memoryUsedMiB <= m.memoryTotalMiB);
+    const line = await new Promise((resolve, reject) => {
+      const req = http.get(`${execd}/metrics/watch`, { agent: false }, (res) => {
+        let text = '';
+        res.on('data', (d) => {
+          text += d;
+          if (text.includes('\n')) {
+            req.destroy();
+            resolve(text);
+          }
+        });
+      });
+      req.on('error', (e) => { if (e.code !== 'ECONNRESET') reject(e); });
+      req.setTimeout(10000, () => req.destroy(new Error('no metrics line within 10 s')));
+    });
+    assert.match(line, /^\{"cpu_count":\d+,"cpu_used_pct":[\d.]+,"mem_total_mib":[\d.]+,"mem_used_mib":[\d.]+,"timestamp":\d+\}\n$/);
+  });
+
   it('runs 200 concurrent commands', async () => {
     const runs = Array.from({ length: 200 }, (_, i) => raw('/command', { method: 'POST', body: { command: `echo ${i}` }, timeoutMs: 45000 }));
     const results = await Promise.all(runs);

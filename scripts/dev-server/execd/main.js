@@ -25,6 +25,7 @@ import { createRoutes as fileRoutes } from './files.js';
 import { createRoutes as ptyRoutes } from './pty.js';
 import { createRoutes as proxyRoutes } from './proxy.js';
 import { createRoutes as sessionRoutes } from './sessions.js';
+import { createRoutes as metricsRoutes } from './metrics.js';
 import { createRoutes as codeRoutes } from './code.js';
 
 const { values: opts } = parseArgs({
@@ -50,7 +51,7 @@ const ctx = {
   self: opts.socket ? { socketPath: opts.socket } : { host: opts.host, port: Number(opts.port ?? 44772) },
   interrupters: [],
 };
-const modules = [commandRoutes(ctx), sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx)];
+const modules = [commandRoutes(ctx), sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx), metricsRoutes(ctx)];
 
 function authorized(req) {
   return !ctx.token || req.headers['x-execd-access-token'] === ctx.token;
