@@ -353,6 +353,12 @@ describe('native API (C core) against the local server', function () {
         assert.equal(err.code, 'ECHO');
         assert.equal(err.requestId, 'rid-1');
         assert.ok(peer.seen[0].includes(`OPEN-SANDBOX-API-KEY: ${API_KEY}`));
+        assert.match(peer.seen[0], /^GET \/sandboxes\/abc HTTP\/1\.1\r\n/);
+        assert.match(peer.seen[0], /\r\nX-Request-ID: [0-9a-f]{32}\r\n/);
+        assert.match(peer.seen[0], /\r\nAccept: application\/json\r\n/);
+        await rejection(l.pause('abc')); // a body-less POST: no form content type
+        assert.match(peer.seen.at(-1), /^POST \/sandboxes\/abc\/pause HTTP\/1\.1\r\n/);
+        assert.ok(!/content-type/i.test(peer.seen.at(-1)), peer.seen.at(-1));
         assert.ok(!err.message.includes(API_KEY), err.message);
         assert.match(err.message, /OPEN-SANDBOX-API-KEY: \*\*\*/);
         const x = new Execd({ baseUrl: peer.url, headers: { 'X-EXECD-ACCESS-TOKEN': 'tok-secret-9' } });

@@ -207,7 +207,8 @@ static int submit(osb_engine *e, const osb_lc *lc, const char *method, const cha
   snprintf(line, sizeof line, "X-Request-ID: %s", c->request_id);
   c->headers[c->nheaders++] = strdup(line);
   c->headers[c->nheaders++] = strdup("Accept: application/json");
-  if (body) c->headers[c->nheaders++] = strdup("Content-Type: application/json");
+  /* "Content-Type:" (empty) removes curl's form type from a body-less POST */
+  c->headers[c->nheaders++] = strdup(body ? "Content-Type: application/json" : "Content-Type:");
   if (lc->api_key) {
     size_t n = strlen(lc->api_key) + 32;
     char *h = malloc(n);
