@@ -147,6 +147,21 @@ describe('dev-server lifecycle API', function () {
     await Promise.all([sbx.close(), resumed.close()]);
   });
 
+  it('a sandbox whose execd dies is listed as Failed and cannot be paused', async () => {
+    const { json } = await createRaw();
+    const ep = (await api(`/v1/sandboxes/${json.id}/endpoints/44772`)).json;
+    await request(`http://${ep.endpoint}/command`, { method: 'POST', body: { command: 'kill -9 $PPID' } }).catch(() => {});
+    const st = await waitFor(async () => {
+      const g = await api(`/v1/sandboxes/${json.id}`);
+      return g.json.status.state !== 'Running' && g.json.status;
+    }, { message: 'state leaves Running' });
+    assert.equal(st.state, 'Failed');
+    assert.equal(st.message, 'Sandbox main process exited (exit code 137).'); // bwrap reports 128 + SIGKILL
+    const p = await api(`/v1/sandboxes/${json.id}/pause`, { method: 'POST' });
+    assert.equal(p.status, 409);
+    assert.equal((await api(`/v1/sandboxes/${json.id}`, { method: 'DELETE' })).status, 204);
+  });
+
   it('pause and resume answer 202 with an empty body', async () => {
     const { json } = await createRaw();
     const p = await api(`/v1/sandboxes/${json.id}/pause`, { method: 'POST' });

@@ -113,6 +113,15 @@ export class Sandboxes {
     if (sb.deleting || this.closing) throw notFound(id);
     this.transition(sb, 'Running', 'CONTAINER_RUNNING', 'Sandbox container started successfully.');
     this.schedule(sb);
+    // execd (the sandbox's main process) died on its own: the sandbox stays listed, like an exited container
+    proc.exitPromise.then(() => {
+      if (sb.deleting) return;
+      const { code, signal, error } = proc.exited;
+      const ok = code === 0;
+      const why = error ? error.message : signal ? `killed by ${signal}` : `exit code ${code}`;
+      this.transition(sb, ok ? 'Terminated' : 'Failed', ok ? 'CONTAINER_EXITED' : 'CONTAINER_FAILED', `Sandbox main process exited (${why}).`);
+      this.options.log?.(`sandbox ${id}: execd exited (${why})`);
+    });
     this.options.log?.(`sandbox ${id} created${req.allowNetwork ? ' (network allowed)' : ''}`);
     return sb;
   }
