@@ -4,6 +4,7 @@
 // model a compact result and the application the full one through `onResult`).
 import { createRequire } from 'node:module';
 import { createTool } from '@mastra/core/tools';
+import { SandboxNotReadyError } from '@mastra/core/workspace';
 import { z } from 'zod';
 import './native.js'; // loads the addon first, with a clear message when it is missing
 import { OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
@@ -315,7 +316,7 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
   async function client() {
     await sandbox.ensureRunning();
     const conn = sandbox[EXECD_CONNECTION]();
-    if (!conn) throw new OpenSandboxError('code interpreter: the sandbox is not running', 'SANDBOX_NOT_READY', { kind: 'state' });
+    if (!conn) throw new SandboxNotReadyError(sandbox.id);
     const key = `${conn.baseUrl}\n${JSON.stringify(conn.headers)}`;
     if (key !== state.key) {
       state.client = new CodeInterpreter({ ...conn, idleTimeoutMs: o.idleTimeoutMs });

@@ -168,3 +168,5 @@ export declare class OpenSandboxTimeoutError extends OpenSandboxError {
 }
 export declare class OpenSandboxProtocolError extends OpenSandboxError {}
 export declare class OpenSandboxCancelledError extends OpenSandboxError {}
+
+export * from './code-interpreter.js';
