@@ -1,0 +1,1072 @@
+/* The process table: execd PTY sessions in pipe mode driven by a wrapper script (see process.h). */
+#define _GNU_SOURCE
+#include "process.h"
+#include "lifecycle.h"
+#include "core/buf.h"
+#include "core/http.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#define FLUSH_MS 5
+#define FLUSH_BYTES (64 * 1024)
+#define DRAIN_MS 2000        /* after the ack: wait this long for the exit frame before deleting the session */
+#define MAX_RECONNECTS 5
+#define RECONNECT_BASE_MS 100
+#define KILLED_EXIT 137
+#define TIMEOUT_EXIT 124
+
+static long g_count; /* atomic: processes alive in the table */
+long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
+
+typedef struct stdin_msg {
+  struct stdin_msg *next;
+  osb_proc_done_fn done; /* NULL for our own lines (go, ack) */
+  void *ud;
+  size_t n;
+  char data[]; /* 0x00 + bytes */
+} stdin_msg;
+
+typedef struct waiter {
+  struct waiter *next;
+  osb_proc_done_fn done;
+  void *ud;
+} waiter;
+
+enum { S_INIT = 0, S_STARTING, S_RUNNING, S_SETTLED };
+
+struct osb_proc {
+  osb_active active;
+  int refs; /* atomic: caller + engine side + queued events */
+  osb_engine *e;
+  osb_ws *ws;
+  /* configuration (immutable) */
+  char *base_url, *ws_base;
+  char **headers;  /* "Name: value" for HTTP */
+  char **hdr_kv;   /* name, value pairs for the WebSocket handshake */
+  char **secrets;  /* header values, NULL-terminated */
+  size_t nh;
+  long req_timeout, timeout_ms;
+  char *body;      /* POST /pty body (spawn) */
+  int attach;
+  uint64_t since;
+  char sid[128], nonce[33], pid[176];
+  char pat_exit[64], pat_err[64];
+  osb_proc_callbacks cb;
+  void *ud;
+  /* engine-thread state */
+  int state, engine_side, cleaning, handles_open;
+  int go_pending;       /* send the go line at "connected" */
+  int connected;
+  osb_ws_conn *conn;
+  struct ws_link *link; /* the ud of conn */
+  unsigned gen;         /* connection generation: events of older connections are ignored */
+  osb_http_req *req;    /* POST / GET status / DELETE (cleanup) */
+  osb_http_req *del;    /* DELETE for kill/timeout */
+  uint64_t received;    /* bytes of the merged output stream seen */
+  osb_buf hold[2];      /* scanner holdback per stream (0 = stdout, 1 = stderr) */
+  int got_exit, got_err, marker_code;
+  osb_tail tail[2];
+  osb_buf batch[2];
+  uv_timer_t flush_timer, timeout_timer, retry_timer;
+  int reconnects, takeover;
+  stdin_msg *qhead, *qtail;
+  waiter *kill_waiters;
+  int kill_requested, timed_out, draining;
+  char error_text[512];
+};
+
+/* What a WebSocket connection's callbacks get: the process and the connection's generation. */
+typedef struct ws_link {
+  osb_proc *p;
+  unsigned gen;
+} ws_link;
+
+/* ---------------------------------------------------------------- helpers */
+
+static void drop_conn(osb_proc *p) {
+  if (p->conn) osb_ws_conn_release(p->conn); /* no callback of it runs after this */
+  free(p->link);
+  p->conn = NULL;
+  p->link = NULL;
+  p->connected = 0;
+}
+
+static void free_strv(char **v, size_t n) {
+  if (!v) return;
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+static void proc_free(osb_proc *p) {
+  free(p->base_url);
+  free(p->ws_base);
+  free_strv(p->headers, p->nh);
+  free_strv(p->hdr_kv, 2 * p->nh);
+  free_strv(p->secrets, p->nh);
+  free(p->body);
+  for (int i = 0; i < 2; i++) {
+    osb_buf_free(&p->hold[i]);
+    osb_buf_free(&p->batch[i]);
+    osb_tail_free(&p->tail[i]);
+  }
+  while (p->qhead) {
+    stdin_msg *m = p->qhead;
+    p->qhead = m->next;
+    free(m);
+  }
+  while (p->kill_waiters) {
+    waiter *w = p->kill_waiters;
+    p->kill_waiters = w->next;
+    free(w);
+  }
+  free(p);
+}
+
+static void proc_ref(osb_proc *p) { __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED); }
+void osb_proc_release(osb_proc *p) {
+  if (p && __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) == 0) proc_free(p);
+}
+
+/* Appends s single-quoted for the shell. */
+static int shq(osb_buf *b, const char *s) {
+  if (osb_buf_append(b, "'", 1)) return -1;
+  for (; *s; s++) {
+    if (*s == '\'') {
+      if (osb_buf_append_str(b, "'\\''")) return -1;
+    } else if (osb_buf_append(b, s, 1)) {
+      return -1;
+    }
+  }
+  return osb_buf_append(b, "'", 1);
+}
+
+static int is_ident(const char *s) {
+  if (!*s || !(isalpha((unsigned char)*s) || *s == '_')) return 0;
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || *s == '_')) return 0;
+  return 1;
+}
+
+char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
+  if (!o->command || !*o->command) {
+    snprintf(err, errlen, "command must be a non-empty string");
+    return NULL;
+  }
+  for (size_t i = 0; i < o->nenv; i++) {
+    if (!is_ident(o->env_kv[2 * i])) {
+      snprintf(err, errlen, "environment variable name %.64s is not a valid shell identifier", o->env_kv[2 * i]);
+      return NULL;
+    }
+  }
+  long ack = o->ack_wait_s > 0 ? o->ack_wait_s : 600;
+  osb_buf b;
+  osb_buf_init(&b);
+  int bad = 0;
+  bad |= osb_buf_appendf(&b,
+                         "n=%s; f=\"${TMPDIR:-/tmp}/.osb-proc-$n\"\n"
+                         "if [ ! -e \"$f\" ]; then\n"
+                         "  : >\"$f\" 2>/dev/null\n"
+                         "  while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; esac; done\n"
+                         "  (\n",
+                         nonce);
+  for (size_t i = 0; i < o->nenv; i++) {
+    bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
+    bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
+    bad |= osb_buf_append_str(&b, "\n");
+  }
+  if (o->cwd && *o->cwd) {
+    bad |= osb_buf_append_str(&b, "  cd -- ");
+    bad |= shq(&b, o->cwd);
+    bad |= osb_buf_append_str(&b, " || exit 1\n");
+  }
+  bad |= osb_buf_append_str(&b, "  exec bash -c ");
+  bad |= shq(&b, o->command);
+  bad |= osb_buf_append_str(&b, o->stdin_ignore ? " </dev/null\n" : "\n");
+  bad |= osb_buf_appendf(&b,
+                         "  )\n"
+                         "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
+                         "else\n"
+                         "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
+                         "fi\n"
+                         "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
+                         "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
+                         "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                         "exit 0\n",
+                         ack);
+  if (bad) {
+    osb_buf_free(&b);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  return osb_buf_steal(&b, NULL);
+}
+
+static const char **http_headers(osb_proc *p, const char *extra, size_t *n) {
+  const char **h = calloc(p->nh + 2, sizeof *h);
+  if (!h) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < p->nh; i++) h[k++] = p->headers[i];
+  if (extra) h[k++] = extra;
+  *n = k;
+  return h;
+}
+
+/* Starts an HTTP request on the engine; NULL on OOM. */
+static osb_http_req *http(osb_proc *p, const char *method, const char *path, const char *body, osb_http_done_fn done) {
+  size_t n = 0;
+  const char **h = http_headers(p, body ? "Content-Type: application/json" : NULL, &n);
+  osb_buf url;
+  osb_buf_init(&url);
+  osb_http_req *r = NULL;
+  if (h && osb_buf_appendf(&url, "%s%s", p->base_url, path) == 0) {
+    osb_http_opts o;
+    memset(&o, 0, sizeof o);
+    o.method = method;
+    o.url = url.data;
+    o.headers = h;
+    o.nheaders = n;
+    o.body = body;
+    o.body_len = body ? strlen(body) : 0;
+    o.timeout_ms = p->req_timeout;
+    o.retry_connect = strcmp(method, "POST") != 0;
+    o.on_done = done;
+    o.ud = p;
+    r = osb_http_start(p->e, &o);
+  }
+  free(h);
+  osb_buf_free(&url);
+  return r;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void flush(osb_proc *p) {
+  uv_timer_stop(&p->flush_timer);
+  if (!p->batch[0].len && !p->batch[1].len) return;
+  if (p->cb.on_output)
+    p->cb.on_output(p->ud, p->batch[0].data ? p->batch[0].data : "", p->batch[0].len,
+                    p->batch[1].data ? p->batch[1].data : "", p->batch[1].len);
+  osb_buf_reset(&p->batch[0]);
+  osb_buf_reset(&p->batch[1]);
+}
+
+static void on_flush_timer(uv_timer_t *t) { flush(t->data); }
+
+static void emit(osb_proc *p, int which, const char *s, size_t n) {
+  if (!n || p->state == S_SETTLED) return;
+  osb_tail_append(&p->tail[which], s, n);
+  osb_buf_append(&p->batch[which], s, n);
+  if (p->batch[0].len + p->batch[1].len >= FLUSH_BYTES) flush(p);
+  else if (!uv_is_active((uv_handle_t *)&p->flush_timer)) uv_timer_start(&p->flush_timer, on_flush_timer, FLUSH_MS, 0);
+}
+
+/* 1: a whole marker at s (length, kind 1 = exit with code, 2 = stderr end); 0: s is a proper prefix of one;
+ * -1: no marker. */
+static int match_marker(const osb_proc *p, const char *s, size_t n, size_t *mlen, int *kind, int *code) {
+  size_t el = strlen(p->pat_err), xl = strlen(p->pat_exit);
+  int r_err = -1, r_exit = -1;
+  if (memcmp(s, p->pat_err, n < el ? n : el) == 0) {
+    if (n < el) r_err = 0;
+    else {
+      *mlen = el;
+      *kind = 2;
+      return 1;
+    }
+  }
+  if (memcmp(s, p->pat_exit, n < xl ? n : xl) == 0) {
+    if (n < xl) r_exit = 0;
+    else {
+      size_t i = xl;
+      if (i < n && s[i] == '-') i++;
+      size_t d0 = i;
+      while (i < n && i - d0 < 11 && isdigit((unsigned char)s[i])) i++;
+      if (i == n) r_exit = i - d0 < 11 ? 0 : -1;
+      else if (s[i] == 0x1f && i > d0) {
+        char num[16];
+        size_t l = i - xl;
+        memcpy(num, s + xl, l);
+        num[l] = 0;
+        *code = atoi(num);
+        *mlen = i + 1;
+        *kind = 1;
+        return 1;
+      }
+    }
+  }
+  return (r_err == 0 || r_exit == 0) ? 0 : -1;
+}
+
+static void try_finish(osb_proc *p);
+
+/* Feeds bytes of one stream through the marker scanner. */
+static void scan(osb_proc *p, int which, const char *data, size_t n) {
+  osb_buf *h = &p->hold[which];
+  const char *s = data;
+  size_t len = n;
+  osb_buf tmp;
+  osb_buf_init(&tmp);
+  if (h->len) {
+    osb_buf_append(&tmp, h->data, h->len);
+    osb_buf_append(&tmp, data, n);
+    osb_buf_reset(h);
+    s = tmp.data;
+    len = tmp.len;
+  }
+  size_t from = 0, i = 0;
+  while (i < len) {
+    const char *q = memchr(s + i, 0x1f, len - i);
+    if (!q) break;
+    size_t j = (size_t)(q - s), mlen = 0;
+    int kind = 0, code = 0;
+    int r = match_marker(p, s + j, len - j, &mlen, &kind, &code);
+    if (r == 1) {
+      emit(p, which, s + from, j - from);
+      if (kind == 1) {
+        p->got_exit = 1;
+        p->marker_code = code;
+      } else {
+        p->got_err = 1;
+      }
+      from = i = j + mlen;
+      continue;
+    }
+    if (r == 0) {
+      emit(p, which, s + from, j - from);
+      osb_buf_append(h, s + j, len - j);
+      from = i = len;
+      break;
+    }
+    i = j + 1;
+  }
+  emit(p, which, s + from, len - from);
+  osb_buf_free(&tmp);
+  if (p->got_exit && p->got_err) try_finish(p);
+}
+
+/* ---------------------------------------------------------------- lifecycle of one process */
+
+static void connect_ws(osb_proc *p);
+static void cleanup(osb_proc *p);
+static void send_line(osb_proc *p, const char *fmt);
+static void send_kill(osb_proc *p);
+
+static void settle_waiters(osb_proc *p, int flag) {
+  while (p->kill_waiters) {
+    waiter *w = p->kill_waiters;
+    p->kill_waiters = w->next;
+    w->done(w->ud, NULL, flag);
+    free(w);
+  }
+}
+
+/* Fails queued user writes; keeps our own protocol lines unless all is set. */
+static void fail_stdin(osb_proc *p, int all) {
+  osb_error err;
+  osb_error_set(&err, OSB_KIND_API, "PROCESS_EXITED", "the process has exited: stdin is closed");
+  stdin_msg *keep = NULL, **kt = &keep, *m = p->qhead;
+  p->qhead = p->qtail = NULL;
+  while (m) {
+    stdin_msg *n = m->next;
+    if (m->done || all) {
+      if (m->done) m->done(m->ud, &err, 0);
+      free(m);
+    } else {
+      m->next = NULL;
+      *kt = m;
+      kt = &m->next;
+      p->qtail = m;
+    }
+    m = n;
+  }
+  p->qhead = keep;
+}
+
+/* The one on_exit. error_text != NULL: no status known. */
+static void settle(osb_proc *p, int code, int killed, int timed_out, const char *error_text) {
+  if (p->state == S_SETTLED) return;
+  for (int i = 0; i < 2; i++) { /* an unfinished marker prefix is output after all */
+    if (p->hold[i].len) {
+      osb_buf h = p->hold[i];
+      osb_buf_init(&p->hold[i]);
+      emit(p, i, h.data, h.len);
+      osb_buf_free(&h);
+    }
+  }
+  flush(p);
+  p->state = S_SETTLED;
+  uv_timer_stop(&p->timeout_timer);
+  uv_timer_stop(&p->retry_timer);
+  osb_proc_exit x;
+  memset(&x, 0, sizeof x);
+  x.exit_code = code;
+  x.killed = killed;
+  x.timed_out = timed_out;
+  x.error_text = error_text;
+  for (int i = 0; i < 2; i++) osb_tail_align_utf8(&p->tail[i]);
+  x.out = osb_tail_data(&p->tail[0], &x.out_len);
+  x.err = osb_tail_data(&p->tail[1], &x.err_len);
+  x.out_dropped = p->tail[0].dropped;
+  x.err_dropped = p->tail[1].dropped;
+  p->cb.on_exit(p->ud, &x);
+  fail_stdin(p, 0);
+  settle_waiters(p, killed || timed_out);
+}
+
+static void settle_failed(osb_proc *p, const char *fmt, const char *detail) {
+  snprintf(p->error_text, sizeof p->error_text, fmt, detail ? detail : "");
+  osb_redact(p->error_text, sizeof p->error_text, (const char *const *)p->secrets);
+  settle(p, -1, 0, 0, p->error_text);
+  cleanup(p);
+}
+
+static void on_cleanup_delete(void *ud, const osb_http_result *res) {
+  (void)res;
+  osb_proc *p = ud;
+  p->req = NULL;
+  cleanup(p);
+}
+
+static void handle_closed(uv_handle_t *h) {
+  osb_proc *p = h->data;
+  if (--p->handles_open == 0) {
+    __atomic_sub_fetch(&g_count, 1, __ATOMIC_RELAXED);
+    osb_proc_release(p); /* the engine side's reference */
+  }
+}
+
+/* Ends the engine side once settled: closes the socket, waits for requests in flight, closes the timers. */
+static void cleanup(osb_proc *p) {
+  if (!p->engine_side) return;
+  p->cleaning = 1;
+  drop_conn(p);
+  fail_stdin(p, 1);
+  if (p->req || p->del) return; /* their on_done calls cleanup again */
+  p->engine_side = 0;
+  osb_engine_remove_active(p->e, &p->active);
+  uv_timer_stop(&p->flush_timer);
+  uv_timer_stop(&p->timeout_timer);
+  uv_timer_stop(&p->retry_timer);
+  uv_close((uv_handle_t *)&p->flush_timer, handle_closed);
+  uv_close((uv_handle_t *)&p->timeout_timer, handle_closed);
+  uv_close((uv_handle_t *)&p->retry_timer, handle_closed);
+}
+
+/* After a natural exit: the wrapper got its ack; once it is gone (exit frame, close or DRAIN_MS), delete the
+ * session so that execd frees its replay buffer, then clean up. */
+static void drain_done(osb_proc *p) {
+  if (!p->draining || p->cleaning) return;
+  p->draining = 0;
+  uv_timer_stop(&p->retry_timer);
+  drop_conn(p);
+  char path[200];
+  snprintf(path, sizeof path, "/pty/%s", p->sid);
+  p->req = http(p, "DELETE", path, NULL, on_cleanup_delete);
+  if (!p->req) cleanup(p);
+}
+
+static void on_drain_timer(uv_timer_t *t) { drain_done(t->data); }
+
+/* Both markers arrived: every byte written before them has been received. */
+static void try_finish(osb_proc *p) {
+  if (p->state == S_SETTLED || p->kill_requested) return;
+  send_line(p, "\nOSB-ACK:%s\n");
+  settle(p, p->marker_code, 0, 0, NULL);
+  p->draining = 1;
+  uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
+}
+
+/* ---------------------------------------------------------------- stdin */
+
+static void flush_stdin(osb_proc *p) {
+  if (!p->conn || !p->connected) return;
+  while (p->qhead) {
+    stdin_msg *m = p->qhead;
+    p->qhead = m->next;
+    if (!p->qhead) p->qtail = NULL;
+    int rc = osb_ws_send(p->conn, 1, m->data, m->n);
+    if (m->done) {
+      if (rc == 0) m->done(m->ud, NULL, 0);
+      else {
+        osb_error err;
+        osb_error_set(&err, OSB_KIND_TRANSPORT, "STDIN_FAILED", "cannot write to the process's stdin");
+        m->done(m->ud, &err, 0);
+      }
+    }
+    free(m);
+  }
+}
+
+static stdin_msg *new_msg(const void *data, size_t n) {
+  stdin_msg *m = malloc(sizeof *m + n + 1);
+  if (!m) return NULL;
+  m->next = NULL;
+  m->done = NULL;
+  m->ud = NULL;
+  m->n = n + 1;
+  m->data[0] = 0x00;
+  if (n) memcpy(m->data + 1, data, n);
+  return m;
+}
+
+static void enqueue(osb_proc *p, stdin_msg *m, int front) {
+  if (front) {
+    m->next = p->qhead;
+    p->qhead = m;
+    if (!p->qtail) p->qtail = m;
+  } else {
+    if (p->qtail) p->qtail->next = m;
+    else p->qhead = m;
+    p->qtail = m;
+  }
+}
+
+/* Our own protocol line (go / ack), fmt has one %s for the nonce. Goes before queued user stdin; queued while
+ * not connected. */
+static void send_line(osb_proc *p, const char *fmt) {
+  char line[96];
+  int n = snprintf(line, sizeof line, fmt, p->nonce);
+  stdin_msg *m = new_msg(line, (size_t)n);
+  if (!m) return;
+  if (p->conn && p->connected) {
+    osb_ws_send(p->conn, 1, m->data, m->n);
+    free(m);
+  } else {
+    enqueue(p, m, 1);
+  }
+}
+
+/* ---------------------------------------------------------------- WebSocket events (lws thread -> engine) */
+
+enum { EV_OPEN, EV_MSG, EV_CLOSE };
+typedef struct {
+  osb_proc *p;
+  unsigned gen;
+  int type, binary, code, http_status;
+  char reason[160];
+  size_t n;
+  char data[];
+} ws_event;
+
+static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
+  if (binary) {
+    if (n == 0) return;
+    unsigned t = (unsigned char)d[0];
+    if (t == 0x01 || t == 0x02) {
+      p->received += n - 1;
+      scan(p, t == 0x02, d + 1, n - 1);
+    } else if (t == 0x03 && n >= 9) {
+      uint64_t off = 0;
+      for (int i = 1; i <= 8; i++) off = (off << 8) | (unsigned char)d[i];
+      const char *b = d + 9;
+      size_t len = n - 9;
+      if (off + len <= p->received) return;
+      size_t skip = off < p->received ? (size_t)(p->received - off) : 0;
+      if (off > p->received) p->tail[0].dropped += off - p->received; /* overwritten in execd's ring */
+      p->received = off + len;
+      scan(p, 0, b + skip, len - skip);
+    }
+    return;
+  }
+  cJSON *j = cJSON_ParseWithLength(d, n);
+  const cJSON *type = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
+  const char *t = cJSON_IsString(type) ? type->valuestring : "";
+  if (!strcmp(t, "connected")) {
+    p->connected = 1;
+    p->reconnects = 0;
+    if (p->go_pending) {
+      p->go_pending = 0;
+      send_line(p, "OSB-GO:%s\n");
+    }
+    flush_stdin(p);
+  } else if (!strcmp(t, "exit")) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "exit_code");
+    int code = cJSON_IsNumber(c) ? c->valueint : -1;
+    if (p->draining) drain_done(p);
+    else if (p->state == S_RUNNING && !p->kill_requested) {
+      /* ended without the markers: the wrapper itself was killed (e.g. the whole group got a signal) */
+      settle(p, code < 0 ? KILLED_EXIT : code, 0, 0, NULL);
+      p->draining = 1;
+      drain_done(p);
+    }
+  } else if (!strcmp(t, "error")) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "code");
+    snprintf(p->error_text, sizeof p->error_text, "execd: %s: %s", cJSON_IsString(c) ? c->valuestring : "error",
+             cJSON_IsString(m) ? m->valuestring : "");
+  }
+  cJSON_Delete(j);
+}
+
+static void reconnect_later(osb_proc *p);
+
+static void on_ws_close(osb_proc *p, int code, const char *reason, int http_status) {
+  drop_conn(p);
+  if (p->draining) {
+    drain_done(p);
+    return;
+  }
+  if (p->state != S_RUNNING || p->kill_requested) return;
+  if (http_status == 404) {
+    settle_failed(p, "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
+  } else if (code == 4001) {
+    settle_failed(p, "another client took over the process's session%s", "");
+  } else {
+    if (http_status == 409) p->takeover = 1;
+    if (++p->reconnects > MAX_RECONNECTS) {
+      char why[200];
+      snprintf(why, sizeof why, "%s", reason);
+      settle_failed(p, "lost the connection to the process and could not reconnect: %s", why);
+    } else {
+      reconnect_later(p);
+    }
+  }
+}
+
+static void ws_event_job(osb_engine *e, void *arg, int shutdown) {
+  (void)e;
+  ws_event *ev = arg;
+  osb_proc *p = ev->p;
+  if (!shutdown && p->engine_side && p->conn && ev->gen == p->gen) {
+    if (ev->type == EV_MSG) on_ws_frame(p, ev->binary, ev->data, ev->n);
+    else if (ev->type == EV_CLOSE) on_ws_close(p, ev->code, ev->reason, ev->http_status);
+  }
+  free(ev);
+  osb_proc_release(p);
+}
+
+/* lws thread: copy and hand over to the engine thread. */
+static void post_event(ws_link *l, int type, int binary, const char *d, size_t n, int code, const char *reason,
+                       int http_status) {
+  ws_event *ev = malloc(sizeof *ev + n + 1);
+  if (!ev) return;
+  memset(ev, 0, sizeof *ev);
+  osb_proc *p = l->p;
+  ev->p = p;
+  ev->gen = l->gen;
+  ev->type = type;
+  ev->binary = binary;
+  ev->code = code;
+  ev->http_status = http_status;
+  if (reason) snprintf(ev->reason, sizeof ev->reason, "%s", reason);
+  ev->n = n;
+  if (n) memcpy(ev->data, d, n);
+  ev->data[n] = 0;
+  proc_ref(p);
+  if (osb_engine_post(p->e, ws_event_job, ev) != 0) {
+    free(ev);
+    osb_proc_release(p);
+  }
+}
+
+static void cb_open(void *ud) { (void)ud; }
+static void cb_message(void *ud, int binary, const char *p, size_t n) { post_event(ud, EV_MSG, binary, p, n, 0, NULL, 0); }
+static void cb_close(void *ud, int code, const char *reason, int http_status) {
+  post_event(ud, EV_CLOSE, 0, NULL, 0, code, reason, http_status);
+}
+static const osb_ws_callbacks WS_CB = {cb_open, cb_message, cb_close};
+
+static void connect_ws(osb_proc *p) {
+  char url[1024];
+  snprintf(url, sizeof url, "%s/pty/%s/ws?pty=0&since=%llu%s", p->ws_base, p->sid, (unsigned long long)p->received,
+           p->takeover ? "&takeover=1" : "");
+  char err[160] = "";
+  p->connected = 0;
+  ws_link *l = malloc(sizeof *l);
+  if (!l) {
+    settle_failed(p, "out of memory%s", "");
+    return;
+  }
+  l->p = p;
+  l->gen = ++p->gen;
+  osb_ws_conn *c = osb_ws_connect(p->ws, url, (const char *const *)p->hdr_kv, p->nh, &WS_CB, l, err, sizeof err);
+  if (!c) {
+    free(l);
+    settle_failed(p, "cannot open the process's WebSocket: %s", err);
+    return;
+  }
+  p->conn = c;
+  p->link = l;
+}
+
+/* ---------------------------------------------------------------- reconnect: GET /pty/{id} first */
+
+static void on_status_done(void *ud, const osb_http_result *res) {
+  osb_proc *p = ud;
+  p->req = NULL;
+  if (p->cleaning) {
+    cleanup(p);
+    return;
+  }
+  int ok = res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300;
+  int gone = res->error == OSB_HTTP_OK && res->status == 404;
+  if (p->state == S_STARTING) { /* reattach */
+    if (!ok) {
+      osb_error err;
+      osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+      if (gone) osb_error_set(&err, OSB_KIND_API, "PROCESS_NOT_FOUND", "no process %s on execd", p->pid);
+      err.status = res->status;
+      p->cb.on_started(p->ud, &err, NULL);
+      p->state = S_SETTLED;
+      cleanup(p);
+      return;
+    }
+    p->state = S_RUNNING;
+    p->cb.on_started(p->ud, NULL, p->pid);
+    if (p->kill_requested) send_kill(p);
+    else connect_ws(p);
+    return;
+  }
+  if (p->state != S_RUNNING || p->kill_requested) return;
+  if (gone) {
+    settle_failed(p, "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
+  } else if (!ok) {
+    osb_error err;
+    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+    if (++p->reconnects > MAX_RECONNECTS) settle_failed(p, "lost the connection to the process and execd does not answer: %s", err.message);
+    else reconnect_later(p);
+  } else {
+    /* Running or not, connecting is safe: the wrapper never runs the command twice (guard file). */
+    connect_ws(p);
+  }
+}
+
+static void get_status(osb_proc *p) {
+  char path[200];
+  snprintf(path, sizeof path, "/pty/%s", p->sid);
+  p->req = http(p, "GET", path, NULL, on_status_done);
+  if (!p->req) settle_failed(p, "out of memory%s", "");
+}
+
+static void on_retry_timer(uv_timer_t *t) {
+  osb_proc *p = t->data;
+  if (p->state == S_RUNNING && !p->req && !p->kill_requested) get_status(p);
+}
+
+static void reconnect_later(osb_proc *p) {
+  uint64_t delay = (uint64_t)RECONNECT_BASE_MS << (p->reconnects > 0 ? p->reconnects - 1 : 0);
+  uv_timer_start(&p->retry_timer, on_retry_timer, delay, 0);
+}
+
+/* ---------------------------------------------------------------- spawn: POST /pty */
+
+static void on_timeout_timer(uv_timer_t *t);
+
+static void on_create_done(void *ud, const osb_http_result *res) {
+  osb_proc *p = ud;
+  p->req = NULL;
+  if (p->cleaning) {
+    cleanup(p);
+    return;
+  }
+  osb_error err;
+  cJSON *j = NULL;
+  if (res->error != OSB_HTTP_OK || res->status < 200 || res->status >= 300) {
+    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+  } else {
+    j = cJSON_ParseWithLength(res->body, res->body_len);
+    const cJSON *sid = j ? cJSON_GetObjectItemCaseSensitive(j, "session_id") : NULL;
+    const char *s = cJSON_IsString(sid) ? sid->valuestring : "";
+    size_t l = strlen(s);
+    int okid = l > 0 && l < 100;
+    for (size_t i = 0; i < l && okid; i++) okid = isalnum((unsigned char)s[i]) || s[i] == '-' || s[i] == '_';
+    if (okid) {
+      snprintf(p->sid, sizeof p->sid, "%s", s);
+      snprintf(p->pid, sizeof p->pid, "%s.%s", p->sid, p->nonce);
+    } else {
+      osb_error_set(&err, OSB_KIND_PROTOCOL, "PROTOCOL", "POST /pty answered without a usable session_id");
+    }
+    cJSON_Delete(j);
+    if (okid) {
+      p->state = S_RUNNING;
+      p->go_pending = 1;
+      p->cb.on_started(p->ud, NULL, p->pid);
+      if (p->timeout_ms > 0) uv_timer_start(&p->timeout_timer, on_timeout_timer, (uint64_t)p->timeout_ms, 0);
+      if (p->kill_requested) send_kill(p);
+      else connect_ws(p);
+      return;
+    }
+  }
+  p->cb.on_started(p->ud, &err, NULL);
+  p->state = S_SETTLED;
+  cleanup(p);
+}
+
+/* ---------------------------------------------------------------- kill / timeout */
+
+static void on_kill_done(void *ud, const osb_http_result *res) {
+  osb_proc *p = ud;
+  p->del = NULL;
+  int ok = res->error == OSB_HTTP_OK && ((res->status >= 200 && res->status < 300) || res->status == 404);
+  if (!ok && p->state == S_RUNNING) {
+    osb_error err;
+    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+    p->kill_requested = 0;
+    while (p->kill_waiters) {
+      waiter *w = p->kill_waiters;
+      p->kill_waiters = w->next;
+      w->done(w->ud, &err, 0);
+      free(w);
+    }
+    if (!p->conn && !p->req) reconnect_later(p); /* the socket may have closed meanwhile */
+    if (p->cleaning) cleanup(p);
+    return;
+  }
+  if (p->state == S_RUNNING) {
+    if (p->timed_out) settle(p, TIMEOUT_EXIT, 1, 1, NULL);
+    else settle(p, KILLED_EXIT, 1, 0, NULL);
+  }
+  settle_waiters(p, 0);
+  cleanup(p);
+}
+
+static void send_kill(osb_proc *p) {
+  if (p->del) return;
+  p->kill_requested = 1;
+  uv_timer_stop(&p->retry_timer);
+  char path[200];
+  snprintf(path, sizeof path, "/pty/%s", p->sid);
+  p->del = http(p, "DELETE", path, NULL, on_kill_done);
+  if (!p->del) {
+    settle(p, KILLED_EXIT, 1, 0, NULL);
+    cleanup(p);
+  }
+}
+
+static void on_timeout_timer(uv_timer_t *t) {
+  osb_proc *p = t->data;
+  if (p->state != S_RUNNING) return;
+  p->timed_out = 1;
+  send_kill(p);
+}
+
+typedef struct {
+  osb_proc *p;
+  int kind; /* 0 write, 1 kill */
+  osb_proc_done_fn done;
+  void *ud;
+  size_t n;
+  char data[];
+} op_job;
+
+static void op_run(osb_engine *e, void *arg, int shutdown) {
+  (void)e;
+  op_job *j = arg;
+  osb_proc *p = j->p;
+  osb_error err;
+  if (shutdown) {
+    osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+    j->done(j->ud, &err, 0);
+  } else if (j->kind == 1) {
+    if (p->state == S_SETTLED || !p->engine_side) {
+      j->done(j->ud, NULL, 0);
+    } else {
+      waiter *w = malloc(sizeof *w);
+      if (!w) {
+        osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+        j->done(j->ud, &err, 0);
+      } else {
+        w->done = j->done;
+        w->ud = j->ud;
+        w->next = p->kill_waiters;
+        p->kill_waiters = w;
+        if (p->state == S_RUNNING) send_kill(p);
+        else p->kill_requested = 1; /* still starting: killed as soon as the session exists */
+      }
+    }
+  } else {
+    if (p->state == S_SETTLED || !p->engine_side || p->kill_requested) {
+      osb_error_set(&err, OSB_KIND_API, "PROCESS_EXITED", "the process has exited: stdin is closed");
+      j->done(j->ud, &err, 0);
+    } else {
+      stdin_msg *m = new_msg(j->data, j->n);
+      if (!m) {
+        osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+        j->done(j->ud, &err, 0);
+      } else {
+        m->done = j->done;
+        m->ud = j->ud;
+        enqueue(p, m, 0);
+        flush_stdin(p);
+      }
+    }
+  }
+  free(j);
+  osb_proc_release(p);
+}
+
+static int post_op(osb_proc *p, int kind, const void *data, size_t n, osb_proc_done_fn done, void *ud) {
+  op_job *j = malloc(sizeof *j + n);
+  if (!j) return -1;
+  j->p = p;
+  j->kind = kind;
+  j->done = done;
+  j->ud = ud;
+  j->n = n;
+  if (n) memcpy(j->data, data, n);
+  proc_ref(p);
+  if (osb_engine_post(p->e, op_run, j) != 0) {
+    free(j);
+    osb_proc_release(p);
+    return -1;
+  }
+  return 0;
+}
+
+int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn done, void *ud) {
+  return post_op(p, 0, data, n, done, ud);
+}
+
+int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud) { return post_op(p, 1, NULL, 0, done, ud); }
+
+/* ---------------------------------------------------------------- start */
+
+static void proc_abort(osb_active *a) {
+  osb_proc *p = (osb_proc *)a;
+  osb_engine_remove_active(p->e, &p->active);
+  if (p->state == S_STARTING || p->state == S_INIT) {
+    osb_error err;
+    osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+    p->state = S_SETTLED;
+    p->cb.on_started(p->ud, &err, NULL);
+  } else {
+    settle(p, -1, 0, 0, "engine shutting down");
+  }
+  settle_waiters(p, 0);
+  p->draining = 0;
+  if (p->req) osb_http_cancel(p->req);
+  if (p->del) osb_http_cancel(p->del);
+  cleanup(p);
+}
+
+static void start_job(osb_engine *e, void *arg, int shutdown) {
+  osb_proc *p = arg;
+  p->e = e;
+  if (shutdown) {
+    osb_error err;
+    osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
+    p->cb.on_started(p->ud, &err, NULL);
+    osb_proc_release(p);
+    return;
+  }
+  uv_loop_t *loop = osb_engine_loop(e);
+  uv_timer_init(loop, &p->flush_timer);
+  uv_timer_init(loop, &p->timeout_timer);
+  uv_timer_init(loop, &p->retry_timer);
+  p->flush_timer.data = p->timeout_timer.data = p->retry_timer.data = p;
+  p->handles_open = 3;
+  p->engine_side = 1;
+  p->active.abort = proc_abort;
+  osb_engine_add_active(e, &p->active);
+  __atomic_add_fetch(&g_count, 1, __ATOMIC_RELAXED);
+  p->state = S_STARTING;
+  if (p->attach) {
+    p->received = p->since;
+    p->takeover = 1;
+    get_status(p);
+  } else {
+    p->req = http(p, "POST", "/pty", p->body, on_create_done);
+    if (!p->req) {
+      osb_error err;
+      osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+      p->state = S_SETTLED;
+      p->cb.on_started(p->ud, &err, NULL);
+      cleanup(p);
+    }
+  }
+}
+
+static int parse_pid(osb_proc *p, const char *pid) {
+  const char *dot = strrchr(pid, '.');
+  if (!dot || dot == pid || (size_t)(dot - pid) >= sizeof p->sid || strlen(dot + 1) != 32) return -1;
+  for (const char *s = pid; s < dot; s++)
+    if (!(isalnum((unsigned char)*s) || *s == '-' || *s == '_')) return -1;
+  for (const char *s = dot + 1; *s; s++)
+    if (!isxdigit((unsigned char)*s)) return -1;
+  memcpy(p->sid, pid, (size_t)(dot - pid));
+  p->sid[dot - pid] = 0;
+  snprintf(p->nonce, sizeof p->nonce, "%s", dot + 1);
+  snprintf(p->pid, sizeof p->pid, "%s", pid);
+  return 0;
+}
+
+osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
+                         void *ud, char *errbuf, size_t errlen) {
+  if (osb_check_base_url(o->base_url, errbuf, errlen) != 0) return NULL;
+  for (size_t i = 0; i < o->nheaders; i++) {
+    if (osb_check_header(o->header_kv[2 * i], o->header_kv[2 * i + 1], errbuf, errlen) != 0) return NULL;
+    if (strcasecmp(o->header_kv[2 * i], "OPEN-SANDBOX-API-KEY") == 0) {
+      snprintf(errbuf, errlen, "the lifecycle API key must not be sent to execd");
+      return NULL;
+    }
+  }
+  osb_proc *p = calloc(1, sizeof *p);
+  if (!p) goto oom;
+  p->refs = 2; /* caller + engine side */
+  p->ws = ws;
+  p->cb = *cb;
+  p->ud = ud;
+  p->req_timeout = o->request_timeout_ms > 0 ? o->request_timeout_ms : 30000;
+  p->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 0;
+  for (int i = 0; i < 2; i++) osb_tail_init(&p->tail[i], o->max_retained);
+  if (o->attach_pid) {
+    if (parse_pid(p, o->attach_pid) != 0) {
+      snprintf(errbuf, errlen, "not a process id of this provider: %.80s", o->attach_pid);
+      proc_free(p);
+      return NULL;
+    }
+    p->attach = 1;
+    p->since = o->attach_since;
+  } else {
+    osb_new_request_id(p->nonce);
+    char *w = osb_proc_wrapper(o, p->nonce, errbuf, errlen);
+    if (!w) {
+      proc_free(p);
+      return NULL;
+    }
+    cJSON *b = cJSON_CreateObject();
+    int ok = b && cJSON_AddStringToObject(b, "command", w) != NULL;
+    p->body = ok ? cJSON_PrintUnformatted(b) : NULL;
+    cJSON_Delete(b);
+    free(w);
+    if (!p->body) goto oom;
+  }
+  snprintf(p->pat_exit, sizeof p->pat_exit, "\x1fOSB-EXIT:%s:", p->nonce);
+  snprintf(p->pat_err, sizeof p->pat_err, "\x1fOSB-ERR:%s\x1f", p->nonce);
+  p->base_url = strdup(o->base_url);
+  if (!p->base_url) goto oom;
+  size_t bl = strlen(p->base_url);
+  while (bl > 0 && p->base_url[bl - 1] == '/') p->base_url[--bl] = 0;
+  p->ws_base = malloc(bl + 2);
+  if (!p->ws_base) goto oom;
+  /* http://… -> ws://…, https://… -> wss://… */
+  snprintf(p->ws_base, bl + 2, "ws%s", p->base_url + 4);
+  p->nh = o->nheaders;
+  p->headers = calloc(p->nh + 1, sizeof(char *));
+  p->hdr_kv = calloc(2 * p->nh + 1, sizeof(char *));
+  p->secrets = calloc(p->nh + 1, sizeof(char *));
+  if (!p->headers || !p->hdr_kv || !p->secrets) goto oom;
+  for (size_t i = 0; i < p->nh; i++) {
+    const char *k = o->header_kv[2 * i], *v = o->header_kv[2 * i + 1] ? o->header_kv[2 * i + 1] : "";
+    size_t n = strlen(k) + strlen(v) + 3;
+    p->headers[i] = malloc(n);
+    p->hdr_kv[2 * i] = strdup(k);
+    p->hdr_kv[2 * i + 1] = strdup(v);
+    p->secrets[i] = strdup(v);
+    if (!p->headers[i] || !p->hdr_kv[2 * i] || !p->hdr_kv[2 * i + 1] || !p->secrets[i]) goto oom;
+    snprintf(p->headers[i], n, "%s: %s", k, v);
+  }
+  if (osb_engine_post(e, start_job, p) != 0) {
+    snprintf(errbuf, errlen, "the native engine is shutting down");
+    proc_free(p);
+    return NULL;
+  }
+  return p;
+oom:
+  snprintf(errbuf, errlen, "out of memory");
+  if (p) proc_free(p);
+  return NULL;
+}

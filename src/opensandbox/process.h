@@ -1,0 +1,89 @@
+/* The process table: remote background processes run as execd PTY sessions in pipe mode (POST /pty, WebSocket
+ * GET /pty/{id}/ws?pty=0), one osb_proc per process. HTTP runs on the engine thread (http.h), the WebSocket on
+ * the lws thread (ws.h); every event is handed to the engine thread, where all state lives.
+ *
+ * The command runs inside a wrapper shell script that designs out execd's two PTY hazards:
+ *  - exit race (the tail of a fast-exiting process lost on the live socket): after the user command ends, the
+ *    wrapper prints an end marker with a random nonce on stderr, then one with the exit status on stdout, and waits
+ *    (bounded) for an ack line on stdin. The client strips the markers, settles once both arrived (so every byte
+ *    written before them has been received), sends the ack, and the session exits only then.
+ *  - re-run on reconnect (connecting to an exited session starts the command again): the wrapper keeps a guard
+ *    file named after the nonce; a second run finds it and only reprints the recorded exit status.
+ * The wrapper waits for a "go" line before starting the user command, so no output can end up in the merged
+ * replay buffer before the client is attached. The pid is "<session id>.<nonce>": enough for a new process
+ * (after a restart) to reattach, replay from a byte offset, send stdin and kill.
+ *
+ * Output: stdout (0x01) and stderr (0x02) are kept apart; replayed bytes (0x03, stdout and stderr merged by execd)
+ * count as stdout. Batches are coalesced per process (every FLUSH ms or 64 KiB) and retained per stream (newest
+ * max_retained bytes) in C. Entry points are thread-safe; callbacks run on the engine thread. */
+#ifndef OSB_PROCESS_H
+#define OSB_PROCESS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "core/engine.h"
+#include "core/ws.h"
+#include "opensandbox/error.h"
+
+typedef struct osb_proc osb_proc;
+
+typedef struct {
+  const char *base_url;           /* execd base URL, http(s)://host:port[/prefix] */
+  const char *const *header_kv;   /* 2*nheaders strings: endpoint headers (+ X-EXECD-ACCESS-TOKEN) */
+  size_t nheaders;
+  long request_timeout_ms;        /* per HTTP request; 0 = 30000 */
+  int64_t max_retained;           /* per stream; < 0 = unbounded */
+  /* spawn (attach_pid == NULL) */
+  const char *command;            /* non-empty */
+  const char *cwd;                /* NULL = execd's default */
+  const char *const *env_kv;      /* 2*nenv strings; names must be shell identifiers */
+  size_t nenv;
+  int stdin_ignore;               /* the command's stdin is /dev/null */
+  long timeout_ms;                /* 0 = none; on expiry the process group is killed, exit 124 */
+  long ack_wait_s;                /* how long the ended wrapper waits for the client; 0 = 600 */
+  /* reattach */
+  const char *attach_pid;         /* a pid from osb_proc's on_started (maybe from another process) */
+  uint64_t attach_since;          /* replay from this byte offset of the merged output */
+} osb_proc_opts;
+
+/* Borrowed during on_exit only. */
+typedef struct {
+  int exit_code;                  /* the command's status; 124 timed out; 137 killed; -1 unknown (failed) */
+  int killed, timed_out;
+  const char *error_text;         /* why no exit status is known (session gone, taken over, …), else NULL */
+  const char *out, *err;          /* retained output */
+  size_t out_len, err_len;
+  uint64_t out_dropped, err_dropped;
+} osb_proc_exit;
+
+typedef struct {
+  /* Exactly once: err == NULL with the pid, or err (then nothing else follows). */
+  void (*on_started)(void *ud, const osb_error *err, const char *pid);
+  /* Batches in arrival order, every byte (before retention). */
+  void (*on_output)(void *ud, const char *out, size_t out_len, const char *err, size_t err_len);
+  /* Exactly once after a successful start. Output batches all come before it. */
+  void (*on_exit)(void *ud, const osb_proc_exit *x);
+} osb_proc_callbacks;
+
+/* err NULL = success. Called once, on the engine thread. */
+typedef void (*osb_proc_done_fn)(void *ud, const osb_error *err, int flag);
+
+/* Spawns (or reattaches to) a process. Returns a handle with one reference for the caller, or NULL + errbuf
+ * (bad input; no callback then). */
+osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
+                         void *ud, char *errbuf, size_t errlen);
+/* Writes to the process's stdin (queued while (re)connecting). done(err, 0) once handed to the socket; err when
+ * the process has exited (code PROCESS_EXITED). Returns -1 when the engine is stopping (done not called). */
+int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn done, void *ud);
+/* Kills the process group (DELETE /pty/{id}, confirmed by the server). done(NULL, 1) when it was running and is
+ * now killed (on_exit reports killed), done(NULL, 0) when it had already exited. */
+int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud);
+/* Thread-safe. */
+void osb_proc_release(osb_proc *p);
+/* Processes alive in the table (started and not yet cleaned up). */
+long osb_proc_count(void);
+
+/* ---- exposed for tests ---- */
+/* Builds the wrapper script (malloc'd) for a command; NULL + err on bad input. nonce: 32 hex chars. */
+char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen);
+
+#endif
