@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Agent } from '@mastra/core/agent';
+import { ToolStream } from '@mastra/core/tools';
 import { startServer } from '../scripts/dev-server/index.js';
 import {
   OpenSandboxSandbox,
@@ -353,6 +354,24 @@ describe('code interpreter client', function () {
       const third = await tools.run_code.execute({ code: '3' }, {});
       assert.equal(third.result, '3');
       assert.notEqual(third.contextId, again.contextId);
+    });
+
+    it('streams through the tool writer and interrupts the cell when the call is aborted', async () => {
+      const tools = createCodeInterpreterTools(sandbox);
+      const chunks = [];
+      const ac = new AbortController();
+      const writer = new ToolStream({ prefix: 'tool', callId: 'call-1', name: 'run_code', runId: 'run-1' }, async (chunk) => {
+        chunks.push(chunk);
+        if (chunk.type === 'data-code-stdout') ac.abort();
+      });
+      const r = await tools.run_code.execute({ code: 'print("spin", flush=True)\nwhile True: pass' },
+        { writer, abortSignal: ac.signal, agent: { toolCallId: 'call-1' } });
+      assert.equal(r.interrupted, true);
+      assert.equal(r.success, false);
+      assert.equal(r.error.name, 'KeyboardInterrupt');
+      assert.equal(r.stdout, 'spin\n');
+      assert.deepEqual(chunks.map((c) => [c.type, c.data.output, c.data.toolCallId, c.transient]), [['data-code-stdout', 'spin\n', 'call-1', true]]);
+      assert.equal((await tools.run_code.execute({ code: '1 + 1' }, {})).result, '2'); // the context still works
     });
 
     it('a real Agent keeps state across tool calls and streams output through the tool writer', async () => {
