@@ -119,14 +119,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
   async destroy() {
     const id = this.#remoteId;
     await this.#cancelInflight();
-    this.#forget();
-    if (!id) return;
-    try {
-      await this.#lc().delete(id);
-    } catch (e) {
-      const err = this.#map(e, `delete sandbox ${id}`);
-      if (!(err instanceof OpenSandboxNotFoundError)) throw err;
+    this.#execd = undefined;
+    if (id) {
+      try {
+        await this.#lc().delete(id);
+      } catch (e) {
+        const err = this.#map(e, `delete sandbox ${id}`);
+        if (!(err instanceof OpenSandboxNotFoundError)) throw err; // the id is kept: destroy can be retried
+      }
     }
+    this.#forget();
   }
 
   // ---------------------------------------------------------------- commands
