@@ -207,7 +207,8 @@ describe('OpenSandboxSandbox.executeCommand', function () {
   });
 
   it('times out: exit 124, timedOut, killed, partial output kept, remote command stopped', async () => {
-    const r = await sandbox.executeCommand('echo before-timeout; sleep 31.337', [], { timeout: 500 });
+    // the timeout leaves ample time for the first line to arrive even on a loaded machine
+    const r = await sandbox.executeCommand('echo before-timeout; sleep 31.337', [], { timeout: 1000 });
     assert.equal(r.exitCode, 124);
     assert.equal(r.timedOut, true);
     assert.equal(r.killed, true);
@@ -220,7 +221,7 @@ describe('OpenSandboxSandbox.executeCommand', function () {
 
   it('times out with streaming: partial chunks were delivered', async () => {
     const chunks = [];
-    const r = await sandbox.executeCommand('echo tick; sleep 30', [], { timeout: 300, onStdout: d => chunks.push(d) });
+    const r = await sandbox.executeCommand('echo tick; sleep 30', [], { timeout: 1000, onStdout: d => chunks.push(d) });
     assert.equal(r.exitCode, 124);
     assert.equal(chunks.join(''), 'tick\n');
   });
