@@ -38,7 +38,7 @@ async function deadPort() {
  */
 async function startExecdPeer() {
   const sockets = new Set();
-  const peer = { mode: 'ok', commands: 0 };
+  const peer = { mode: 'ok', commands: 0, heads: [] };
   const server = net.createServer(sock => {
     sockets.add(sock);
     sock.on('close', () => sockets.delete(sock));
@@ -50,6 +50,7 @@ async function startExecdPeer() {
         const end = buf.indexOf('\r\n\r\n');
         if (end < 0) return;
         const head = buf.subarray(0, end).toString('latin1');
+        peer.heads.push(head);
         const len = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
         if (buf.length < end + 4 + len) return;
         buf = buf.subarray(end + 4 + len);
@@ -258,6 +259,14 @@ describe('OpenSandboxSandbox faults', function () {
         noSecret(err);
         return true;
       });
+    });
+
+    it('never sends the lifecycle API key to execd', () => {
+      assert.ok(peer.heads.length >= 3);
+      for (const head of peer.heads) {
+        assert.ok(!/open-sandbox-api-key/i.test(head), head);
+        assert.ok(!head.includes(API_KEY), head);
+      }
     });
 
     it('every error is an OpenSandboxError with a stable code', async () => {
