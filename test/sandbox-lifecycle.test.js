@@ -167,6 +167,31 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal(await remoteState(remoteId), 'Running');
   });
 
+  it('with several live sandboxes for one logical id, reconnects to the newest', async () => {
+    const id = `newest-${randomUUID()}`;
+    const a = make({ id });
+    await a._start();
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({
+        image: { uri: 'ubuntu:22.04' }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 600,
+        resourceLimits: { cpu: '1', memory: '2Gi' }, metadata: { [LOGICAL_ID_LABEL]: encodeLogicalId(id) },
+      }),
+    });
+    assert.equal(res.status, 202);
+    const newer = (await res.json()).id;
+    cleanup.push({ _destroy: () => api('DELETE', `/sandboxes/${newer}`) });
+    const b = make({ id });
+    assert.deepEqual(await b._start(), { outcome: 'connected' });
+    assert.equal(b.opensandbox.sandboxId, newer);
+  });
+
+  it('accepts the server as a full URL domain', async () => {
+    const s = make({ domain: `${server.baseUrl}/` });
+    assert.equal((await s.executeCommand('echo url-domain')).stdout, 'url-domain\n');
+  });
+
   it('reconnects by logical id to a sandbox created by another process', async function () {
     this.timeout(60000);
     const id = `cross-process-${randomUUID()}`;
