@@ -4,6 +4,10 @@
 
 #include <curl/curl.h>
 #include <memory>
+extern "C" {
+#include "core/ws.h"
+#include "opensandbox/process.h"
+}
 
 osb_engine* Addon::Engine(Napi::Env env) {
   if (engine) return engine;
@@ -104,6 +108,11 @@ static Napi::Value Stats(const Napi::CallbackInfo& info) {
   o.Set("requestsInFlight", Napi::Number::New(env, (double)s.requests_in_flight));
   o.Set("sockets", Napi::Number::New(env, (double)s.sockets));
   o.Set("engineThreads", Napi::Number::New(env, a->engine ? 1 : 0));
+  osb_ws_stats w = {0, 0};
+  osb_ws_get_stats(a->ws, &w);
+  o.Set("wsThreads", Napi::Number::New(env, (double)w.threads));
+  o.Set("wsConnections", Napi::Number::New(env, (double)w.connections));
+  o.Set("processes", Napi::Number::New(env, (double)osb_proc_count()));
   o.Set("operations", Napi::Number::New(env, (double)s.actives));
   o.Set("pendingPromises", Napi::Number::New(env, a->pending));
   return o;
@@ -122,6 +131,8 @@ static void Cleanup(Addon* a) {
   a->closing = true;
   if (a->engine) osb_engine_stop(a->engine);  // settles everything: deliveries are orphaned below
   a->engine = nullptr;
+  if (a->ws) osb_ws_stop(a->ws);  // after the engine: its processes have closed their sockets
+  a->ws = nullptr;
   a->tsfn.Abort();
 }
 
@@ -135,6 +146,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("versions", Napi::Function::New(env, Versions, "versions"));
   InitLifecycle(env, exports);
   InitExecd(env, exports);
+  InitProcess(env, exports);
   InitCodeInterpreter(env, exports);
   return exports;
 }

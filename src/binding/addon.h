@@ -23,10 +23,12 @@ using Tsfn = Napi::TypedThreadSafeFunction<Addon, Delivery, CallJs>;
 
 struct Addon {
   osb_engine* engine = nullptr;
+  struct osb_ws* ws = nullptr;  // the WebSocket thread of process_wrap.cc, started lazily
   Tsfn tsfn;
   int pending = 0;  // JS thread only: promises not yet settled
   bool closing = false;
   Napi::FunctionReference commandCtor;
+  Napi::FunctionReference processCtor;
 
   // Lazily starts the engine; throws a JS Error on failure.
   osb_engine* Engine(Napi::Env env);
@@ -44,6 +46,7 @@ Napi::Error MakeError(Napi::Env env, const osb_error* e);
 
 void InitLifecycle(Napi::Env env, Napi::Object exports);
 void InitExecd(Napi::Env env, Napi::Object exports);
+void InitProcess(Napi::Env env, Napi::Object exports);
 
 // Helpers to read optional arguments.
 std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what);
