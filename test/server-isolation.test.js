@@ -217,6 +217,15 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
 describe('dev-server without isolation', function () {
   this.timeout(30000);
 
+  it('rejects bad options with clear errors', async () => {
+    await assert.rejects(startServer({ prot: 8080 }), /unknown option\(s\) prot/);
+    await assert.rejects(startServer({ port: -1 }), /port must be an integer/);
+    await assert.rejects(startServer({ isolation: 'docker' }), /isolation must be 'bwrap' or 'none'/);
+    await assert.rejects(startServer({ allowedHostPaths: ['relative/dir'] }), /absolute paths/);
+    await assert.rejects(startServer({ apiKey: 42 }), /apiKey must be a non-empty string/);
+    await assert.rejects(startServer({ execdEndpoint: 'gateway' }), /execdEndpoint/);
+  });
+
   it('refuses to start without bwrap on PATH unless isolation is none', async () => {
     const saved = process.env.PATH;
     process.env.PATH = path.dirname(process.execPath);

@@ -12,6 +12,8 @@ import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, 
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { INGRESS_HEADER } from './relay.js';
 
+const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
+  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'commandTailMs', 'ptyExitRace', 'log'];
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie']);
 const BODY_LIMIT = 1024 * 1024;
 
@@ -76,11 +78,14 @@ function intQuery(url, name, def, min, max) {
  * Starts the server. Resolves { domain, baseUrl, port, close() }. See docs/dev-server.md for the options.
  */
 export async function startServer(options = {}) {
+  const unknown = Object.keys(options).filter((k) => !OPTION_NAMES.includes(k));
+  if (unknown.length) throw new Error(`unknown option(s) ${unknown.join(', ')}; known: ${OPTION_NAMES.join(', ')}`);
   const opts = {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
-    commandTailMs: 1000, ptyExitRace: false, log: false, ...options,
+    commandTailMs: 1000, ptyExitRace: false, log: false,
   };
+  for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
   if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
   if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
@@ -88,6 +93,14 @@ export async function startServer(options = {}) {
     throw new Error('allowedHostPaths must be an array of absolute paths');
   }
   if (!Number.isInteger(opts.commandTailMs) || opts.commandTailMs < 0) throw new Error('commandTailMs must be an integer >= 0');
+  if (!Number.isInteger(opts.port) || opts.port < 0 || opts.port > 65535) throw new Error('port must be an integer 0..65535');
+  for (const k of ['host', 'apiKey', 'dataDir', 'execdAccessToken']) {
+    if (opts[k] !== undefined && (typeof opts[k] !== 'string' || opts[k] === '')) throw new Error(`${k} must be a non-empty string`);
+  }
+  if (opts.maxSandboxTimeoutSeconds !== undefined && (!Number.isInteger(opts.maxSandboxTimeoutSeconds) || opts.maxSandboxTimeoutSeconds < 60)) {
+    throw new Error('maxSandboxTimeoutSeconds must be an integer >= 60');
+  }
+  if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   let bwrap = null;
   if (opts.isolation === 'bwrap') {
     bwrap = findBwrap();
