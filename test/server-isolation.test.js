@@ -226,6 +226,23 @@ describe('dev-server without isolation', function () {
     await assert.rejects(startServer({ execdEndpoint: 'gateway' }), /execdEndpoint/);
   });
 
+  it('hides a data dir that lies inside the exposed package directory', async () => {
+    const pkgRoot = fileURLToPath(new URL('..', import.meta.url));
+    const inner = fs.mkdtempSync(path.join(pkgRoot, '.osb-data-'));
+    const server = await startServer({ dataDir: inner, commandTailMs: 20 });
+    try {
+      const c = client(server);
+      const [x, y] = await Promise.all([c.create(), c.create()]);
+      await c.run(x, 'echo mine > /workspace/secret');
+      const r = await c.run(y, `ls -A ${JSON.stringify(inner)} | wc -l; cat ${JSON.stringify(path.join(inner, 'sb', x.id, 'workspace', 'secret'))} || echo hidden`);
+      assert.deepEqual(r.out.split('\n'), ['0', 'hidden']);
+      assert.ok((await c.run(y, `test -r ${JSON.stringify(path.join(pkgRoot, 'package.json'))} && echo pkg-visible`)).out === 'pkg-visible');
+    } finally {
+      await server.close();
+      fs.rmSync(inner, { recursive: true, force: true });
+    }
+  });
+
   it('refuses to start without bwrap on PATH unless isolation is none', async () => {
     const saved = process.env.PATH;
     process.env.PATH = path.dirname(process.execPath);

@@ -92,6 +92,10 @@ export class SandboxProcess {
     a.push('--proc', '/proc', '--dev', '/dev');
     if (!underSystemDir(nodeDir)) a.push('--ro-bind', nodeDir, nodeDir);
     if (!underSystemDir(pkgDir)) a.push('--ro-bind', pkgDir, pkgDir);
+    // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
+    const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
+    const within = (d, parent) => d === parent || d.startsWith(parent + '/');
+    if (dataDir && [nodeDir, pkgDir, ...SYSTEM_DIRS].some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
     a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
     a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind' : '--bind', b.src, b.dest);
