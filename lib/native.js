@@ -129,13 +129,15 @@ export class Execd {
     if (typeof max !== 'number' || !Number.isFinite(max) || (max < 0 && max !== -1)) {
       throw typeError('maxRetainedBytes must be a number >= 0, or -1 for unbounded');
     }
+    const high = o.outputHighWaterBytes ?? 0;
+    if (typeof high !== 'number' || !Number.isFinite(high) || high < 0) throw typeError('outputHighWaterBytes must be a number >= 0');
     const h = this.#n.run(o.command, o.cwd ?? null, stringPairs(o.envs, 'envs'),
-      optionalMs(o.timeoutMs, 'timeoutMs', 0), Math.floor(max), onOutput ?? undefined);
+      optionalMs(o.timeoutMs, 'timeoutMs', 0), Math.floor(max), onOutput ?? undefined, Math.floor(high));
     return { result: h.result, cancel: () => h.cancel() };
   }
 }
 
-/** { requestsInFlight, sockets, engineThreads, operations, pendingPromises } of this addon instance. */
+/** { requestsInFlight, sockets, engineThreads, operations, pendingPromises, pausedStreams } of this addon instance. */
 export function stats() {
   return binding.stats();
 }

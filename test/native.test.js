@@ -3,7 +3,9 @@
 // the idle tail, timeout, cancel, retention, 200 concurrent runs), faults from a tiny raw TCP peer, secrets, and
 // leak checks through stats().
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -275,6 +277,41 @@ describe('native API (C core) against the local server', function () {
         assert.equal(r.stdout, expected);
         assert.equal(streamed, expected);
       });
+    });
+
+    it('flow control: a JS thread that falls behind pauses the stream; every byte still arrives in order', async () => {
+      // The dev server relays execd through this process, which a blocked JS thread would stall too: use a
+      // standalone execd child process as the peer here.
+      const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-'));
+      const child = spawn(process.execPath, [path.join(root, 'scripts/dev-server/execd/main.js'), '--port', '0', '--workspace', ws],
+        { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        let out = '';
+        child.stdout.on('data', (d) => { out += d; });
+        const port = await waitFor(() => /execd ready (\d+)/.exec(out)?.[1], { message: 'execd did not start' });
+        const x = new Execd({ baseUrl: `http://127.0.0.1:${port}` });
+        const parts = [];
+        let sawPause = false;
+        const cmd = x.run({ command: 'seq 1 100000', maxRetainedBytes: 0, outputHighWaterBytes: 16384 }, (b) => {
+          if (parts.length === 0) { // hold the JS thread until the engine pauses the transfer (bounded)
+            const deadline = Date.now() + 10000;
+            while (stats().pausedStreams === 0 && Date.now() < deadline) { /* busy: the JS thread is "slow" */ }
+            sawPause = stats().pausedStreams === 1;
+          }
+          parts.push(b.stdout ?? '');
+        });
+        const r = await cmd.result;
+        const expected = Array.from({ length: 100000 }, (_, i) => `${i + 1}\n`).join('');
+        assert.equal(sawPause, true);
+        assert.equal(parts.join(''), expected);
+        assert.equal(r.stdoutDroppedBytes, expected.length);
+        assert.equal(r.exitCode, 0);
+        await waitFor(() => stats().pausedStreams === 0, { message: 'a transfer stayed paused' });
+      } finally {
+        child.kill();
+        await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+        fs.rmSync(ws, { recursive: true, force: true });
+      }
     });
 
     it('waitReady: a wrong execd token fails at once with the {"error": …} body', async () => {

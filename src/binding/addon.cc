@@ -102,7 +102,7 @@ std::vector<const char*> CStrs(const std::vector<std::string>& v) {
 static Napi::Value Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Addon* a = GetAddon(env);
-  osb_engine_stats s = {0, 0, 0};
+  osb_engine_stats s = {};
   if (a->engine) osb_engine_get_stats(a->engine, &s);
   Napi::Object o = Napi::Object::New(env);
   o.Set("requestsInFlight", Napi::Number::New(env, (double)s.requests_in_flight));
@@ -115,6 +115,7 @@ static Napi::Value Stats(const Napi::CallbackInfo& info) {
   o.Set("processes", Napi::Number::New(env, (double)osb_proc_count()));
   o.Set("operations", Napi::Number::New(env, (double)s.actives));
   o.Set("pendingPromises", Napi::Number::New(env, a->pending));
+  o.Set("pausedStreams", Napi::Number::New(env, (double)s.paused));
   return o;
 }
 

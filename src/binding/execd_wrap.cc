@@ -10,17 +10,26 @@ extern "C" {
 namespace {
 
 // JS-thread state of one command: its result promise and the optional output callback.
+// Holds a reference on the C command so batches can be acknowledged (flow control) until the result.
 struct CmdJs {
   Napi::Promise::Deferred deferred;
   Napi::FunctionReference onBatch;
   Addon* a;
+  osb_exec_cmd* cmd = nullptr;
   CmdJs(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
+  ~CmdJs() { osb_exec_cmd_release(cmd); }
 };
 
 struct BatchDelivery : Delivery {
   CmdJs* cj;
   std::string out, err;
-  void Run(Napi::Env env, Addon*) override {
+  void Run(Napi::Env env, Addon* a) override {
+    struct Ack {  // report the batch as consumed even when the callback throws
+      Addon* a;
+      CmdJs* cj;
+      size_t n;
+      ~Ack() { osb_exec_output_consumed(a->engine, cj->cmd, n); }
+    } ack{a, cj, out.size() + err.size()};
     if (cj->onBatch.IsEmpty()) return;
     Napi::Object o = Napi::Object::New(env);
     if (!out.empty()) o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
@@ -195,7 +204,8 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     return p;
   }
 
-  // run(command, cwd|null, envKv: string[], timeoutMs, maxRetainedBytes, onBatch|undefined) -> Command
+  // run(command, cwd|null, envKv: string[], timeoutMs, maxRetainedBytes, onBatch|undefined, highWaterBytes)
+  //   -> Command
   Napi::Value Run(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Addon* a = GetAddon(env);
@@ -207,6 +217,8 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     long timeout = ArgLong(info, 3, 0, "timeoutMs");
     long maxRetained = ArgLong(info, 4, 1048576, "maxRetainedBytes");
     if (!ArgIsNullish(info, 5) && !info[5].IsFunction()) ThrowType(env, "onOutput must be a function");
+    long highWater = ArgLong(info, 6, 0, "outputHighWaterBytes");
+    if (highWater < 0) ThrowType(env, "outputHighWaterBytes must be >= 0");
     osb_engine* e = a->Engine(env);
 
     auto ev = CStrs(envKv);
@@ -217,6 +229,7 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     o.nenv = envKv.size() / 2;
     o.timeout_ms = timeout;
     o.max_retained = maxRetained;
+    o.output_high_water = (size_t)highWater;
     osb_exec_callbacks cb{OnOutput, OnResult};
 
     CmdJs* cj = new CmdJs(env, a);
@@ -230,6 +243,8 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
       ThrowType(env, err);
     }
     w->Attach(c);
+    osb_exec_cmd_retain(c);  // CmdJs's reference, for acknowledging batches
+    cj->cmd = c;
     handle.Set("result", cj->deferred.Promise());
     a->Hold(env);
     return handle;

@@ -27,6 +27,7 @@ typedef struct {
   long requests_in_flight; /* HTTP transfers started and not finished */
   long sockets;            /* sockets currently open (including idle keep-alive connections) */
   long actives;            /* loop-thread objects alive (requests, commands, waits) */
+  long paused;             /* transfers paused by flow control (output not yet consumed by JS) */
 } osb_engine_stats;
 /* Thread-safe snapshot. */
 void osb_engine_get_stats(osb_engine *e, osb_engine_stats *out);
@@ -47,6 +48,6 @@ void osb_engine_remove_active(osb_engine *e, osb_active *a);
 
 /* Counters kept by the HTTP layer (atomic). */
 void osb_engine_count(osb_engine *e, int which, long delta);
-enum { OSB_COUNT_REQUESTS = 0, OSB_COUNT_SOCKETS = 1 };
+enum { OSB_COUNT_REQUESTS = 0, OSB_COUNT_SOCKETS = 1, OSB_COUNT_PAUSED = 2 };
 
 #endif

@@ -55,7 +55,7 @@ struct osb_http_req {
   uint64_t deadline, idle_ms, last_activity;
   long timeout_ms;
   int retry_connect, attempts;
-  int add_failed, in_multi, done, stopped, streamed, too_large, cancel_pending, add_pending, on_deferred;
+  int want_pause, paused, add_failed, in_multi, done, stopped, streamed, too_large, cancel_pending, add_pending, on_deferred;
   osb_http_req *next_deferred;
 };
 
@@ -209,15 +209,22 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
   size_t len = sz * n;
   r->last_activity = uv_now(osb_engine_loop(r->e));
   if (r->stopped || r->done) return 0;
+  if (r->want_pause) { /* flow control: curl keeps these bytes and hands them over again after resume */
+    if (!r->paused) osb_engine_count(r->e, OSB_COUNT_PAUSED, 1);
+    r->paused = 1;
+    return CURL_WRITEFUNC_PAUSE;
+  }
   long status = 0;
   curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
   r->status = status;
   if (r->on_data && status >= 200 && status < 300) {
     r->streamed = 1;
-    if (r->on_data(r->ud, status, p, len) != 0) {
+    int rc = r->on_data(r->ud, status, p, len);
+    if (rc == 1) {
       r->stopped = 1;
       return 0; /* ends the transfer (CURLE_WRITE_ERROR, reported as stopped) */
     }
+    if (rc == 2) r->want_pause = 1; /* applied at the next chunk */
     return len;
   }
   size_t limit = r->on_data ? NONSTREAM_ERROR_BODY : r->max_body;
@@ -276,7 +283,7 @@ static void on_watchdog(uv_timer_t *t) {
     finish(r, OSB_HTTP_ETIMEOUT, msg);
     return;
   }
-  if (r->idle_ms && r->in_multi && now - r->last_activity >= r->idle_ms) {
+  if (r->idle_ms && r->in_multi && !r->paused && !r->want_pause && now - r->last_activity >= r->idle_ms) {
     snprintf(msg, sizeof msg, "no data received for %llu ms", (unsigned long long)r->idle_ms);
     finish(r, OSB_HTTP_EIDLE, msg);
     return;
@@ -287,7 +294,7 @@ static void on_watchdog(uv_timer_t *t) {
 static void arm_watchdog(osb_http_req *r) {
   uint64_t now = osb_engine_now(r->e), next = 0;
   if (r->deadline) next = r->deadline;
-  if (r->idle_ms) {
+  if (r->idle_ms && !r->paused && !r->want_pause) { /* no idle watchdog while paused by flow control */
     uint64_t idle_at = (r->in_multi ? r->last_activity : now) + r->idle_ms;
     if (!next || idle_at < next) next = idle_at;
   }
@@ -411,6 +418,8 @@ static void finish(osb_http_req *r, int error, const char *message) {
   }
   uv_timer_stop(&r->watchdog);
   uv_timer_stop(&r->retry);
+  if (r->paused) osb_engine_count(r->e, OSB_COUNT_PAUSED, -1);
+  r->paused = 0;
   osb_engine_remove_active(r->e, &r->active);
   osb_engine_count(r->e, OSB_COUNT_REQUESTS, -1);
   osb_http_result res;
@@ -451,6 +460,22 @@ void osb_http_cancel(osb_http_req *r) {
     return;
   }
   finish(r, OSB_HTTP_ECANCELLED, "request cancelled");
+}
+
+void osb_http_resume(osb_http_req *r) {
+  if (!r || r->done || (!r->want_pause && !r->paused)) return;
+  osb_http_ctx *c = r->c;
+  r->want_pause = 0;
+  r->last_activity = osb_engine_now(r->e);
+  if (!r->paused) return;
+  r->paused = 0;
+  osb_engine_count(r->e, OSB_COUNT_PAUSED, -1);
+  if (!r->in_multi) return;
+  arm_watchdog(r);
+  c->in_action++; /* curl hands the held bytes to on_write from inside curl_easy_pause */
+  curl_easy_pause(r->easy, CURLPAUSE_CONT);
+  c->in_action--;
+  after_action(c);
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }

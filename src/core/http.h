@@ -36,7 +36,9 @@ typedef struct {
 } osb_http_result;
 
 /* Streaming: called for body bytes of a 2xx response. Return 0 to continue, 1 to end the transfer now (the
- * connection is closed; on_done follows with error OK and stopped=1). Non-2xx bodies are buffered instead. */
+ * connection is closed; on_done follows with error OK and stopped=1), 2 to consume these bytes but pause receiving
+ * (flow control: nothing more is read from the socket, the idle watchdog is suspended) until osb_http_resume.
+ * Non-2xx bodies are buffered instead. */
 typedef int (*osb_http_data_fn)(void *ud, long status, const char *p, size_t n);
 /* Called exactly once, on the engine thread, never from inside osb_http_start. */
 typedef void (*osb_http_done_fn)(void *ud, const osb_http_result *res);
@@ -64,6 +66,8 @@ void osb_http_ctx_free(osb_http_ctx *c);
 /* Starts a request. Returns NULL when out of memory (on_done is then never called). The handle is valid until
  * on_done has been called. */
 osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o);
+/* Resumes a transfer paused by on_data returning 2 (no-op otherwise). Never call it from inside on_data. */
+void osb_http_resume(osb_http_req *r);
 /* Ends a request early: on_done follows with OSB_HTTP_ECANCELLED (possibly synchronously). No-op once done. */
 void osb_http_cancel(osb_http_req *r);
 

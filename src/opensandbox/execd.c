@@ -16,6 +16,7 @@
 #define FLUSH_DELAY_MS 5
 #define FLUSH_BYTES (64 * 1024)
 #define SERVER_TIMEOUT_GRACE_MS 1000 /* execd's own timeout: a backstop behind ours */
+#define DEFAULT_HIGH_WATER ((size_t)8 * 1024 * 1024)
 
 struct osb_exec {
   char *base_url;
@@ -316,6 +317,11 @@ struct osb_exec_cmd {
   int has_pending_err;
   osb_error pending_err;
   waiter *waiters;
+  /* flow control */
+  size_t high_water, low_water;
+  size_t outstanding; /* atomic: bytes handed to on_output, not yet reported consumed */
+  int pause_flag;     /* atomic: the engine paused (or is pausing) the stream */
+  int net_paused;     /* engine thread: on_stream_data asked the HTTP layer to pause */
 };
 
 static void cmd_free(osb_exec_cmd *c) {
@@ -335,6 +341,8 @@ static void cmd_free(osb_exec_cmd *c) {
   }
   free(c);
 }
+
+void osb_exec_cmd_retain(osb_exec_cmd *c) { __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); }
 
 void osb_exec_cmd_release(osb_exec_cmd *c) {
   if (c && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) cmd_free(c);
@@ -358,6 +366,7 @@ static void maybe_teardown(osb_exec_cmd *c) {
 static void flush(osb_exec_cmd *c) {
   uv_timer_stop(&c->flush_timer);
   if (!c->bout.len && !c->berr.len) return;
+  if (c->cb.on_output) __atomic_add_fetch(&c->outstanding, c->bout.len + c->berr.len, __ATOMIC_SEQ_CST);
   if (c->cb.on_output)
     c->cb.on_output(c->ud, c->bout.data ? c->bout.data : "", c->bout.len, c->berr.data ? c->berr.data : "",
                     c->berr.len);
@@ -545,7 +554,18 @@ static int on_stream_data(void *ud, long status, const char *p, size_t n) {
     osb_error_set(&c->pending_err, OSB_KIND_PROTOCOL, "MALFORMED_STREAM", "%s", osb_events_error(c->parser));
     c->has_pending_err = 1;
   }
-  return rc == OSB_EVENTS_OK ? 0 : 1;
+  if (rc != OSB_EVENTS_OK) return 1;
+  if (__atomic_load_n(&c->outstanding, __ATOMIC_SEQ_CST) > c->high_water) {
+    /* Pause unless the consumer caught up meanwhile: with the flag published first, either we see its report
+     * here or it sees the flag in osb_exec_output_consumed and posts a resume. */
+    __atomic_store_n(&c->pause_flag, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->outstanding, __ATOMIC_SEQ_CST) > c->low_water) {
+      c->net_paused = 1;
+      return 2;
+    }
+    __atomic_store_n(&c->pause_flag, 0, __ATOMIC_SEQ_CST);
+  }
+  return 0;
 }
 
 static void on_stream_done(void *ud, const osb_http_result *res) {
@@ -683,6 +703,8 @@ osb_exec_cmd *osb_exec_run(osb_engine *e, const osb_exec *x, const osb_exec_run_
   c->body = build_body(o);
   c->parser = osb_events_new(0, on_event, c);
   if (!c->body || !c->parser || conf_copy(&c->cf, x) != 0) goto oom;
+  c->high_water = o->output_high_water ? o->output_high_water : DEFAULT_HIGH_WATER;
+  c->low_water = c->high_water / 4;
   osb_tail_init(&c->out, o->max_retained);
   osb_tail_init(&c->err, o->max_retained);
   c->client_timeout_ms = o->timeout_ms;
@@ -698,6 +720,23 @@ oom:
   if (c) cmd_free(c);
   snprintf(errbuf, errlen, "out of memory");
   return NULL;
+}
+
+static void resume_job(osb_engine *e, void *arg, int shutdown) {
+  (void)e;
+  osb_exec_cmd *c = arg;
+  if (!shutdown && c->net_paused && c->stream && !c->completed) {
+    c->net_paused = 0;
+    osb_http_resume(c->stream);
+  }
+  osb_exec_cmd_release(c);
+}
+
+void osb_exec_output_consumed(osb_engine *e, osb_exec_cmd *c, size_t n) {
+  size_t left = __atomic_sub_fetch(&c->outstanding, n, __ATOMIC_SEQ_CST);
+  if (left > c->low_water || !__atomic_exchange_n(&c->pause_flag, 0, __ATOMIC_SEQ_CST)) return;
+  osb_exec_cmd_retain(c);
+  if (!e || osb_engine_post(e, resume_job, c) != 0) osb_exec_cmd_release(c);
 }
 
 typedef struct {
@@ -735,7 +774,7 @@ int osb_exec_cancel(osb_engine *e, osb_exec_cmd *c, osb_exec_done_fn done, void 
   q->c = c;
   q->done = done;
   q->ud = ud;
-  __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+  osb_exec_cmd_retain(c);
   if (osb_engine_post(e, cancel_job, q) != 0) {
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
     free(q);

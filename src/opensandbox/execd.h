@@ -35,6 +35,7 @@ typedef struct {
   size_t nenv;
   long timeout_ms;              /* 0 = none */
   int64_t max_retained;         /* per stream; < 0 = unbounded */
+  size_t output_high_water;     /* flow control: undelivered output above this pauses the stream; 0 = 8 MiB */
 } osb_exec_run_opts;
 
 /* Borrowed during on_result only. */
@@ -63,7 +64,13 @@ osb_exec_cmd *osb_exec_run(osb_engine *e, const osb_exec *x, const osb_exec_run_
 /* Cancels: DELETE /command?id=…, then the result resolves with cancelled=1 and the output so far. done is
  * called once the command is settled (immediately when it already was). Returns 0 or -1 (engine stopping). */
 int osb_exec_cancel(osb_engine *e, osb_exec_cmd *c, osb_exec_done_fn done, void *ud);
-/* Thread-safe. */
+/* Flow control, thread-safe: the consumer of on_output reports n bytes handled. Output handed to on_output and
+ * not yet reported counts against output_high_water; above it the stream is paused (TCP backpressure on execd)
+ * until the outstanding bytes drop to a quarter of it. A consumer that never reports makes a chatty command
+ * stall: report every batch. */
+void osb_exec_output_consumed(osb_engine *e, osb_exec_cmd *c, size_t n);
+/* Thread-safe reference counting of the handle. */
+void osb_exec_cmd_retain(osb_exec_cmd *c);
 void osb_exec_cmd_release(osb_exec_cmd *c);
 
 #endif

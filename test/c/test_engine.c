@@ -199,7 +199,7 @@ static osb_exec_cmd *run_cmd(osb_engine *e, osb_exec *x, run_call *c, const char
   memset(c, 0, sizeof *c);
   latch_init(&c->l);
   static const char *const env[] = {"GREETING", "hi there"};
-  osb_exec_run_opts o = {cmd, cwd, env, 1, timeout_ms, max_retained};
+  osb_exec_run_opts o = {cmd, cwd, env, 1, timeout_ms, max_retained, 0};
   osb_exec_callbacks cb = {on_output, on_result};
   char err[256];
   osb_exec_cmd *h = osb_exec_run(e, x, &o, &cb, c, err, sizeof err);
@@ -295,6 +295,65 @@ static void test_exec_concurrent(void) {
     osb_exec_cmd_release(h[i]);
     latch_destroy(&calls[i].l);
   }
+  osb_exec_free(x);
+  osb_engine_stop(e);
+}
+
+/* Flow control: a consumer that does not report its batches makes the engine pause the transfer; reporting
+ * them resumes it and every byte arrives. */
+typedef struct {
+  latch l;
+  size_t delivered; /* atomic */
+  int failed, exit_code;
+  uint64_t dropped;
+} flow_call;
+
+static void flow_output(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
+  (void)out;
+  (void)err;
+  flow_call *f = ud;
+  __atomic_add_fetch(&f->delivered, out_len + err_len, __ATOMIC_SEQ_CST);
+}
+
+static void flow_result(void *ud, const osb_error *err, const osb_exec_result *r) {
+  flow_call *f = ud;
+  f->failed = err != NULL;
+  if (r) f->exit_code = r->exit_code, f->dropped = r->out_dropped;
+  latch_hit(&f->l);
+}
+
+static void test_exec_flow_control(void) {
+  char err[256];
+  osb_engine *e = osb_engine_start(err, sizeof err);
+  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  flow_call f;
+  memset(&f, 0, sizeof f);
+  latch_init(&f.l);
+  osb_exec_run_opts o = {"seq 1 50000", NULL, NULL, 0, 0, 0, 4096};
+  osb_exec_callbacks cb = {flow_output, flow_result};
+  osb_exec_cmd *h = osb_exec_run(e, x, &o, &cb, &f, err, sizeof err);
+  CHECK(h != NULL);
+  osb_engine_stats s;
+  int paused = 0;
+  for (int i = 0; i < 2000 && !paused; i++) { /* up to 10 s */
+    osb_engine_get_stats(e, &s);
+    paused = s.paused == 1;
+    if (!paused) uv_sleep(5);
+  }
+  CHECK(paused);
+  CHECK(!latch_wait(&f.l, 1, 1)); /* stalled while nothing is reported */
+  size_t acked = 0;
+  for (int i = 0; i < 4000 && !latch_wait(&f.l, 1, 5); i++) { /* report as a consumer would, up to 20 s */
+    size_t d = __atomic_load_n(&f.delivered, __ATOMIC_SEQ_CST);
+    if (d > acked) osb_exec_output_consumed(e, h, d - acked), acked = d;
+  }
+  CHECK(latch_wait(&f.l, 1, 1));
+  CHECK(!f.failed && f.exit_code == 0);
+  CHECK(f.dropped == 288894); /* bytes of `seq 1 50000`, none retained */
+  osb_engine_get_stats(e, &s);
+  CHECK(s.paused == 0);
+  osb_exec_cmd_release(h);
+  latch_destroy(&f.l);
   osb_exec_free(x);
   osb_engine_stop(e);
 }
@@ -395,6 +454,7 @@ int main(void) {
   RUN(test_exec_run);
   RUN(test_exec_timeout_and_cancel);
   RUN(test_exec_concurrent);
+  RUN(test_exec_flow_control);
   RUN(test_ready_and_lifecycle_errors);
   RUN(test_exec_shutdown_in_flight);
   curl_global_cleanup(); /* the test binary only: never in the addon */
