@@ -137,6 +137,19 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     const denied = await c.create({ volumes: [{ name: 'v', host: { path: '/var' }, mountPath: '/v' }] });
     assert.equal(denied.status, 400);
     assert.equal(denied.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+    // an allowed prefix that contains the server's data dir still cannot reach other sandboxes' directories
+    const wide = await startServer({ dataDir: path.join(work, 'vol', 'wide-data'), allowedHostPaths: [work], commandTailMs: 20 });
+    try {
+      const wc = client(wide);
+      const other = await wc.create();
+      for (const p of [path.join(work, 'vol', 'wide-data', 'sb', other.id), path.join(work, 'vol')]) {
+        const r = await wc.create({ volumes: [{ name: 'v', host: { path: p }, mountPath: '/v' }] });
+        assert.equal(r.status, 400, p);
+        assert.equal(r.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+      }
+    } finally {
+      await wide.close();
+    }
     const vol = path.join(work, 'vol');
     fs.writeFileSync(path.join(vol, 'given.txt'), 'from-host');
     const sb = await c.create({

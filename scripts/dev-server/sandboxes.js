@@ -18,7 +18,7 @@ function notFound(id) {
 }
 
 /** Resolves a volume list into bind mounts; enforces allowedHostPaths (realpaths, symlinks resolved). */
-function resolveVolumes(volumes, { allowedHostPaths, volumesDir }) {
+function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir }) {
   const binds = [];
   for (const v of volumes) {
     let src;
@@ -38,6 +38,10 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir }) {
       fs.mkdirSync(requested, { recursive: true });
       src = fs.realpathSync(requested);
       if (!inside(src)) throw denied();
+      const data = fs.realpathSync(dataDir);
+      if (src === data || src.startsWith(data + '/') || data.startsWith(src + '/')) {
+        throw new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED', `Host path ${requested} of volume '${v.name}' overlaps the server's data directory.`);
+      }
     } else if (v.pvc) {
       const base = path.join(volumesDir, v.pvc.claimName);
       if (!fs.existsSync(base) && v.pvc.createIfNotExists === false) {
@@ -84,7 +88,7 @@ export class Sandboxes {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
     const id = crypto.randomUUID();
-    const binds = resolveVolumes(req.volumes, { allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir });
+    const binds = resolveVolumes(req.volumes, { allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir });
     const proc = new SandboxProcess(
       { id, dir: path.join(this.sandboxDir, id), env: req.env, binds, allowNetwork: req.allowNetwork },
       this.options,
