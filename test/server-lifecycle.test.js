@@ -22,7 +22,7 @@ describe('dev-server lifecycle API', function () {
 
   before(async () => {
     hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-lc-'));
-    server = await startServer({ apiKey: KEY, allowedHostPaths: [hostDir] });
+    server = await startServer({ apiKey: KEY, allowedHostPaths: [hostDir], maxSandboxTimeoutSeconds: 86400 });
     conn = () => new ConnectionConfig({ domain: server.domain, apiKey: KEY });
   });
   after(async () => {
@@ -254,6 +254,9 @@ describe('dev-server lifecycle API', function () {
         assert.deepEqual(r.json.detail[0].loc, loc);
         assert.equal(r.json.detail[0].type, type);
       }
+      const tooLong = await post(minimal({ timeout: 86401 }));
+      assert.equal(tooLong.status, 400);
+      assert.equal(tooLong.json.code, 'SANDBOX::INVALID_TIMEOUT');
       const malformed = await api('/v1/sandboxes', { method: 'POST', body: '{"image":' });
       assert.equal(malformed.status, 422);
       assert.equal(malformed.json.detail[0].type, 'json_invalid');
