@@ -140,7 +140,9 @@ describe('code interpreter client', function () {
     it('interrupt stops `while True: pass` and the context keeps its state', async () => {
       const ctx = await ci.createContext({ language: 'python' });
       await run({ code: 'kept = "yes"', language: 'python', contextId: ctx.id });
-      const cell = ci.run({ code: 'print("spinning", flush=True)\nwhile True: pass', language: 'python', contextId: ctx.id });
+      const seen = [];
+      const cell = ci.run({ code: 'print("spinning", flush=True)\nwhile True: pass', language: 'python', contextId: ctx.id }, (b) => seen.push(b));
+      await waitFor(() => seen.length > 0, { timeoutMs: 10000, message: 'the cell is running' });
       const out = [];
       await new Promise((resolve) => {
         const c2 = ci.run({ code: 'pass', language: 'python', contextId: ctx.id }); // busy: rejects at once
