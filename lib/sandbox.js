@@ -4,6 +4,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
 import { Lifecycle, Execd } from './native.js';
+import { OpenSandboxProcessManager } from './process-manager.js';
 import { normalizeOptions, normalizeCommandCall, shellQuote } from './options.js';
 import { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError } from './errors.js';
@@ -38,6 +39,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #remote; // last sandbox object seen from the server
   #endpoint; // { endpoint, headers } of execd
   #execdUrl;
+  #execdHeaders; // execd headers incl. the access token (for the process manager)
   #execd;
   #inflight = new Set();
   #constructedAt = new Date();
@@ -45,7 +47,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
+    let self;
+    // Background processes (sandbox.processes): execd PTY sessions through the native process table.
+    const processes = new OpenSandboxProcessManager({ connection: () => self.#execdConnection() });
     super({
+      processes,
       name: 'OpenSandboxSandbox',
       env: cfg.env,
       workingDirectory: cfg.workingDirectory,
@@ -53,6 +59,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       onStop: cfg.onStop,
       onDestroy: cfg.onDestroy,
     });
+    self = this;
     this.#cfg = cfg;
     this.id = cfg.id;
     this.#remoteId = cfg.sandboxId;
@@ -104,6 +111,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     const id = this.#remoteId;
     if (!id || this.#explicitId) return;
     await this.#cancelInflight();
+    await this.processes.killAll();
     this.#execd = undefined;
     try {
       await this.#lc().pause(id);
@@ -119,6 +127,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   async destroy() {
     const id = this.#remoteId;
     await this.#cancelInflight();
+    await this.processes.killAll();
     this.#execd = undefined;
     if (id) {
       try {
@@ -381,12 +390,19 @@ export class OpenSandboxSandbox extends MastraSandbox {
     }
   }
 
+  /** The execd endpoint for the process manager; undefined until started. */
+  #execdConnection() {
+    if (!this.#execdUrl) return undefined;
+    return { baseUrl: this.#execdUrl, headers: this.#execdHeaders, requestTimeoutMs: this.#cfg.requestTimeoutMs };
+  }
+
   #forget() {
     this.#remoteId = undefined;
     this.#explicitId = false;
     this.#remote = undefined;
     this.#endpoint = undefined;
     this.#execdUrl = undefined;
+    this.#execdHeaders = undefined;
     this.#execd = undefined;
   }
 
@@ -529,6 +545,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.#remoteId = id;
     this.#explicitId = false;
     this.#execdUrl = baseUrl;
+    this.#execdHeaders = headers;
     this.#execd = execd;
   }
 

@@ -231,8 +231,8 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
     o.nheaders = n;
     o.body = body;
     o.body_len = body ? strlen(body) : 0;
-    o.timeout_ms = p->req_timeout;
-    o.retry_connect = strcmp(method, "POST") != 0;
+    /* no transport retries here: the reconnect loop retries, and a sandbox that is gone must settle fast */
+    o.timeout_ms = strcmp(method, "POST") == 0 ? p->req_timeout : (p->req_timeout < 10000 ? p->req_timeout : 10000);
     o.on_done = done;
     o.ud = p;
     r = osb_http_start(p->e, &o);

@@ -1,0 +1,226 @@
+// OpenSandboxProcessManager: Mastra's SandboxProcessManager for OpenSandbox. Each process is an execd PTY session
+// in pipe mode run by the native process table (src/opensandbox/process.c): live stdout/stderr kept apart, stdin,
+// kill confirmed by execd, exact exit codes, reattach by pid after a restart. This file only speaks Mastra:
+// UTF-8 decoding, the handle's result shape, the tracked-process table. See docs/processes.md.
+import path from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { SandboxProcessManager, ProcessHandle } from '@mastra/core/workspace';
+import './native.js'; // loads the addon with a clear message when it is missing
+
+const require = createRequire(import.meta.url);
+const binding = require(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'mastra_opensandbox.node'));
+
+export const DEFAULT_MAX_RETAINED_BYTES = 1024 * 1024;
+/** Exit code reported for a process whose exit status cannot be known (session gone, taken over, shutdown). */
+export const UNKNOWN_EXIT_CODE = -1;
+/** pid format: "<execd PTY session id>.<32 hex nonce>". */
+const PID_RE = /^[A-Za-z0-9_-]{1,99}\.[0-9a-f]{32}$/;
+
+function pairs(obj) {
+  const out = [];
+  for (const [k, v] of Object.entries(obj ?? {})) if (v !== undefined && v !== null) out.push(k, String(v));
+  return out;
+}
+
+function retainedLimit(v) {
+  if (v === undefined) return DEFAULT_MAX_RETAINED_BYTES;
+  if (v === Infinity) return -1;
+  return v; // validated by the base class (non-negative integer or Infinity)
+}
+
+/** A remote process. Output arrives live; exitCode stays undefined until the process has ended. */
+export class OpenSandboxProcessHandle extends ProcessHandle {
+  pid;
+  exitCode;
+  #native;
+  #result;
+  #errorText = null;
+
+  constructor(native, pid, sink, options = {}) {
+    super(options);
+    this.pid = pid;
+    this.#native = native;
+    const started = Date.now();
+    const out = new StringDecoder('utf8');
+    const err = new StringDecoder('utf8');
+    sink.attach((o, e) => {
+      if (o) {
+        const s = out.write(o);
+        if (s) this.emitStdout(s);
+      }
+      if (e) {
+        const s = err.write(e);
+        if (s) this.emitStderr(s);
+      }
+    });
+    this.#result = native.exited.then((x) => {
+      const so = out.end();
+      if (so) this.emitStdout(so);
+      const se = err.end();
+      if (se) this.emitStderr(se);
+      if (x.errorText) {
+        this.#errorText = x.errorText;
+        this.emitStderr(`${this.stderr && !this.stderr.endsWith('\n') ? '\n' : ''}${x.errorText}\n`);
+      }
+      this.exitCode = x.exitCode;
+      return {
+        success: x.exitCode === 0,
+        exitCode: x.exitCode,
+        stdout: this.stdout,
+        stderr: this.stderr,
+        executionTimeMs: Date.now() - started,
+        killed: x.killed,
+        timedOut: x.timedOut,
+        ...(x.errorText ? { errorText: x.errorText } : {}),
+      };
+    });
+  }
+
+  /** Why no exit status is known (session gone, taken over, shutdown), else null. */
+  get errorText() {
+    return this.#errorText;
+  }
+
+  async wait() {
+    return this.#result;
+  }
+
+  /** SIGKILLs the remote process group (DELETE /pty/{id}); true once execd confirmed, false if already exited. */
+  async kill() {
+    if (this.exitCode !== undefined) return false;
+    const killed = await this.#native.kill();
+    if (killed) await this.#result;
+    return killed;
+  }
+
+  async sendStdin(data) {
+    if (this.exitCode !== undefined) throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
+    if (typeof data !== 'string' && !Buffer.isBuffer(data)) throw new TypeError('stdin data must be a string or a Buffer');
+    try {
+      await this.#native.write(data);
+    } catch (e) {
+      if (e?.code === 'PROCESS_EXITED') {
+        await this.#result;
+        throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
+      }
+      throw e;
+    }
+  }
+  // closeStdin: the base class throws UnsupportedStdinCloseError — execd's pipe mode has no way to close stdin.
+}
+
+/** Collects output batches until the handle exists (batches may arrive before `started` is seen). */
+function makeSink() {
+  let target = null;
+  const early = [];
+  return {
+    push(o, e) {
+      if (target) target(o, e);
+      else early.push([o, e]);
+    },
+    attach(fn) {
+      target = fn;
+      for (const [o, e] of early.splice(0)) fn(o, e);
+    },
+  };
+}
+
+export class OpenSandboxProcessManager extends SandboxProcessManager {
+  #connection;
+  #ackWaitS;
+
+  /**
+   * @param {object} [options]
+   * @param {Record<string,string|undefined>} [options.env] environment for every process
+   * @param {() => ({ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number })} [options.connection]
+   *   the execd endpoint; OpenSandboxSandbox passes its own. Without it, `sandbox.opensandbox.execdConnection()` is used.
+   * @param {number} [options.ackWaitSeconds] how long an ended process waits for a client to collect its exit status
+   *   (default 600); after that its status is still recoverable by pid (the wrapper's guard file keeps it).
+   */
+  constructor({ env, connection, ackWaitSeconds } = {}) {
+    super({ env });
+    if (connection !== undefined && typeof connection !== 'function') throw new TypeError('connection must be a function');
+    this.#connection = connection;
+    this.#ackWaitS = ackWaitSeconds ?? 600;
+  }
+
+  #conn() {
+    const c = this.#connection ? this.#connection() : this.sandbox?.opensandbox?.execdConnection?.();
+    if (!c || typeof c.baseUrl !== 'string') throw new Error('the sandbox has no execd endpoint (is it running?)');
+    return c;
+  }
+
+  #cwd(cwd) {
+    const base = this.sandbox?.workingDirectory;
+    if (!cwd) return base ?? null;
+    return path.posix.isAbsolute(cwd) || !base ? cwd : path.posix.join(base, cwd);
+  }
+
+  #start(c, { command = null, cwd = null, env = {}, stdinIgnore = false, timeout = 0, maxRetainedBytes, pid = null }, sink) {
+    return binding.processStart(
+      c.baseUrl, pairs(c.headers), c.requestTimeoutMs ?? 30000, retainedLimit(maxRetainedBytes),
+      command, cwd, pairs(env), stdinIgnore, timeout ?? 0, this.#ackWaitS, pid, 0,
+      (o, e) => sink.push(o, e),
+    );
+  }
+
+  async spawn(command, options = {}) {
+    if (typeof command !== 'string' || command.trim() === '') throw new TypeError('command must be a non-empty string');
+    const timeout = options.timeout;
+    if (timeout !== undefined && (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout < 0)) {
+      throw new TypeError('timeout must be a number of milliseconds >= 0');
+    }
+    const sink = makeSink();
+    const native = this.#start(this.#conn(), {
+      command,
+      cwd: this.#cwd(options.cwd),
+      env: { ...this.env, ...options.env },
+      stdinIgnore: options.stdinMode === 'ignore',
+      timeout: timeout ? Math.ceil(timeout) : 0,
+      maxRetainedBytes: options.maxRetainedBytes,
+    }, sink);
+    const pid = await native.started;
+    const handle = new OpenSandboxProcessHandle(native, pid, sink, options);
+    this._tracked.set(pid, handle);
+    return handle;
+  }
+
+  async list() {
+    return Array.from(this._tracked.values()).map((h) => ({
+      pid: h.pid,
+      ...(h.command !== undefined ? { command: h.command } : {}),
+      running: h.exitCode === undefined,
+      ...(h.exitCode !== undefined ? { exitCode: h.exitCode } : {}),
+    }));
+  }
+
+  /**
+   * A tracked process, or — for a pid of this provider not tracked here (e.g. spawned before a restart) — a new
+   * handle attached to it that replays the output execd still holds. Unknown pid -> undefined.
+   */
+  async get(pid) {
+    if (typeof pid !== 'string') return undefined;
+    const tracked = this._tracked.get(pid);
+    if (tracked) return tracked;
+    if (!PID_RE.test(pid)) return undefined;
+    const sink = makeSink();
+    const native = this.#start(this.#conn(), { pid }, sink);
+    try {
+      await native.started;
+    } catch (e) {
+      if (e?.code === 'PROCESS_NOT_FOUND') return undefined;
+      throw e;
+    }
+    const handle = new OpenSandboxProcessHandle(native, pid, sink, {});
+    this._tracked.set(pid, handle);
+    return handle;
+  }
+
+  /** Kills every tracked process that is still running (stop/destroy of the sandbox). */
+  async killAll() {
+    const running = Array.from(this._tracked.values()).filter((h) => h.exitCode === undefined);
+    await Promise.all(running.map((h) => this.kill(h.pid).catch(() => false)));
+  }
+}
