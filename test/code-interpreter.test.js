@@ -396,6 +396,44 @@ describe('code interpreter client', function () {
     });
   });
 
+  describe('through an endpoint with a path prefix, routing headers and an execd access token', () => {
+    const TOKEN = `code-token-${process.pid}-${Date.now()}`;
+    let proxied;
+    let psandbox;
+
+    before(async function () {
+      proxied = await startServer({ port: 0, execdEndpoint: 'proxy', endpointHeaders: true, execdAccessToken: TOKEN });
+      psandbox = new OpenSandboxSandbox({ domain: proxied.domain, execdAccessToken: TOKEN });
+    });
+
+    after(async function () {
+      await psandbox?._destroy().catch(() => {});
+      await proxied?.close();
+    });
+
+    it('sends the headers on every request; state survives a stop/start; a wrong token is a typed 401 without the token', async () => {
+      const tools = createCodeInterpreterTools(psandbox, { timeoutMs: 500 });
+      const a = await tools.run_code.execute({ code: 'x = 41' }, {}); // starts the sandbox lazily
+      assert.equal(a.success, true);
+      assert.match(psandbox.opensandbox.execdUrl, /\/proxy\/44772$/);
+      const conn = psandbox[EXECD_CONNECTION]();
+      assert.deepEqual(Object.keys(conn.headers).sort(), ['OpenSandbox-Ingress-To', 'X-EXECD-ACCESS-TOKEN']);
+      const timed = await tools.run_code.execute({ code: 'import time\ntime.sleep(30)' }, {}); // interrupt via DELETE /code
+      assert.deepEqual([timed.timedOut, timed.error?.name], [true, 'KeyboardInterrupt']);
+      await psandbox._stop();
+      const b = await tools.run_code.execute({ code: 'x + 1' }, {});
+      assert.equal(b.result, '42');
+      assert.equal(b.contextId, a.contextId);
+      const wrong = new CodeInterpreter({ ...conn, headers: { ...conn.headers, 'X-EXECD-ACCESS-TOKEN': `wrong-${TOKEN}` } });
+      await assert.rejects(wrong.run({ code: '1', language: 'python' }).result, (e) => {
+        assert.equal(e.status, 401);
+        assert.match(e.message, /Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN/);
+        assert.ok(!e.message.includes(TOKEN), 'token leaked');
+        return true;
+      });
+    });
+  });
+
   describe('afterwards', () => {
     it('leaves no requests in flight', async () => {
       await waitFor(() => stats().requestsInFlight === 0, { timeoutMs: 10000, message: `requests in flight: ${JSON.stringify(stats())}` });
