@@ -129,8 +129,10 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     const { 'OpenSandbox-Ingress-To': _, ...noIngress } = hdrs;
     const missing = await request(`${base}/ping`, { headers: noIngress });
     assert.equal(missing.status, 404);
-    const wrong = await request(`${base}/ping`, { headers: { ...noIngress, 'OpenSandbox-Ingress-To': 'other-44772' } });
-    assert.equal(wrong.status, 404);
+    for (const value of ['other-44772', `${sbx.id}`, `${sbx.id}-x`, `${sbx.id}-70000`]) {
+      const wrong = await request(`${base}/ping`, { headers: { ...noIngress, 'OpenSandbox-Ingress-To': value } });
+      assert.equal(wrong.status, 404, value);
+    }
     const ok = await request(`${base}/ping`, { headers: hdrs });
     assert.equal(ok.status, 200);
     assert.equal(ok.text, '');
@@ -143,7 +145,10 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     const wsPath = createRequire(import.meta.url).resolve('ws');
     const js = `const W=require(${JSON.stringify(wsPath)});new W.WebSocketServer({port:8001,host:'127.0.0.1'}).on('connection',s=>s.on('message',m=>s.send('echo:'+m)))`;
     await run({ command: `node -e ${JSON.stringify(js).replace(/\$/g, '\\$')}`, background: true });
-    const relayUrl = `ws://${ep.endpoint.replace(/\/proxy\/44772$/, '')}/proxy/8001/`;
+    const ep8001 = (await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/8001`)).json;
+    assert.deepEqual(ep8001, { endpoint: ep.endpoint.replace(/\/proxy\/44772$/, ''), headers: { 'OpenSandbox-Ingress-To': `${sbx.id}-8001` } });
+    const routed = `ws://${ep8001.endpoint}/`; // the header routes to port 8001
+    const relayUrl = `ws://${ep8001.endpoint}/proxy/8001/`; // execd's own proxy, reached with the execd route
     const proxyUrl = `ws://${server.domain}/v1/sandboxes/${sbx.id}/proxy/8001/`;
     const echo = (url, headers) => new Promise((resolve, reject) => {
       const ws = new WebSocket(url, { headers, handshakeTimeout: 5000 });
@@ -155,6 +160,8 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
       ws.on('error', reject);
     });
     assert.equal(await waitFor(() => echo(relayUrl, hdrs), { message: 'ws echo via relay' }), 'echo:hi');
+    assert.equal(await echo(routed, { ...ep8001.headers, 'X-EXECD-ACCESS-TOKEN': TOKEN }), 'echo:hi');
+    await assert.rejects(echo(routed, { 'X-EXECD-ACCESS-TOKEN': TOKEN }), /Unexpected server response: 404/);
     // the server proxy forwards the client's execd token as is (it adds none of its own)
     assert.equal(await echo(proxyUrl, { 'X-EXECD-ACCESS-TOKEN': TOKEN }), 'echo:hi');
   });

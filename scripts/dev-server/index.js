@@ -124,10 +124,15 @@ export async function startServer(options = {}) {
 
   function endpointFor(sb, port, useServerProxy) {
     if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: {} };
+    if (!sb.relay) throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sb.id} is not running (state ${sb.status.state}).`);
     const relay = `127.0.0.1:${sb.relay.port}`;
-    const headers = opts.endpointHeaders ? { [INGRESS_HEADER]: `${sb.id}-${EXECD_PORT}` } : {};
-    if (port === EXECD_PORT && opts.execdEndpoint === 'direct') return { endpoint: relay, headers };
-    return { endpoint: `${relay}/proxy/${port}`, headers };
+    if (port === EXECD_PORT) {
+      const headers = opts.endpointHeaders ? { [INGRESS_HEADER]: `${sb.id}-${port}` } : {};
+      return { endpoint: opts.execdEndpoint === 'direct' ? relay : `${relay}/proxy/${port}`, headers };
+    }
+    // header-routed gateway: the header picks the port; otherwise execd's reverse proxy does
+    if (opts.endpointHeaders) return { endpoint: relay, headers: { [INGRESS_HEADER]: `${sb.id}-${port}` } };
+    return { endpoint: `${relay}/proxy/${port}`, headers: {} };
   }
 
   function checkAuth(req) {

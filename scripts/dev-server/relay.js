@@ -1,9 +1,10 @@
 // Per-sandbox loopback relay: a random 127.0.0.1 TCP port whose connections go to the sandbox's execd Unix socket.
 // Plain mode relays bytes unchanged (HTTP, event streams and WebSocket alike). Header mode (endpointHeaders) emulates
-// a header-routed gateway: every request must carry `OpenSandbox-Ingress-To: <value>` or it gets a 404.
+// a header-routed gateway: every request must carry `OpenSandbox-Ingress-To: <sandbox id>-<port>` (else 404) and is
+// routed by it: port 44772 to execd, any other port to execd's `/proxy/<port>` (the sandbox's 127.0.0.1:<port>).
 import net from 'node:net';
 import http from 'node:http';
-import { proxyRequest, proxyUpgrade } from './execd/proxy.js';
+import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 
 export const INGRESS_HEADER = 'OpenSandbox-Ingress-To';
 
@@ -17,11 +18,12 @@ function listen(server, host) {
   });
 }
 
-/** Starts a relay to socketPath. requiredIngress: the exact header value to demand, or null. Returns { port, close }. */
-export async function startRelay(socketPath, { requiredIngress = null, host = '127.0.0.1' } = {}) {
+/** Starts a relay to socketPath. ingressId: the sandbox id that header mode demands, or null for plain mode.
+ * Returns { port, close }. */
+export async function startRelay(socketPath, { ingressId = null, host = '127.0.0.1' } = {}) {
   const sockets = new Set();
   let server;
-  if (!requiredIngress) {
+  if (!ingressId) {
     server = net.createServer((client) => {
       const up = net.connect(socketPath);
       sockets.add(client);
@@ -40,27 +42,36 @@ export async function startRelay(socketPath, { requiredIngress = null, host = '1
       up.on('close', drop);
     });
   } else {
-    const ok = (req) => req.headers[INGRESS_HEADER.toLowerCase()] === requiredIngress;
-    const notFound = { code: 'NOT_FOUND', message: `no route: header ${INGRESS_HEADER} missing or not matching this sandbox` };
+    /** The path to ask execd for, or null when the ingress header does not name this sandbox and a port. */
+    const route = (req) => {
+      const value = req.headers[INGRESS_HEADER.toLowerCase()];
+      if (typeof value !== 'string' || !value.startsWith(`${ingressId}-`)) return null;
+      const port = value.slice(ingressId.length + 1);
+      if (!/^\d+$/.test(port) || Number(port) < 1 || Number(port) > 65535) return null;
+      return Number(port) === EXECD_PORT ? req.url : `/proxy/${Number(port)}${req.url}`;
+    };
+    const notFound = { code: 'NOT_FOUND', message: `no route: header ${INGRESS_HEADER} missing or not naming this sandbox and a port` };
     server = http.createServer((req, res) => {
-      if (!ok(req)) {
+      const path = route(req);
+      if (!path) {
         const body = JSON.stringify(notFound);
         res.writeHead(404, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
         res.end(body);
         req.resume();
         return;
       }
-      proxyRequest(req, res, { socketPath }, req.url);
+      proxyRequest(req, res, { socketPath }, path);
     });
     server.on('upgrade', (req, socket, head) => {
       sockets.add(socket);
       socket.on('close', () => sockets.delete(socket));
-      if (!ok(req)) {
+      const path = route(req);
+      if (!path) {
         const body = JSON.stringify(notFound);
         socket.end(`HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
         return;
       }
-      proxyUpgrade(req, socket, head, { socketPath }, req.url);
+      proxyUpgrade(req, socket, head, { socketPath }, path);
     });
     server.keepAliveTimeout = 30_000;
   }

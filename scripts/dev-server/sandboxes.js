@@ -106,7 +106,7 @@ export class Sandboxes {
       await proc.start();
       // the default entrypoint only keeps a container alive; anything else runs like a container's main process
       if (req.entrypoint.join(' ') !== 'tail -f /dev/null') await startEntrypoint(proc.socketPath, req.entrypoint, this.options.execdToken);
-      sb.relay = await startRelay(proc.socketPath, { requiredIngress: this.options.endpointHeaders ? `${id}-44772` : null });
+      sb.relay = await startRelay(proc.socketPath, { ingressId: this.options.endpointHeaders ? id : null });
     } catch (err) {
       this.items.delete(id);
       await sb.relay?.close();
