@@ -1,0 +1,279 @@
+// sandbox.processes (OpenSandboxProcessManager) against the local OpenSandbox-compatible server: every process
+// behaviour of the Mastra contract (pid, exit codes, env, live output, callbacks, wait/kill/stdin, list/get/dismiss,
+// reader/writer, abort, timeout), stdin round trips (head -1, a read loop, a python REPL), binary-safe output, and
+// 10 MB through a small maxRetainedBytes.
+import assert from 'node:assert/strict';
+import { UnsupportedStdinCloseError } from '@mastra/core/workspace';
+import { startServer } from '../scripts/dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
+import { stats } from '../lib/native.js';
+import { waitFor } from './helpers/poll.js';
+
+describe('OpenSandboxProcessManager (sandbox.processes)', function () {
+  this.timeout(30000);
+  let server;
+  let sandbox;
+  let pm;
+
+  before(async function () {
+    this.timeout(60000);
+    server = await startServer({ port: 0 });
+    sandbox = new OpenSandboxSandbox({ domain: server.domain, env: { SANDBOX_VAR: 'from-sandbox' } });
+    await sandbox._start();
+    pm = sandbox.processes;
+  });
+
+  after(async function () {
+    this.timeout(30000);
+    await sandbox?._destroy();
+    await server?.close();
+  });
+
+  it('spawns: pid is a non-empty string, exact exit code, env option and sandbox env', async () => {
+    const h = await pm.spawn('echo "$A $SANDBOX_VAR"; exit 42', { env: { A: 'per process' } });
+    assert.equal(typeof h.pid, 'string');
+    assert.ok(h.pid.length > 0);
+    const r = await h.wait();
+    assert.equal(r.exitCode, 42);
+    assert.equal(r.success, false);
+    assert.equal(r.stdout, 'per process from-sandbox\n');
+    assert.equal(r.killed, false);
+    assert.equal(r.timedOut, false);
+    assert.equal(h.exitCode, 42);
+    const printenv = await (await pm.spawn('printenv SANDBOX_VAR')).wait();
+    assert.equal(printenv.stdout, 'from-sandbox\n');
+    assert.equal(printenv.exitCode, 0);
+  });
+
+  it('delivers output live, stdout and stderr apart, exitCode undefined while running', async () => {
+    const out = [];
+    const err = [];
+    const h = await pm.spawn('echo first; echo warn >&2; read go; echo second', {
+      onStdout: (d) => out.push(d),
+      onStderr: (d) => err.push(d),
+    });
+    await waitFor(() => h.stdout === 'first\n' && h.stderr === 'warn\n', { message: `live output (got ${JSON.stringify(h.stdout)})` });
+    assert.equal(h.exitCode, undefined);
+    assert.deepEqual(await pm.list().then((l) => l.find((p) => p.pid === h.pid)), { pid: h.pid, command: h.command, running: true });
+    await h.sendStdin('now\n');
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(h.exitCode, 0);
+    assert.equal(out.join(''), 'first\nsecond\n');
+    assert.equal(err.join(''), 'warn\n');
+    assert.ok(out.length >= 2, 'at least two live chunks');
+    assert.equal(r.stdout, 'first\nsecond\n');
+    assert.equal(r.stderr, 'warn\n');
+  });
+
+  it('wait() is idempotent; onStdout/onStderr given to wait() get the rest', async () => {
+    const h = await pm.spawn('read x; echo "out-$x"; echo "err-$x" >&2');
+    const got = { out: '', err: '' };
+    const w1 = h.wait({ onStdout: (d) => { got.out += d; }, onStderr: (d) => { got.err += d; } });
+    await h.sendStdin('1\n');
+    const r1 = await w1;
+    const r2 = await h.wait();
+    assert.deepEqual(r2, { ...r1, executionTimeMs: r2.executionTimeMs });
+    assert.equal(r1.executionTimeMs, r2.executionTimeMs);
+    assert.deepEqual(got, { out: 'out-1\n', err: 'err-1\n' });
+  });
+
+  it('kill(): true, the whole group dies (confirmed by execd), wait() fails; kill() after exit is false', async () => {
+    const h = await pm.spawn('sleep 60 & sleep 61; echo never');
+    await waitFor(async () => (await (await pm.spawn('pgrep -f "sleep 6[01]" | wc -l', { stdinMode: 'ignore' })).wait()).stdout.trim() === '2',
+      { message: 'both sleeps running' });
+    assert.equal(await h.kill(), true);
+    const r = await h.wait();
+    assert.equal(r.success, false);
+    assert.equal(r.killed, true);
+    assert.equal(r.exitCode, 137);
+    assert.equal(r.stdout, '');
+    assert.equal(await h.kill(), false);
+    const left = await (await pm.spawn('pgrep -f "sleep 6[01]" | wc -l')).wait();
+    assert.equal(left.stdout.trim(), '0');
+  });
+
+  it('sendStdin into head -1; sendStdin after exit rejects; closeStdin is unsupported', async () => {
+    const h = await pm.spawn('head -1');
+    await h.sendStdin('hello from stdin\nsecond line\n');
+    const r = await h.wait();
+    assert.equal(r.stdout, 'hello from stdin\n');
+    assert.equal(r.exitCode, 0);
+    await assert.rejects(h.sendStdin('late\n'), /already exited with code 0/);
+    const h2 = await pm.spawn('sleep 30');
+    await assert.rejects(h2.closeStdin(), UnsupportedStdinCloseError);
+    assert.equal(await h2.kill(), true);
+  });
+
+  it('stdin into a line-reading loop keeps order, including text with quotes, tabs and UTF-8', async () => {
+    const h = await pm.spawn('while IFS= read -r l; do [ "$l" = quit ] && break; printf "<%s>\\n" "$l"; done');
+    const lines = ['a', "it's \"quoted\"", 'tab\there', 'größe €', ''];
+    for (const l of lines) await h.sendStdin(`${l}\n`);
+    await h.sendStdin('quit\n');
+    const r = await h.wait();
+    assert.equal(r.stdout, lines.map((l) => `<${l}>\n`).join(''));
+  });
+
+  it('stdin into a REPL (python3 -i): state persists between inputs', async () => {
+    const h = await pm.spawn('python3 -u -i -q');
+    await h.sendStdin('x = 6\n');
+    await h.sendStdin('print(x * 7)\n');
+    await waitFor(() => h.stdout.includes('42\n'), { message: `REPL answer (stdout ${JSON.stringify(h.stdout)})` });
+    await h.sendStdin('import sys; sys.exit(5)\n');
+    const r = await h.wait();
+    assert.equal(r.exitCode, 5);
+    assert.equal(r.stdout, '42\n');
+  });
+
+  it('get(): while running has the output; first get after natural exit returns it, the second undefined', async () => {
+    const h = await pm.spawn('echo running-output; read x; echo done');
+    await waitFor(() => h.stdout === 'running-output\n');
+    const g = await pm.get(h.pid);
+    assert.equal(g, h);
+    assert.equal(g.stdout, 'running-output\n');
+    await h.sendStdin('\n');
+    await h.wait();
+    const first = await pm.get(h.pid);
+    assert.equal(first, h);
+    assert.equal(first.exitCode, 0);
+    assert.equal(await pm.get(h.pid), undefined);
+  });
+
+  it('unknown pids: get() undefined, kill() false, never a throw', async () => {
+    assert.equal(await pm.get('99999'), undefined);
+    assert.equal(await pm.kill('99999'), false);
+    assert.equal(await pm.get(''), undefined);
+    assert.equal(await pm.get('a.b'), undefined);
+    // well-formed but no such session on execd
+    const ghost = `00000000-0000-4000-8000-000000000000.${'0'.repeat(32)}`;
+    assert.equal(await pm.get(ghost), undefined);
+    assert.equal(await pm.kill(ghost), false);
+  });
+
+  it('manager kill(pid): true, then get() is undefined; list() shows running processes with their command', async () => {
+    const h = await pm.spawn('sleep 45');
+    const listed = (await pm.list()).find((p) => p.pid === h.pid);
+    assert.deepEqual(listed, { pid: h.pid, command: 'sleep 45', running: true });
+    assert.equal(await pm.kill(h.pid), true);
+    assert.equal(h.exitCode, 137);
+    assert.equal(await pm.get(h.pid), undefined);
+    assert.equal((await pm.list()).find((p) => p.pid === h.pid), undefined);
+  });
+
+  it('abortSignal at spawn: fired later kills; pre-aborted kills at once', async () => {
+    const ac = new AbortController();
+    const h = await pm.spawn('echo up; sleep 30', { abortSignal: ac.signal });
+    await waitFor(() => h.stdout === 'up\n');
+    ac.abort();
+    const r = await h.wait();
+    assert.equal(r.success, false);
+    assert.equal(r.killed, true);
+    assert.notEqual(r.exitCode, 0);
+    const pre = new AbortController();
+    pre.abort();
+    const t0 = Date.now();
+    const h2 = await pm.spawn('sleep 30', { abortSignal: pre.signal });
+    const r2 = await h2.wait();
+    assert.equal(r2.success, false);
+    assert.equal(r2.killed, true);
+    assert.ok(Date.now() - t0 < 5000);
+  });
+
+  it('abortSignal given to wait() kills the process', async () => {
+    const h = await pm.spawn('echo x; sleep 30');
+    const ac = new AbortController();
+    const w = h.wait({ abortSignal: ac.signal, onStdout: () => ac.abort() });
+    const r = await w;
+    assert.equal(r.killed, true);
+    assert.equal(r.success, false);
+  });
+
+  it('timeout: exit 124, timedOut, partial output kept', async () => {
+    const h = await pm.spawn('echo partial; sleep 30', { timeout: 700 });
+    const r = await h.wait();
+    assert.equal(r.exitCode, 124);
+    assert.equal(r.timedOut, true);
+    assert.equal(r.killed, true);
+    assert.equal(r.stdout, 'partial\n');
+  });
+
+  it('cwd: absolute, relative to the working directory, and a missing directory fails with the shell message', async () => {
+    assert.equal((await (await pm.spawn('pwd', { cwd: '/tmp' })).wait()).stdout, '/tmp\n');
+    await (await pm.spawn('mkdir -p sub/dir')).wait();
+    assert.equal((await (await pm.spawn('pwd', { cwd: 'sub/dir' })).wait()).stdout, `${sandbox.workingDirectory}/sub/dir\n`);
+    const r = await (await pm.spawn('pwd', { cwd: '/no/such/dir' })).wait();
+    assert.equal(r.exitCode, 1);
+    assert.equal(r.stdout, '');
+    assert.match(r.stderr, /\/no\/such\/dir/);
+  });
+
+  it('reader receives stdout and ends on exit; writer feeds stdin (end() is a no-op success)', async () => {
+    const h = await pm.spawn('head -2');
+    const chunks = [];
+    const ended = new Promise((resolve) => {
+      h.reader.on('data', (d) => chunks.push(String(d)));
+      h.reader.on('end', resolve);
+    });
+    await new Promise((resolve, reject) => h.writer.write('one\ntwo\nthree\n', (e) => (e ? reject(e) : resolve())));
+    await new Promise((resolve, reject) => h.writer.end((e) => (e ? reject(e) : resolve())));
+    await ended;
+    assert.equal(chunks.join(''), 'one\ntwo\n');
+  });
+
+  it('stdout is binary-safe: NUL, every byte value, multi-byte characters split across chunks', async () => {
+    // 0..255 once, then 200k three-byte characters (chunk boundaries fall inside characters)
+    const h = await pm.spawn(`printf "$(printf '\\\\%03o' $(seq 0 255))"; python3 -c 'import sys; sys.stdout.write("€" * 200000)'`);
+    const r = await h.wait();
+    const bytes = Buffer.concat([Buffer.from(Array.from({ length: 256 }, (_, i) => i)), Buffer.from('€'.repeat(200000))]);
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, bytes.toString('utf8'));
+    assert.equal(r.stdout.length, 256 + 200000);
+  });
+
+  it('10 MB from one process with maxRetainedBytes 4096: callbacks get every byte, retention is bounded', async () => {
+    const size = 10 * 1024 * 1024;
+    let received = 0;
+    let lastBytes = '';
+    const h = await pm.spawn(`head -c ${size} /dev/zero | tr '\\0' 'a'; printf END`, {
+      maxRetainedBytes: 4096,
+      onStdout: (d) => {
+        received += d.length;
+        lastBytes = (lastBytes + d).slice(-3);
+      },
+    });
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(received, size + 3);
+    assert.equal(lastBytes, 'END');
+    assert.equal(r.stdout.length, 4096);
+    assert.ok(r.stdout.endsWith('aaaEND'));
+    assert.equal(r.stdoutTruncated, true);
+    assert.equal(r.stdoutDroppedBytes, size + 3 - 4096);
+    assert.equal(h.stdoutDroppedBytes, size + 3 - 4096);
+  });
+
+  it('concurrent processes keep their output apart', async () => {
+    const hs = await Promise.all(Array.from({ length: 12 }, (_, i) => pm.spawn(`for j in 1 2 3; do echo p${i}-$j; done; exit ${i}`)));
+    const rs = await Promise.all(hs.map((h) => h.wait()));
+    rs.forEach((r, i) => {
+      assert.equal(r.stdout, `p${i}-1\np${i}-2\np${i}-3\n`);
+      assert.equal(r.exitCode, i);
+    });
+  });
+
+  it('bad input: empty command and invalid env names are rejected with a clear error', async () => {
+    await assert.rejects(pm.spawn(''), /non-empty/);
+    await assert.rejects(pm.spawn('true', { env: { 'BAD-NAME': 'x' } }), /not a valid shell identifier/);
+    await assert.rejects(pm.spawn('true', { timeout: -1 }), /timeout/);
+  });
+
+  it('every process is cleaned up: no process, WebSocket or operation left behind', async () => {
+    await waitFor(() => {
+      const s = stats();
+      return s.processes === 0 && s.wsConnections === 0 ? s : null;
+    }, { message: `table drained (stats ${JSON.stringify(stats())})` });
+    const s = stats();
+    assert.equal(s.wsThreads, 1);
+    assert.equal(s.engineThreads, 1);
+  });
+});
