@@ -207,6 +207,30 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     }
   });
 
+  it('close() leaves nothing that keeps the process alive (sockets, timers, children)', async () => {
+    const index = new URL('../scripts/dev-server/index.js', import.meta.url).href;
+    const script = `
+      import { startServer } from ${JSON.stringify(index)};
+      const s = await startServer({ commandTailMs: 10 });
+      const post = (u, b) => fetch(u, { method: 'POST', body: JSON.stringify(b) }).then((r) => r.json().catch(() => null));
+      const sb = await post(s.baseUrl + '/v1/sandboxes', { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, timeout: 600 });
+      const ep = await (await fetch(s.baseUrl + '/v1/sandboxes/' + sb.id + '/endpoints/44772')).json();
+      await (await fetch('http://' + ep.endpoint + '/command', { method: 'POST', body: JSON.stringify({ command: 'sleep 60 & echo hi' }) })).text();
+      await (await fetch(s.baseUrl + '/v1/sandboxes/' + sb.id + '/proxy/44772/ping')).text();
+      await s.close();
+      console.log('closed');`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    try {
+      await waitFor(() => child.exitCode !== null, { timeoutMs: 20000, message: `the process exits by itself after close() (output so far: ${out})` });
+    } finally {
+      child.kill('SIGKILL');
+    }
+    assert.equal(out.trim(), 'closed');
+    assert.equal(child.exitCode, 0);
+  });
+
   it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
     const data = path.join(work, 'killed');
     const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
