@@ -473,8 +473,14 @@ void osb_http_resume(osb_http_req *r) {
   if (!r->in_multi) return;
   arm_watchdog(r);
   c->in_action++; /* curl hands the held bytes to on_write from inside curl_easy_pause */
-  curl_easy_pause(r->easy, CURLPAUSE_CONT);
+  CURLcode rc = curl_easy_pause(r->easy, CURLPAUSE_CONT);
   c->in_action--;
+  /* A write error while flushing the held bytes comes back here (e.g. on_data ended the transfer at a final
+   * event): finish now rather than waiting for the socket to tell the multi. */
+  if (rc != CURLE_OK && !r->done) {
+    if (r->stopped) finish(r, OSB_HTTP_OK, "");
+    else finish(r, OSB_HTTP_ETRANSPORT, r->errbuf[0] ? r->errbuf : curl_easy_strerror(rc));
+  }
   after_action(c);
 }
 
