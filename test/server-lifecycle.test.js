@@ -170,6 +170,10 @@ describe('dev-server lifecycle API', function () {
     const r = await api(`/v1/sandboxes/${json.id}/resume`, { method: 'POST' });
     assert.equal(r.status, 202);
     assert.equal(r.text, '');
+    // a paused sandbox can be deleted (SIGKILL reaches stopped processes)
+    assert.equal((await api(`/v1/sandboxes/${json.id}/pause`, { method: 'POST' })).status, 202);
+    assert.equal((await api(`/v1/sandboxes/${json.id}`, { method: 'DELETE' })).status, 204);
+    assert.equal((await api(`/v1/sandboxes/${json.id}`)).status, 404);
   });
 
   it('renews to an absolute time, rejects past times, and really deletes at expiry', async () => {
