@@ -4,6 +4,7 @@
 // Jupyter-backed ordering where execution_complete arrives before the output.
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { spawn } from 'node:child_process';
 import { Agent } from '@mastra/core/agent';
 import { ToolStream } from '@mastra/core/tools';
 import { startServer } from '../scripts/dev-server/index.js';
@@ -231,6 +232,25 @@ describe('code interpreter client', function () {
       assert.throws(() => ci.run({ code: '1', language: 'python', maxOutputBytes: 'x' }), OpenSandboxOptionError);
       assert.throws(() => new CodeInterpreter({ baseUrl: 'ftp://x' }), OpenSandboxOptionError);
       assert.throws(() => new CodeInterpreter({ baseUrl: 'http://x', headers: { 'OPEN-SANDBOX-API-KEY': 'k' } }), OpenSandboxOptionError);
+    });
+
+    it('a process exiting with a cell in flight, or after an idle client, exits cleanly', async () => {
+      const lib = new URL('../lib/code-interpreter.js', import.meta.url).href;
+      const script = (body) => `import { CodeInterpreter } from ${JSON.stringify(lib)};
+        const ci = new CodeInterpreter(${JSON.stringify(sandbox[EXECD_CONNECTION]())});
+        ${body}`;
+      const runNode = (code) => new Promise((resolve, reject) => {
+        const p = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'pipe'] });
+        let out = '';
+        p.stdout.on('data', (d) => { out += d; });
+        p.stderr.on('data', (d) => { out += d; });
+        const t = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`child did not exit: ${out}`)); }, 20000);
+        p.on('exit', (code, signal) => { clearTimeout(t); resolve({ code, signal, out }); });
+      });
+      const idle = await runNode(script("const r = await ci.run({ code: '40 + 2', language: 'python' }).result; console.log(r.results[0].text);"));
+      assert.deepEqual([idle.code, idle.signal, idle.out.trim()], [0, null, '42']);
+      const busy = await runNode(script("ci.run({ code: 'echo up; sleep 20', language: 'bash' }, () => process.exit(7));"));
+      assert.deepEqual([busy.code, busy.signal, busy.out], [7, null, '']);
     });
 
     it('a server that never answers fails the cell at the idle deadline, and a plain call at its timeout', async () => {
