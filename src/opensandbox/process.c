@@ -54,7 +54,7 @@ struct osb_proc {
   int attach;
   uint64_t since;
   char sid[128], nonce[33], pid[176];
-  char pat_exit[64], pat_err[64];
+  char pat_exit[64], pat_err[64], pat_run[64];
   osb_proc_callbacks cb;
   void *ud;
   /* engine-thread state */
@@ -171,6 +171,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "if [ ! -e \"$f\" ]; then\n"
                          "  : >\"$f\" 2>/dev/null\n"
                          "  while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; esac; done\n"
+                         "  printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
                          "  (\n",
                          nonce);
   for (size_t i = 0; i < o->nenv; i++) {
@@ -264,18 +265,22 @@ static void emit(osb_proc *p, int which, const char *s, size_t n) {
   else if (!uv_is_active((uv_handle_t *)&p->flush_timer)) uv_timer_start(&p->flush_timer, on_flush_timer, FLUSH_MS, 0);
 }
 
-/* 1: a whole marker at s (length, kind 1 = exit with code, 2 = stderr end); 0: s is a proper prefix of one;
- * -1: no marker. */
+/* Fixed marker pat at s: 1 whole, 0 proper prefix, -1 no. */
+static int match_fixed(const char *pat, const char *s, size_t n) {
+  size_t l = strlen(pat);
+  if (memcmp(s, pat, n < l ? n : l) != 0) return -1;
+  return n < l ? 0 : 1;
+}
+
+/* 1: a whole marker at s (length, kind 1 = exit with code, 2 = stderr end, 3 = command started); 0: s is a
+ * proper prefix of one; -1: no marker. */
 static int match_marker(const osb_proc *p, const char *s, size_t n, size_t *mlen, int *kind, int *code) {
-  size_t el = strlen(p->pat_err), xl = strlen(p->pat_exit);
-  int r_err = -1, r_exit = -1;
-  if (memcmp(s, p->pat_err, n < el ? n : el) == 0) {
-    if (n < el) r_err = 0;
-    else {
-      *mlen = el;
-      *kind = 2;
-      return 1;
-    }
+  size_t xl = strlen(p->pat_exit);
+  int r_err = match_fixed(p->pat_err, s, n), r_run = match_fixed(p->pat_run, s, n), r_exit = -1;
+  if (r_err == 1 || r_run == 1) {
+    *kind = r_err == 1 ? 2 : 3;
+    *mlen = strlen(r_err == 1 ? p->pat_err : p->pat_run);
+    return 1;
   }
   if (memcmp(s, p->pat_exit, n < xl ? n : xl) == 0) {
     if (n < xl) r_exit = 0;
@@ -297,7 +302,7 @@ static int match_marker(const osb_proc *p, const char *s, size_t n, size_t *mlen
       }
     }
   }
-  return (r_err == 0 || r_exit == 0) ? 0 : -1;
+  return (r_err == 0 || r_run == 0 || r_exit == 0) ? 0 : -1;
 }
 
 static void try_finish(osb_proc *p);
@@ -328,7 +333,7 @@ static void scan(osb_proc *p, int which, const char *data, size_t n) {
       if (kind == 1) {
         p->got_exit = 1;
         p->marker_code = code;
-      } else {
+      } else if (kind == 2) {
         p->got_err = 1;
       }
       from = i = j + mlen;
@@ -577,6 +582,9 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
   if (!strcmp(t, "connected")) {
     p->connected = 1;
     p->reconnects = 0;
+    /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
+     * the command has not started yet, so start it now. Once started, the wrapper prints a RUN marker. */
+    if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
     if (p->go_pending) {
       p->go_pending = 0;
       send_line(p, "OSB-GO:%s\n");
@@ -1036,6 +1044,7 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
   }
   snprintf(p->pat_exit, sizeof p->pat_exit, "\x1fOSB-EXIT:%s:", p->nonce);
   snprintf(p->pat_err, sizeof p->pat_err, "\x1fOSB-ERR:%s\x1f", p->nonce);
+  snprintf(p->pat_run, sizeof p->pat_run, "\x1fOSB-RUN:%s\x1f", p->nonce);
   p->base_url = strdup(o->base_url);
   if (!p->base_url) goto oom;
   size_t bl = strlen(p->base_url);

@@ -1,0 +1,248 @@
+// sandbox.processes under faults, against the local OpenSandbox-compatible server: the execd PTY exit race
+// (startServer({ ptyExitRace: true })) loses nothing and runs nothing twice; a WebSocket cut mid-process reconnects
+// and replays from the last byte received (also when execd still thinks the old client holds the session: 409 ->
+// takeover); another client taking the session over settles the handle with a clear message; a sandbox deleted
+// under running processes settles every handle and the addon's counters return to baseline; and processes survive
+// the client: a child Node process spawns and exits, this process reattaches by pid.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+import { startServer } from '../scripts/dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
+import { OpenSandboxProcessManager } from '../lib/process-manager.js';
+import { stats } from '../lib/native.js';
+import { waitFor } from './helpers/poll.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const lines = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}\n`).join('');
+
+/**
+ * A TCP forwarder between the client and execd, to inject what the real server cannot produce on demand: a
+ * connection cut. cut() drops every connection; cut({ keepUpstream: true }) drops only the client side, so execd
+ * still believes the old client holds its session.
+ */
+async function forwarder(host, port) {
+  const conns = new Set();
+  const server = net.createServer((c) => {
+    const u = net.connect(port, host);
+    const pair = { c, u, keepUpstream: false };
+    conns.add(pair);
+    c.pipe(u);
+    u.pipe(c);
+    const end = () => {
+      conns.delete(pair);
+      c.destroy();
+      if (!pair.keepUpstream) u.destroy();
+    };
+    c.on('error', end);
+    u.on('error', end);
+    c.on('close', end);
+    u.on('close', end);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: server.address().port,
+    cut({ keepUpstream = false } = {}) {
+      const n = conns.size;
+      for (const p of [...conns]) {
+        p.keepUpstream = keepUpstream;
+        p.c.destroy();
+      }
+      return n;
+    },
+    async close() {
+      for (const p of conns) {
+        p.c.destroy();
+        p.u.destroy();
+      }
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe('OpenSandboxProcessManager under faults', function () {
+  this.timeout(60000);
+  let server;
+  let sandbox;
+
+  before(async function () {
+    server = await startServer({ port: 0 });
+    sandbox = new OpenSandboxSandbox({ domain: server.domain });
+    await sandbox._start();
+  });
+
+  after(async function () {
+    await sandbox?._destroy();
+    await server?.close();
+  });
+
+  describe('through a connection the test can cut', () => {
+    let fwd;
+    let pm;
+    let execdHeaders;
+
+    before(async () => {
+      const ep = await sandbox.opensandbox.endpoint(44772);
+      const [hostPort, ...rest] = ep.endpoint.split('/');
+      const [host, port] = hostPort.split(':');
+      fwd = await forwarder(host, Number(port));
+      execdHeaders = ep.headers;
+      const baseUrl = `http://127.0.0.1:${fwd.port}${rest.length ? `/${rest.join('/')}` : ''}`;
+      const connection = () => ({ baseUrl, headers: ep.headers });
+      pm = new OpenSandboxProcessManager({ connection });
+      pm.connection = connection;
+      pm.sandbox = sandbox;
+      pm.execdBase = `http://${ep.endpoint}`;
+    });
+
+    after(async () => {
+      await pm?.killAll();
+      await fwd?.close();
+    });
+
+    it('WebSocket closed mid-process: reconnects and replays from the last byte, nothing lost or doubled', async () => {
+      const h = await pm.spawn('for i in $(seq 1 40); do echo line-$i; sleep 0.03; done');
+      await waitFor(() => h.stdout.includes('line-5\n'), { message: 'first lines' });
+      assert.ok(fwd.cut() >= 1);
+      const r = await h.wait();
+      assert.equal(r.exitCode, 0);
+      assert.equal(r.stdout, lines(40));
+    });
+
+    it('cut while execd still holds the old socket: 409, then takeover, still exact', async () => {
+      const h = await pm.spawn('for i in $(seq 1 40); do echo line-$i; sleep 0.03; done');
+      await waitFor(() => h.stdout.includes('line-5\n'), { message: 'first lines' });
+      assert.ok(fwd.cut({ keepUpstream: true }) >= 1);
+      const r = await h.wait();
+      assert.equal(r.exitCode, 0);
+      assert.equal(r.stdout, lines(40));
+    });
+
+    it('another client takes the session over: wait() settles failed with a clear message', async () => {
+      const h = await pm.spawn('echo up; sleep 30');
+      await waitFor(() => h.stdout === 'up\n');
+      const sid = h.pid.split('.')[0];
+      const other = new WebSocket(`${pm.execdBase.replace(/^http/, 'ws')}/pty/${sid}/ws?pty=0&takeover=1&since=999999`, { headers: execdHeaders });
+      await new Promise((resolve, reject) => {
+        other.once('open', resolve);
+        other.once('error', reject);
+      });
+      const r = await h.wait();
+      assert.equal(r.success, false);
+      assert.equal(r.exitCode, -1);
+      assert.match(r.errorText, /another client took over/);
+      assert.match(r.stderr, /another client took over/);
+      other.close();
+      // the remote process is still there: a reattach by pid can still kill it
+      assert.equal(await h.kill(), false);
+      const pm2 = new OpenSandboxProcessManager({ connection: pm.connection });
+      pm2.sandbox = sandbox;
+      const again = await pm2.get(h.pid);
+      assert.ok(again);
+      assert.equal(await again.kill(), true);
+    });
+  });
+
+  it('exit race switch on: many fast processes lose no output, and each command ran exactly once', async function () {
+    const race = await startServer({ port: 0, ptyExitRace: true });
+    const sb = new OpenSandboxSandbox({ domain: race.domain });
+    try {
+      await sb._start();
+      const n = 40;
+      const hs = await Promise.all(Array.from({ length: n }, (_, i) => sb.processes.spawn(
+        `echo out-${i}; echo err-${i} >&2; echo ${i} >> /tmp/runs; printf tail-${i}`)));
+      const rs = await Promise.all(hs.map((h) => h.wait()));
+      rs.forEach((r, i) => {
+        assert.equal(r.stdout, `out-${i}\ntail-${i}`);
+        assert.equal(r.stderr, `err-${i}\n`);
+        assert.equal(r.exitCode, 0);
+      });
+      const runs = await sb.executeCommand('sort -n /tmp/runs');
+      assert.equal(runs.stdout, Array.from({ length: n }, (_, i) => `${i}\n`).join(''));
+    } finally {
+      await sb._destroy();
+      await race.close();
+    }
+  });
+
+  it('processes survive the client: a child Node process spawns and exits, this one reattaches by pid', async () => {
+    const logicalId = `reattach-${process.pid}-${Date.now()}`;
+    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
+    });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    const code = await new Promise((resolve) => child.on('exit', resolve));
+    assert.equal(code, 0, out);
+    const info = JSON.parse(out.trim().split('\n').pop());
+    const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
+    try {
+      assert.deepEqual(await sb._start(), { outcome: 'connected' });
+      const h = await sb.processes.get(info.pid);
+      assert.ok(h, 'reattached');
+      assert.equal(h.pid, info.pid);
+      // output produced while no client was attached is replayed
+      await waitFor(() => h.stdout.includes('tick-3\n'), { message: `replayed output (got ${JSON.stringify(h.stdout)})` });
+      assert.ok(h.stdout.startsWith('started\ntick-1\ntick-2\ntick-3\n'), h.stdout);
+      assert.equal(h.exitCode, undefined);
+      await h.sendStdin('after-restart\n');
+      await waitFor(() => h.stdout.includes('got after-restart\n'), { message: 'stdin round trip after reattach' });
+      assert.equal(await h.kill(), true);
+      const r = await h.wait();
+      assert.equal(r.killed, true);
+      const runs = await sb.executeCommand(`cat /tmp/${logicalId}.runs`);
+      assert.equal(runs.stdout, 'ran\n', 'the command ran exactly once');
+    } finally {
+      await sb._destroy();
+    }
+  });
+
+  it('a process whose first client died before it started is started by the reattaching client', async () => {
+    const logicalId = `reattach-early-${process.pid}-${Date.now()}`;
+    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId, 'early'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
+    });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    assert.equal(await new Promise((resolve) => child.on('exit', resolve)), 0, out);
+    const info = JSON.parse(out.trim().split('\n').pop());
+    const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
+    try {
+      await sb._start();
+      const h = await sb.processes.get(info.pid);
+      assert.ok(h);
+      const r = await h.wait();
+      assert.equal(r.exitCode, 7);
+      assert.equal(r.stdout, 'early-output\n');
+    } finally {
+      await sb._destroy();
+    }
+  });
+
+  it('sandbox deleted under running processes: every handle settles, counters return to baseline', async () => {
+    const base = stats();
+    const sb = new OpenSandboxSandbox({ domain: server.domain });
+    await sb._start();
+    const hs = await Promise.all([1, 2, 3].map((i) => sb.processes.spawn(`echo p${i}; sleep 60`)));
+    await waitFor(() => hs.every((h, i) => h.stdout === `p${i + 1}\n`), { message: 'all running' });
+    // deleted behind the sandbox object's back (another client, the TTL, an operator)
+    await sb.opensandbox.lifecycle.delete(sb.opensandbox.sandboxId);
+    const rs = await Promise.all(hs.map((h) => h.wait()));
+    for (const r of rs) {
+      assert.equal(r.success, false);
+      assert.equal(r.exitCode, -1);
+      assert.match(r.errorText, /no longer exists|lost the connection|execd does not answer/);
+    }
+    await waitFor(() => {
+      const s = stats();
+      return s.processes === base.processes && s.wsConnections === base.wsConnections && s.operations === base.operations;
+    }, { timeoutMs: 15000, message: `counters back to baseline (${JSON.stringify(stats())} vs ${JSON.stringify(base)})` });
+    assert.equal(stats().wsThreads, 1);
+    await sb._destroy().catch(() => {});
+  });
+});
