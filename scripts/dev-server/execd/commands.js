@@ -97,7 +97,7 @@ export function createRoutes(ctx) {
     const rec = {
       id, content: body.command, background, running: true, exitCode: undefined, error: undefined,
       startedAt: nowStamp(), finishedAt: undefined, startMs: Date.now(), child: null, logFile: null,
-      stopSignal: null, done: null, onLine: null,
+      done: null, onLine: null,
     };
     let done;
     rec.done = new Promise((r) => { done = r; });
