@@ -7,6 +7,9 @@ import { startServer } from '../scripts/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request } from './helpers/raw.js';
 
+// `ps -eo args` without procps: one line per process, argv joined by spaces
+const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
+
 describe('dev-server execd commands', function () {
   this.timeout(60000);
   let server;
@@ -61,7 +64,7 @@ describe('dev-server execd commands', function () {
     assert.equal(ex.error.value, '-1');
     assert.deepEqual(ex.error.traceback, ['signal: killed']);
     assert.ok(Date.now() - t0 < 25000, 'timeout did not stop the command');
-    const ps = await sbx.commands.run('ps -eo args | grep -c "^sleep 30" || true');
+    const ps = await sbx.commands.run(`(${PS}) | grep -c "^sleep 30" || true`);
     assert.equal(ps.logs.stdout[0].text, '0');
   });
 
@@ -205,8 +208,8 @@ describe('dev-server execd commands', function () {
     const sid = (await raw('/session', { method: 'POST' })).json.session_id;
     const slow = raw(`/session/${sid}/run`, { method: 'POST', body: { command: 'sleep 1; echo slow-done' } });
     await waitFor(async () => {
-      const ps = await sbx.commands.run('ps -eo args');
-      return ps.logs.stdout.some((m) => m.text === 'sleep 1');
+      const ps = await sbx.commands.run(PS);
+      return ps.logs.stdout.some((m) => m.text === 'sleep 1 ');
     }, { message: 'first run started' });
     const busy = await raw(`/session/${sid}/run`, { method: 'POST', body: { command: 'true' } });
     const lines = busy.text.trimEnd().split('\n\n').map((l) => JSON.parse(l));
@@ -255,6 +258,6 @@ describe('dev-server execd commands', function () {
     const ex = await sbx.commands.run('sleep 20 & echo parent-done');
     assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['parent-done']);
     assert.equal(ex.exitCode, 0);
-    await sbx.commands.run('pkill -f "^sleep 20" || true');
+    await sbx.commands.run(`for p in /proc/[0-9]*; do [ "$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)" = 'sleep 20 ' ] && kill \${p#/proc/}; done; true`);
   });
 });

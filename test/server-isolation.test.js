@@ -13,6 +13,9 @@ import { descendants } from '../scripts/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
 
+// `ps -eo args` without procps: one line per process, argv joined by spaces
+const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
+
 const CLI = fileURLToPath(new URL('../scripts/dev-server/cli.js', import.meta.url));
 
 /** True while pid runs (a zombie waiting for its reaper counts as gone). */
@@ -92,14 +95,14 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
   it('cannot see another sandbox\'s /workspace, /tmp or processes', async () => {
     await c.run(a, 'echo secret > /workspace/a-secret; echo secret > /tmp/a-secret');
     await c.run(a, 'sleep 1234', { background: true });
-    const r = await c.run(b, 'ls -A /workspace /tmp; ps -eo args');
+    const r = await c.run(b, `ls -A /workspace /tmp; ${PS}`);
     assert.ok(!r.out.includes('a-secret'), r.out);
     assert.ok(!r.out.includes('sleep 1234'), r.out);
     const pids = (await c.run(b, 'ls /proc | grep -E "^[0-9]+$"')).out.split('\n');
     // bwrap's init, execd, the command's shell and ls/grep: a handful, never the host's
     assert.ok(pids.length <= 8, `sandbox sees ${pids.length} processes`);
     assert.ok(pids.includes('1'));
-    const own = await c.run(a, 'ps -eo args');
+    const own = await c.run(a, PS);
     assert.ok(own.out.includes('sleep 1234'));
   });
 
