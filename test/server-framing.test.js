@@ -81,7 +81,7 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
   });
 
   it('pings every 3 s while a command runs', async () => {
-    const r = await run({ command: 'sleep 3.4; echo end' });
+    const r = await run({ command: 'sleep 4; echo end' });
     const ev = parseEvents(r.text);
     const types = ev.map((e) => e.type);
     assert.deepEqual(types, ['init', 'ping', 'ping', 'stdout', 'execution_complete']);
