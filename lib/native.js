@@ -44,6 +44,12 @@ function optionalMs(v, name, def) {
   return Math.floor(v);
 }
 
+function optionalString(v, name) {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'string') throw typeError(`${name} must be a string`);
+  return v;
+}
+
 function stringPairs(obj, name, { allowNull = false } = {}) {
   if (obj === undefined || obj === null) return [];
   if (typeof obj !== 'object' || Array.isArray(obj)) throw typeError(`${name} must be an object of strings`);
@@ -64,7 +70,8 @@ export class Lifecycle {
     const o = optionsObject(opts, 'Lifecycle options');
     if (typeof o.baseUrl !== 'string') throw typeError('baseUrl must be a string');
     if (o.apiKey !== undefined && o.apiKey !== null && typeof o.apiKey !== 'string') throw typeError('apiKey must be a string');
-    this.#n = new binding.Lifecycle(o.baseUrl, o.apiKey ?? null, optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000));
+    this.#n = new binding.Lifecycle(o.baseUrl, o.apiKey ?? null, optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000),
+      optionalString(o.caFile, 'caFile'));
   }
   async create(request) {
     if (request === null || typeof request !== 'object') throw typeError('create request must be an object');
@@ -111,6 +118,7 @@ export class Execd {
       stringPairs(o.headers, 'headers'),
       optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000),
       optionalMs(o.idleTimeoutMs, 'idleTimeoutMs', 10000),
+      optionalString(o.caFile, 'caFile'),
     );
   }
   waitReady(timeoutMs = 30000) {

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
-import { spawn } from 'node:child_process';
+import tls from 'node:tls';
+import { execFileSync, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { startServer } from '../scripts/dev-server/index.js';
@@ -340,6 +341,57 @@ describe('native API (C core) against the local server', function () {
       const err = await rejection(new Execd({ baseUrl: `http://127.0.0.1:${port}` }).waitReady(700));
       assert.deepEqual([err.kind, err.code], ['timeout', 'READY_TIMEOUT']);
       assert.match(err.message, /not ready within 700 ms/);
+    });
+  });
+
+  describe('https', () => {
+    let dir;
+    let proxies = [];
+    // A TLS-terminating proxy (like an ingress) in front of a real upstream port.
+    async function tlsProxy(upstreamPort) {
+      const server = tls.createServer({ key: fs.readFileSync(path.join(dir, 'key.pem')), cert: fs.readFileSync(path.join(dir, 'cert.pem')) }, (s) => {
+        const up = net.connect(upstreamPort, '127.0.0.1');
+        s.on('error', () => up.destroy());
+        up.on('error', () => s.destroy());
+        s.pipe(up).pipe(s);
+      });
+      const sockets = new Set();
+      server.on('secureConnection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+      await new Promise((r) => server.listen(0, '127.0.0.1', r));
+      proxies.push({ server, sockets });
+      return server.address().port;
+    }
+    before(() => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-tls-'));
+      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+        '-keyout', path.join(dir, 'key.pem'), '-out', path.join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=127.0.0.1',
+        '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+    });
+    after(async () => {
+      for (const p of proxies) {
+        for (const s of p.sockets) s.destroy();
+        await new Promise((r) => p.server.close(r));
+      }
+      proxies = [];
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('lifecycle and execd over TLS with caFile; an untrusted certificate is a transport error', async () => {
+      const caFile = path.join(dir, 'cert.pem');
+      const lcPort = await tlsProxy(Number(new URL(srv.baseUrl).port));
+      const secure = new Lifecycle({ baseUrl: `https://127.0.0.1:${lcPort}/v1`, apiKey: API_KEY, caFile });
+      assert.equal((await secure.get(sb.id)).id, sb.id);
+      const untrusted = new Lifecycle({ baseUrl: `https://127.0.0.1:${lcPort}/v1`, apiKey: API_KEY, requestTimeoutMs: 2000 });
+      const err = await rejection(untrusted.get(sb.id));
+      assert.deepEqual([err.kind, err.code], ['transport', 'TRANSPORT']);
+      assert.match(err.message, /certificate/i);
+      assert.equal(err.attempts, 1); // a TLS failure is not a connection failure: no retry
+      const exPort = await tlsProxy(Number(new URL(execdBase).port));
+      const x = new Execd({ baseUrl: `https://127.0.0.1:${exPort}`, caFile });
+      await x.waitReady(10000);
+      const r = await x.run({ command: 'echo over-tls' }).result;
+      assert.equal(r.stdout, 'over-tls\n');
+      assert.throws(() => new Execd({ baseUrl: execdBase, caFile: path.join(dir, 'missing.pem') }), /caFile/);
     });
   });
 

@@ -171,7 +171,7 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
                        {InstanceMethod<&ExecdWrap::WaitReady>("waitReady"), InstanceMethod<&ExecdWrap::Run>("run")});
   }
 
-  // new Execd(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs)
+  // new Execd(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
   explicit ExecdWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ExecdWrap>(info) {
     std::string base = ArgString(info, 0, "baseUrl");
     std::vector<std::string> kv = ArgStrings(info, 1, "headers");
@@ -182,6 +182,10 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     char err[256] = "";
     x_ = osb_exec_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
     if (!x_) ThrowType(info.Env(), err);
+    if (!ArgIsNullish(info, 4)) {
+      std::string ca = ArgString(info, 4, "caFile");
+      if (osb_exec_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
+    }
   }
   ~ExecdWrap() override { osb_exec_free(x_); }
 

@@ -53,7 +53,7 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
                         InstanceMethod<&LifecycleWrap::PatchMetadata>("patchMetadata")});
   }
 
-  // new Lifecycle(baseUrl, apiKey|null, requestTimeoutMs)
+  // new Lifecycle(baseUrl, apiKey|null, requestTimeoutMs, caFile|null)
   explicit LifecycleWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LifecycleWrap>(info) {
     std::string base = ArgString(info, 0, "baseUrl");
     std::string key = ArgIsNullish(info, 1) ? "" : ArgString(info, 1, "apiKey");
@@ -61,6 +61,10 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     char err[256] = "";
     lc_ = osb_lc_new(base.c_str(), key.empty() ? nullptr : key.c_str(), timeout, err, sizeof err);
     if (!lc_) ThrowType(info.Env(), err);
+    if (!ArgIsNullish(info, 3)) {
+      std::string ca = ArgString(info, 3, "caFile");
+      if (osb_lc_set_ca_file(lc_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
+    }
   }
   ~LifecycleWrap() override { osb_lc_free(lc_); }
 

@@ -39,7 +39,7 @@ struct osb_http_req {
   osb_http_ctx *c;
   CURL *easy;
   struct curl_slist *headers;
-  char *url, *method, *body;
+  char *url, *method, *body, *ca_file;
   size_t body_len;
   int has_body;
   osb_buf resp;
@@ -440,8 +440,9 @@ static void finish(osb_http_req *r, int error, const char *message) {
   free(r->url);
   free(r->method);
   free(r->body);
+  free(r->ca_file);
   r->headers = NULL;
-  r->url = r->method = r->body = NULL;
+  r->url = r->method = r->body = r->ca_file = NULL;
   uv_close((uv_handle_t *)&r->watchdog, on_req_handle_closed);
   uv_close((uv_handle_t *)&r->retry, on_req_handle_closed);
 }
@@ -502,8 +503,9 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
     }
     r->body_len = o->body_len;
   }
+  r->ca_file = dup_or_null(o->ca_file);
   r->easy = curl_easy_init();
-  int ok = r->url && r->method && r->easy && (!r->has_body || r->body);
+  int ok = r->url && r->method && r->easy && (!r->has_body || r->body) && (!o->ca_file || r->ca_file);
   for (size_t i = 0; ok && i < o->nheaders; i++) {
     struct curl_slist *n = curl_slist_append(r->headers, o->headers[i]);
     if (!n) ok = 0;
@@ -518,6 +520,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
     free(r->url);
     free(r->method);
     free(r->body);
+    free(r->ca_file);
     free(r);
     return NULL;
   }
@@ -547,6 +550,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (r->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
   if (r->has_body) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);

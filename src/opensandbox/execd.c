@@ -24,6 +24,7 @@ struct osb_exec {
   char **secrets; /* header values, NULL-terminated */
   size_t nheaders;
   long timeout_ms, idle_ms;
+  char *ca_file;
 };
 
 /* ---- client ---- */
@@ -51,7 +52,20 @@ void osb_exec_free(osb_exec *x) {
   free(x->base_url);
   free_strv(x->headers, x->nheaders);
   free_strv(x->secrets, x->nheaders);
+  free(x->ca_file);
   free(x);
+}
+
+int osb_exec_set_ca_file(osb_exec *x, const char *path, char *err, size_t errlen) {
+  if (osb_check_ca_file(path, err, errlen) != 0) return -1;
+  char *p = strdup(path);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  free(x->ca_file);
+  x->ca_file = p;
+  return 0;
 }
 
 osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
@@ -96,6 +110,7 @@ typedef struct {
   char **headers, **secrets;
   size_t nheaders;
   long timeout_ms, idle_ms;
+  char *ca_file;
 } conf;
 
 static int conf_copy(conf *c, const osb_exec *x) {
@@ -106,13 +121,15 @@ static int conf_copy(conf *c, const osb_exec *x) {
   c->nheaders = x->nheaders;
   c->timeout_ms = x->timeout_ms;
   c->idle_ms = x->idle_ms;
-  return c->base_url && c->headers && c->secrets ? 0 : -1;
+  c->ca_file = x->ca_file ? strdup(x->ca_file) : NULL;
+  return c->base_url && c->headers && c->secrets && (!x->ca_file || c->ca_file) ? 0 : -1;
 }
 
 static void conf_free(conf *c) {
   free(c->base_url);
   free_strv(c->headers, c->nheaders);
   free_strv(c->secrets, c->nheaders);
+  free(c->ca_file);
   memset(c, 0, sizeof *c);
 }
 
@@ -218,6 +235,7 @@ static void ready_ping(ready_op *r) {
   o.url = r->url;
   o.headers = h;
   o.nheaders = n;
+  o.ca_file = r->cf.ca_file;
   o.timeout_ms = remaining < r->cf.timeout_ms ? remaining : r->cf.timeout_ms;
   o.on_done = ready_on_ping;
   o.ud = r;
@@ -444,6 +462,7 @@ static void send_delete(osb_exec_cmd *c) {
     o.url = url.data;
     o.headers = h;
     o.nheaders = n;
+    o.ca_file = c->cf.ca_file;
     o.timeout_ms = c->cf.timeout_ms;
     o.on_done = on_delete_done;
     o.ud = c;
@@ -649,6 +668,7 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
     o.url = url.data;
     o.headers = h;
     o.nheaders = n;
+    o.ca_file = c->cf.ca_file;
     o.body = c->body;
     o.body_len = strlen(c->body);
     o.idle_timeout_ms = c->cf.idle_ms;

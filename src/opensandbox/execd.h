@@ -19,6 +19,8 @@ typedef struct osb_exec_cmd osb_exec_cmd;
 osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
                        long idle_timeout_ms, char *err, size_t errlen);
 void osb_exec_free(osb_exec *x);
+/* https: trust the PEM CA bundle at path (copied). Returns 0, or -1 (message) when not readable. */
+int osb_exec_set_ca_file(osb_exec *x, const char *path, char *err, size_t errlen);
 
 /* err NULL = success. Called once, on the engine thread; err is borrowed. */
 typedef void (*osb_exec_done_fn)(void *ud, const osb_error *err);

@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include <curl/curl.h>
 #include <cjson/cJSON.h>
 
 struct osb_lc {
   char *base_url; /* without a trailing "/" */
   char *api_key;  /* NULL when none */
+  char *ca_file;  /* NULL = curl's default bundle */
   long timeout_ms;
 };
 
@@ -24,6 +26,7 @@ typedef struct {
   char *headers[5];
   size_t nheaders;
   char *secret;
+  char *ca_file;
   char request_id[33];
   long timeout_ms;
   int retry;
@@ -101,10 +104,31 @@ oom:
   return NULL;
 }
 
+int osb_check_ca_file(const char *path, char *err, size_t errlen) {
+  if (!path || !*path || access(path, R_OK) != 0) {
+    snprintf(err, errlen, "caFile is not a readable file");
+    return -1;
+  }
+  return 0;
+}
+
+int osb_lc_set_ca_file(osb_lc *lc, const char *path, char *err, size_t errlen) {
+  if (osb_check_ca_file(path, err, errlen) != 0) return -1;
+  char *p = strdup(path);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  free(lc->ca_file);
+  lc->ca_file = p;
+  return 0;
+}
+
 void osb_lc_free(osb_lc *lc) {
   if (!lc) return;
   free(lc->base_url);
   free(lc->api_key);
+  free(lc->ca_file);
   free(lc);
 }
 
@@ -114,6 +138,7 @@ static void call_free(lc_call *c) {
   free(c->body);
   for (size_t i = 0; i < c->nheaders; i++) free(c->headers[i]);
   free(c->secret);
+  free(c->ca_file);
   free(c);
 }
 
@@ -179,6 +204,7 @@ static void run_call(osb_engine *e, void *arg, int shutdown) {
   o.body_len = c->body ? strlen(c->body) : 0;
   o.timeout_ms = c->timeout_ms;
   o.retry_connect = c->retry;
+  o.ca_file = c->ca_file;
   o.on_done = on_http_done;
   o.ud = c;
   if (!osb_http_start(e, &o)) {
@@ -202,6 +228,7 @@ static int submit(osb_engine *e, const osb_lc *lc, const char *method, const cha
   c->method = strdup(method);
   c->body = body ? strdup(body) : NULL;
   c->secret = lc->api_key ? strdup(lc->api_key) : NULL;
+  c->ca_file = lc->ca_file ? strdup(lc->ca_file) : NULL;
   osb_new_request_id(c->request_id);
   char line[512];
   snprintf(line, sizeof line, "X-Request-ID: %s", c->request_id);
@@ -215,7 +242,8 @@ static int submit(osb_engine *e, const osb_lc *lc, const char *method, const cha
     if (h) snprintf(h, n, "OPEN-SANDBOX-API-KEY: %s", lc->api_key);
     c->headers[c->nheaders++] = h;
   }
-  int ok = c->url && c->method && (!body || c->body) && (!lc->api_key || c->secret);
+  int ok = c->url && c->method && (!body || c->body) && (!lc->api_key || c->secret) &&
+           (!lc->ca_file || c->ca_file);
   for (size_t i = 0; i < c->nheaders; i++) ok = ok && c->headers[i];
   if (!ok) goto oom;
   c->timeout_ms = lc->timeout_ms;

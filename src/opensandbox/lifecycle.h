@@ -14,6 +14,9 @@ typedef struct osb_lc osb_lc;
  * api_key may be NULL. Nothing is kept borrowed. */
 osb_lc *osb_lc_new(const char *base_url, const char *api_key, long timeout_ms, char *err, size_t errlen);
 void osb_lc_free(osb_lc *lc);
+/* https: trust the PEM CA bundle at path (copied) instead of curl's default bundle. Returns 0, or -1 (message)
+ * when the file is not readable. Call before the first request. */
+int osb_lc_set_ca_file(osb_lc *lc, const char *path, char *err, size_t errlen);
 
 /* Called once on the engine thread. On success err is NULL and json is the response body (malloc'd,
  * NUL-terminated; the callee owns it and must free it) or NULL for routes without a body. On failure err is
@@ -50,6 +53,8 @@ void osb_new_request_id(char out[33]);
 char *osb_url_escape(const char *s);
 /* Validates a base URL: http:// or https://, no whitespace/control characters. Returns 0 or -1 (message). */
 int osb_check_base_url(const char *url, char *err, size_t errlen);
+/* Checks that a CA file is readable. Returns 0 or -1 (message). */
+int osb_check_ca_file(const char *path, char *err, size_t errlen);
 /* Validates a header name/value pair (no CR/LF/NUL, token name). Returns 0 or -1. */
 int osb_check_header(const char *name, const char *value, char *err, size_t errlen);
 
