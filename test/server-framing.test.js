@@ -119,7 +119,8 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
 
   it('the execd token is neither in the commands\' environment nor in any process\'s argv', async () => {
     const half = TOKEN.length >> 1;
-    const pattern = `${TOKEN.slice(0, half)}""${TOKEN.slice(half)}`; // the command's own argv must not match itself
+    // a bracket expression: grep's own argv (visible in /proc while it runs) does not match the pattern
+    const pattern = `'${TOKEN.slice(0, half)}[${TOKEN[half]}]${TOKEN.slice(half + 1)}'`;
     const r = await run({ command: `env | grep -c ${pattern}; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c ${pattern}` });
     const out = parseEvents(r.text).filter((e) => e.type === 'stdout').map((e) => e.text);
     assert.deepEqual(out, ['0', '0'], r.text);

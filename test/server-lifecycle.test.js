@@ -22,7 +22,7 @@ describe('dev-server lifecycle API', function () {
 
   before(async () => {
     hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-lc-'));
-    server = await startServer({ apiKey: KEY, allowedHostPaths: [hostDir], maxSandboxTimeoutSeconds: 86400 });
+    server = await startServer({ apiKey: KEY, allowedHostPaths: [hostDir], maxSandboxTimeoutSeconds: 86400, commandTailMs: 50 });
     conn = () => new ConnectionConfig({ domain: server.domain, apiKey: KEY });
   });
   after(async () => {
