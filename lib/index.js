@@ -1,6 +1,7 @@
 // Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox and its typed errors.
 export { OpenSandboxSandbox } from './sandbox.js';
 export { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
+export { OpenSandboxProcessManager, OpenSandboxProcessHandle, DEFAULT_MAX_RETAINED_BYTES, UNKNOWN_EXIT_CODE } from './process-manager.js';
 export {
   OpenSandboxError,
   OpenSandboxOptionError,

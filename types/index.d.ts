@@ -128,6 +128,8 @@ export declare class OpenSandboxSandbox extends MastraSandbox {
   getInfo(): Promise<SandboxInfo>;
   getInstructions(opts?: { requestContext?: unknown }): string;
   readonly opensandbox: OpenSandboxHandle;
+  /** Background processes (execd PTY sessions): see docs/processes.md. */
+  readonly processes: import('./process-manager.js').OpenSandboxProcessManager;
 }
 
 /** Metadata key that stores the encoded logical id. */
@@ -170,3 +172,4 @@ export declare class OpenSandboxProtocolError extends OpenSandboxError {}
 export declare class OpenSandboxCancelledError extends OpenSandboxError {}
 
 export * from './code-interpreter.js';
+export * from './process-manager.js';
