@@ -7,7 +7,7 @@ import { createTool } from '@mastra/core/tools';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
 import { z } from 'zod';
 import './native.js'; // loads the addon first, with a clear message when it is missing
-import { OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
+import { OpenSandboxCancelledError, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
 
 const binding = createRequire(import.meta.url)('../build/Release/mastra_opensandbox.node');
 const EXECD_CONNECTION = Symbol.for('mastra-opensandbox.execdConnection');
@@ -303,7 +303,9 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     throw option('sandbox', 'must be an OpenSandboxSandbox');
   }
   const o = checkOptions(options);
-  const state = { key: undefined, client: undefined, defaults: new Map(), known: new Map() };
+  // defaults: language -> Promise<context id>; known: context id -> language; tails: context id -> the last queued
+  // cell (a context runs one cell at a time: parallel tool calls wait their turn instead of failing "busy")
+  const state = { key: undefined, client: undefined, defaults: new Map(), known: new Map(), tails: new Map() };
 
   function checkLanguage(language) {
     if (!o.languages.includes(language)) {
@@ -323,6 +325,7 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
       state.key = key;
       state.defaults.clear();
       state.known.clear();
+      state.tails.clear();
     }
     return state.client;
   }
@@ -370,12 +373,29 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     return { emit, drained: () => chain };
   }
 
-  async function runOnce(c, { code, language, contextId }, context, emit) {
+  /** Runs fn after the cells queued before it on the same context. */
+  async function serialized(contextId, fn) {
+    const before = state.tails.get(contextId) ?? Promise.resolve();
+    const mine = before.then(fn, fn);
+    const tail = mine.catch(() => {});
+    state.tails.set(contextId, tail);
+    try {
+      return await mine;
+    } finally {
+      if (state.tails.get(contextId) === tail) state.tails.delete(contextId);
+    }
+  }
+
+  function runOnce(c, cell, context, emit) {
+    return serialized(cell.contextId, () => runNow(c, cell, context, emit));
+  }
+
+  async function runNow(c, { code, language, contextId }, context, emit) {
+    if (context?.abortSignal?.aborted) throw new OpenSandboxCancelledError('run code: cancelled: aborted before the cell started', { operation: 'run code' });
     const run = c.run({ code, language, contextId, timeoutMs: o.timeoutMs, maxOutputBytes: o.maxOutputBytes, maxResultBytes: o.maxResultBytes }, emit);
     const signal = context?.abortSignal;
     const onAbort = () => run.interrupt().catch(() => {});
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener?.('abort', onAbort, { once: true });
+    signal?.addEventListener?.('abort', onAbort, { once: true });
     try {
       return await run.result;
     } finally {

@@ -334,6 +334,18 @@ describe('code interpreter client', function () {
       assert.equal(full[3].result.error.ename, 'ValueError');
     });
 
+    it('parallel calls on one context wait their turn instead of failing busy', async () => {
+      const tools = createCodeInterpreterTools(sandbox);
+      const cells = ['import time\ntime.sleep(0.3)\na = 1', 'import time\ntime.sleep(0.3)\nb = 2', 'c = 3'];
+      const outs = await Promise.all(cells.map((code) => tools.run_code.execute({ code }, {})));
+      assert.deepEqual(outs.map((r) => r.success), [true, true, true]);
+      assert.equal(new Set(outs.map((r) => r.contextId)).size, 1);
+      assert.equal((await tools.run_code.execute({ code: 'a + b + c' }, {})).result, '6');
+      const ac = new AbortController();
+      ac.abort();
+      await assert.rejects(tools.run_code.execute({ code: '1' }, { abortSignal: ac.signal }), /aborted before the cell started/);
+    });
+
     it('clips output for the model and keeps flags; limits come from the options', async () => {
       const full = [];
       const tools = createCodeInterpreterTools(sandbox, { maxOutputBytes: 5000, maxModelOutputChars: 100, onResult: (e) => full.push(e) });
@@ -445,7 +457,8 @@ describe('code interpreter client', function () {
       assert.equal(b.result, '42');
       assert.equal(b.contextId, a.contextId);
       const wrong = new CodeInterpreter({ ...conn, headers: { ...conn.headers, 'X-EXECD-ACCESS-TOKEN': `wrong-${TOKEN}` } });
-      await assert.rejects(wrong.run({ code: '1', language: 'python' }).result, (e) => {
+      // (a GET: the local server's proxy can answer 502 when execd refuses a POST before reading its body)
+      await assert.rejects(wrong.listContexts(), (e) => {
         assert.equal(e.status, 401);
         assert.match(e.message, /Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN/);
         assert.ok(!e.message.includes(TOKEN), 'token leaked');
