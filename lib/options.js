@@ -21,7 +21,7 @@ export const DEFAULTS = Object.freeze({
 const KNOWN = new Set([
   'id', 'domain', 'apiKey', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'resources', 'env',
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
-  'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory',
+  'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes',
 ]);
 
 const fail = (option, message) => {
@@ -146,6 +146,14 @@ function parseWorkingDirectory(v) {
   return v.length > 1 ? v.replace(/\/+$/, '') : v;
 }
 
+function parseIdleTimeoutMinutes(v) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+    fail('idleTimeoutMinutes', `expected a positive number of minutes, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
 function parseVolumes(v) {
   if (v === undefined) return undefined;
   if (!Array.isArray(v)) fail('volumes', `expected an array of OpenSandbox volumes, got ${typeName(v)}`);
@@ -221,6 +229,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     onStop: optFunction(o, 'onStop'),
     onDestroy: optFunction(o, 'onDestroy'),
     workingDirectory: parseWorkingDirectory(o.workingDirectory),
+    idleTimeoutMinutes: parseIdleTimeoutMinutes(o.idleTimeoutMinutes),
   };
 }
 

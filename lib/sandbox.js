@@ -2,13 +2,19 @@
 // Lifecycle (create / find by logical id / pause / resume / delete) goes through the native Lifecycle client,
 // commands through the native Execd client; this file only speaks Mastra and maps results and errors.
 import { setTimeout as delay } from 'node:timers/promises';
-import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
+import { createHash } from 'node:crypto';
+import { MastraSandbox, SandboxAbortError, SandboxNotReadyError, SandboxUnsupportedFeatureError } from '@mastra/core/workspace';
 import { Lifecycle, Execd } from './native.js';
 import { OpenSandboxProcessManager } from './process-manager.js';
 import { normalizeOptions, normalizeCommandCall, shellQuote } from './options.js';
 import { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError } from './errors.js';
 import { parseResources } from './resources.js';
+import { normalizeFiles, uploadFiles } from './files.js';
+import { KeepAlive } from './keepalive.js';
+
+/** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
+export const MOUNTS_LABEL = 'mastra.ai/mounts';
 
 export const EXECD_PORT = 44772;
 /** Exit code reported for a command stopped through its abortSignal (like a shell's 128 + SIGINT). */
@@ -44,6 +50,10 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #inflight = new Set();
   #constructedAt = new Date();
   #lastUsedAt;
+  #options; // the constructor options as given (for clone)
+  #mounted = new Map(); // mount path -> { hostPath, readOnly } of the volumes the remote sandbox was created with
+  #mountMismatch; // why the workspace mounts differ from the remote sandbox's (reconnect), or undefined
+  #keepAlive;
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
@@ -60,8 +70,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
       onDestroy: cfg.onDestroy,
     });
     self = this;
+    this.#options = { ...options };
     this.#cfg = cfg;
     this.id = cfg.id;
+    this.networking = { getPortUrl: port => this.#getPortUrl(port) };
+    this.#keepAlive = new KeepAlive({
+      idleMs: cfg.idleTimeoutMinutes === undefined ? undefined : Math.round(cfg.idleTimeoutMinutes * 60000),
+      busy: () => this.#inflight.size > 0 || this.#runningProcesses() > 0,
+      renew: at => this.#renewForKeepAlive(at),
+      onError: err => this.logger.warn('OpenSandboxSandbox: keep-alive renew failed', { error: err.message }),
+    });
     this.#remoteId = cfg.sandboxId;
     this.#explicitId = Boolean(cfg.sandboxId);
   }
@@ -95,6 +113,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
     try {
       checkAbort();
       await this.#attach(remote);
+      this.#checkMounts(remote, outcome);
+      await this.#keepAlive.start();
     } catch (err) {
       // A sandbox we just created is deleted again (like the official SDK); one we reattached to is kept.
       if (outcome === 'created') {
@@ -110,6 +130,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   async stop() {
     const id = this.#remoteId;
     if (!id || this.#explicitId) return;
+    this.#keepAlive.stop();
     await this.#cancelInflight();
     await this.processes.killAll();
     this.#execd = undefined;
@@ -126,6 +147,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   /** Deletes the sandbox (a sandbox already gone is fine); foreground commands still running are cancelled first. */
   async destroy() {
     const id = this.#remoteId;
+    this.#keepAlive.stop();
     await this.#cancelInflight();
     await this.processes.killAll();
     this.#execd = undefined;
@@ -170,6 +192,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     const onAbort = () => cmd.cancel().catch(() => {});
     call.abortSignal?.addEventListener('abort', onAbort, { once: true });
     this.#inflight.add(cmd);
+    this.#keepAlive.activity();
     let r;
     try {
       r = await cmd.result;
@@ -178,6 +201,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     } finally {
       call.abortSignal?.removeEventListener('abort', onAbort);
       this.#inflight.delete(cmd);
+      this.#keepAlive.activity();
     }
     this.#lastUsedAt = new Date();
     return { ...base, ...this.#toResult(r, started) };
@@ -261,6 +285,154 @@ export class OpenSandboxSandbox extends MastraSandbox {
     await Promise.all(cmds.map(c => c.result.catch(() => {})));
   }
 
+  // ---------------------------------------------------------------- files, ports, mounts, clone
+
+  /**
+   * Writes files in one execd upload request: relative paths resolve against the working directory, parent
+   * directories are created, `mode` (0o001–0o777) is applied (default 0o644).
+   */
+  async writeFiles(files, options = {}) {
+    const signal = options?.abortSignal;
+    const batch = normalizeFiles(files, this.workingDirectory);
+    if (batch.paths.length === 0) return;
+    if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
+    await this.ensureRunning();
+    const conn = this.#execdConnection();
+    if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
+    this.#lastUsedAt = new Date();
+    try {
+      await uploadFiles(conn, batch, { abortSignal: signal });
+    } catch (e) {
+      if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
+      throw this.#map(e, `write ${batch.paths.length} file(s)`);
+    }
+  }
+
+  /**
+   * `sandbox.networking.getPortUrl(port)`: the URL at which a server listening on `port` inside the sandbox is
+   * reachable, from the endpoints API (scheme added, path prefix kept). null when the server cannot expose the
+   * port, or when reaching it needs extra request headers (a plain URL would not work).
+   */
+  async #getPortUrl(port) {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new OpenSandboxError(`getPortUrl: port must be an integer 1-65535, got ${JSON.stringify(port)}`, 'INVALID_OPTION', { kind: 'option' });
+    }
+    await this.ensureRunning();
+    const id = this.#remoteId;
+    if (!id) throw new SandboxNotReadyError(this.id);
+    let ep;
+    try {
+      ep = await this.#lcCall(`get endpoint of port ${port} of sandbox ${id}`, lc => lc.endpoint(id, port, this.#cfg.useServerProxy));
+    } catch (err) {
+      if (err.kind === 'api' && err.status >= 400 && err.status < 500 && !(err.status === 401 || err.status === 403)) return null;
+      throw err;
+    }
+    if (!ep || typeof ep.endpoint !== 'string' || ep.endpoint === '') return null;
+    if (Object.keys(ep.headers ?? {}).length > 0) return null;
+    const url = /^https?:\/\//i.test(ep.endpoint) ? ep.endpoint : `${this.#cfg.protocol}://${ep.endpoint}`;
+    return url.replace(/\/+$/, '');
+  }
+
+  /**
+   * Called by Mastra's MountManager after start. OpenSandbox volumes are fixed at creation: the workspace mounts
+   * known at start became host volumes then, so for those this only reports the outcome. Anything else fails.
+   */
+  async mount(filesystem, mountPath) {
+    const fail = (error, extra = {}) => ({ success: false, mountPath, error, ...extra });
+    const config = filesystem?.getMountConfig?.();
+    const problem = mountProblem(mountPath, config);
+    if (problem) return fail(problem);
+    if (!this.#remoteId) {
+      // Not created yet: the mount becomes a host volume when the sandbox is created.
+      if (this.mounts && !this.mounts.has(mountPath)) this.mounts.add({ [mountPath]: filesystem });
+      return { success: true, mountPath };
+    }
+    if (this.#mountMismatch && (this.#mounted.has(mountPath) || this.mounts?.has(mountPath))) return fail(this.#mountMismatch);
+    const have = this.#mounted.get(mountPath);
+    if (have) {
+      if (have.hostPath === config.basePath && have.readOnly === Boolean(filesystem.readOnly)) return { success: true, mountPath };
+      return fail(`${mountPath} is mounted from ${have.hostPath}${have.readOnly ? ' (read-only)' : ''}; ` +
+        'OpenSandbox volumes are fixed at sandbox creation: destroy the sandbox to change it');
+    }
+    const execd = this.#execd;
+    if (execd) {
+      const q = shellQuote(mountPath);
+      const r = await this.#execdRun(execd, `[ -d ${q} ] && [ -n "$(ls -A ${q} 2>/dev/null)" ] && echo non-empty || true`, '/', `check mount path ${mountPath}`);
+      if (r.stdout.includes('non-empty')) return fail(`Cannot mount at ${mountPath}: the directory is not empty`);
+    }
+    return fail(`Cannot mount at ${mountPath} while the sandbox is running: OpenSandbox volumes are fixed at sandbox creation. ` +
+      'Add the mount to the Workspace before the sandbox starts (or destroy the sandbox and start it again).');
+  }
+
+  /** Forgets a mount. The host volume itself stays in the running sandbox until it is destroyed (volumes are fixed). */
+  async unmount(mountPath) {
+    this.#mounted.delete(mountPath);
+    if (this.mounts?.has(mountPath)) this.mounts.delete(mountPath);
+  }
+
+  /**
+   * An unstarted sibling with the same configuration: a new logical id (unless `id` is given), so it provisions
+   * its own remote sandbox. Overrides: any constructor option, plus Mastra's clone options `env`,
+   * `workingDirectory`, `idleTimeoutMinutes`, `sandboxId`, `id`.
+   */
+  clone(overrides = {}) {
+    if (overrides === null || typeof overrides !== 'object') throw new OpenSandboxError('clone: overrides must be an object', 'INVALID_OPTION', { kind: 'option' });
+    const { checkpointName, seedCheckpointName, actingUserId: _actingUserId, ...rest } = overrides;
+    if (checkpointName !== undefined || seedCheckpointName !== undefined) {
+      throw new SandboxUnsupportedFeatureError('OpenSandboxSandbox does not support checkpoints (checkpointName/seedCheckpointName)');
+    }
+    const options = { ...this.#options, env: { ...this.getEnv() }, ...rest };
+    if (!('id' in rest)) delete options.id;
+    if (!('sandboxId' in rest)) delete options.sandboxId;
+    return new OpenSandboxSandbox(options);
+  }
+
+  /** The workspace mounts known now, as OpenSandbox host volumes, and their hash (the MOUNTS_LABEL value). */
+  #mountPlan() {
+    const volumes = [];
+    const mounted = new Map();
+    for (const [mountPath, entry] of this.mounts?.entries ?? []) {
+      const config = entry.filesystem?.getMountConfig?.();
+      if (mountProblem(mountPath, config)) continue; // mount() reports the problem
+      const readOnly = Boolean(entry.filesystem.readOnly);
+      mounted.set(mountPath, { hostPath: config.basePath, readOnly });
+      const name = `mastra-mount-${createHash('sha256').update(mountPath).digest('hex').slice(0, 12)}`;
+      volumes.push({ name, host: { path: config.basePath }, mountPath, readOnly });
+    }
+    const hash = mountsHash(mounted);
+    return { volumes, mounted, hash };
+  }
+
+  /** After attach: remembers the mounts the remote sandbox has; a reconnect with different mounts is reported. */
+  #checkMounts(remote, outcome) {
+    const plan = this.#mountPlan();
+    this.#mounted = plan.mounted;
+    this.#mountMismatch = undefined;
+    if (outcome === 'created') return;
+    const remoteHash = remote?.metadata?.[MOUNTS_LABEL] ?? '';
+    if (remoteHash !== (plan.hash ?? '')) {
+      this.#mountMismatch = `sandbox ${remote.id} was created with different mounts than this workspace declares ` +
+        `(${MOUNTS_LABEL} ${remoteHash || 'none'} != ${plan.hash || 'none'}); OpenSandbox volumes are fixed at creation: ` +
+        'destroy the sandbox to apply the new mounts';
+      this.#mounted = new Map();
+      this.logger.warn(`OpenSandboxSandbox: ${this.#mountMismatch}`);
+    }
+  }
+
+  #runningProcesses() {
+    let n = 0;
+    for (const h of this.processes?._tracked?.values() ?? []) if (h.exitCode === undefined) n++;
+    return n;
+  }
+
+  async #renewForKeepAlive(at) {
+    const id = this.#remoteId;
+    if (!id || this.#explicitId) return undefined;
+    const r = await this.#lcCall(`renew sandbox ${id}`, lc => lc.renew(id, at.toISOString()));
+    if (this.#remote && r?.expiresAt) this.#remote = { ...this.#remote, expiresAt: r.expiresAt };
+    return r;
+  }
+
   // ---------------------------------------------------------------- info
 
   async getInfo() {
@@ -281,8 +453,14 @@ export class OpenSandboxSandbox extends MastraSandbox {
       readyTimeoutMs: cfg.readyTimeoutMs,
       workingDirectory: cfg.workingDirectory,
       ...(typeof cfg.instructions === 'string' ? { instructions: cfg.instructions } : {}),
-      ...(this.#remoteId ? { sandboxId: this.#remoteId } : {}),
+      ...(cfg.idleTimeoutMinutes !== undefined ? { idleTimeoutMinutes: cfg.idleTimeoutMinutes } : {}),
+      // the remote id only when it was configured: otherwise a stored config reconnects by logical id
+      ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
     };
+    const mounts = [];
+    for (const [path, entry] of this.mounts?.entries ?? []) {
+      if (entry.state === 'mounted') mounts.push({ path, filesystem: entry.filesystem?.provider ?? 'unknown' });
+    }
     return {
       id: this.id,
       name: this.name,
@@ -292,6 +470,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       lastUsedAt: this.#lastUsedAt,
       timeoutAt: toDate(this.#remote?.expiresAt),
       resources: parseResources(cfg.resources),
+      mounts,
       metadata,
     };
   }
@@ -397,6 +576,9 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 
   #forget() {
+    this.#keepAlive.stop();
+    this.#mounted.clear();
+    this.#mountMismatch = undefined;
     this.#remoteId = undefined;
     this.#explicitId = false;
     this.#remote = undefined;
@@ -440,16 +622,20 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   async #create() {
     const cfg = this.#cfg;
+    const plan = this.#mountPlan();
+    const volumes = [...(cfg.volumes ?? []), ...plan.volumes];
     const request = {
       image: typeof cfg.image === 'string' ? { uri: cfg.image } : cfg.image,
       entrypoint: cfg.entrypoint,
       timeout: cfg.timeoutSeconds,
       resourceLimits: cfg.resources,
-      metadata: { ...cfg.metadata, [LOGICAL_ID_LABEL]: encodeLogicalId(cfg.id) },
-      ...(cfg.volumes ? { volumes: cfg.volumes } : {}),
+      metadata: { ...cfg.metadata, [LOGICAL_ID_LABEL]: encodeLogicalId(cfg.id), ...(plan.hash ? { [MOUNTS_LABEL]: plan.hash } : {}) },
+      ...(volumes.length ? { volumes } : {}),
       ...(cfg.networkPolicy ? { networkPolicy: cfg.networkPolicy } : {}),
     };
+    const sentAt = Date.now();
     const created = await this.#lcCall('create sandbox', lc => lc.create(request));
+    this.#keepAlive.anchor(created?.createdAt, sentAt, Date.now());
     if (!created || typeof created.id !== 'string') {
       throw new OpenSandboxError('create sandbox: the server answered without a sandbox id', 'PROTOCOL', { kind: 'protocol', operation: 'create sandbox' });
     }
@@ -469,16 +655,23 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.#remoteId = id;
     const deadline = Date.now() + this.#cfg.readyTimeoutMs;
     let resumed = false;
+    let resumeSentAt;
     for (;;) {
       const state = stateOf(remote);
-      if (state === 'Running') return remote;
+      if (state === 'Running') {
+        // the transition to Running after our resume happened on the server clock between these two instants
+        if (resumeSentAt) this.#keepAlive.anchor(remote.status?.lastTransitionAt, resumeSentAt, Date.now());
+        return remote;
+      }
       if (state === 'Paused' && !resumed) {
+        const sentAt = Date.now();
         try {
           await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
         } catch (err) {
           if (err.status !== 409) throw err;
         }
         resumed = true;
+        resumeSentAt = sentAt;
       } else if (!['Pending', 'Pausing', 'Resuming', 'Paused'].includes(state)) {
         throw new OpenSandboxNotFoundError(`sandbox ${id} is ${state}, not running or paused`, {
           operation: `start sandbox ${id}`, status: 404, code: 'SANDBOX_NOT_LIVE',
@@ -556,6 +749,25 @@ export class OpenSandboxSandbox extends MastraSandbox {
       throw this.#map(e, operation);
     }
   }
+}
+
+/** Why a mount cannot become an OpenSandbox host volume, or null. */
+function mountProblem(mountPath, config) {
+  if (typeof mountPath !== 'string' || !/^\/[A-Za-z0-9_.\-/]+$/.test(mountPath) || mountPath.split('/').some(p => p === '.' || p === '..')) {
+    return `invalid mount path ${JSON.stringify(mountPath)} (absolute, [A-Za-z0-9_.-/], no . or ..)`;
+  }
+  if (!config) return `the filesystem at ${mountPath} cannot be mounted (it has no mount config)`;
+  if (config.type !== 'local' || typeof config.basePath !== 'string') {
+    return `the ${config.type} filesystem at ${mountPath} cannot be mounted: OpenSandbox host volumes need a local filesystem (pass pvc/ossfs volumes through the "volumes" option)`;
+  }
+  return null;
+}
+
+/** 16 hex chars of sha256 over the sorted mounts, or undefined when there are none. */
+function mountsHash(mounted) {
+  if (mounted.size === 0) return undefined;
+  const list = [...mounted].sort(([a], [b]) => (a < b ? -1 : 1)).map(([p, m]) => [p, m.hostPath, m.readOnly]);
+  return createHash('sha256').update(JSON.stringify(list)).digest('hex').slice(0, 16);
 }
 
 function renewTime(at) {

@@ -127,6 +127,7 @@ static Napi::Value Versions(const Napi::CallbackInfo& info) {
 }
 
 void InitCodeInterpreter(Napi::Env env, Napi::Object exports);  // code_wrap.cc
+void InitFiles(Napi::Env env, Napi::Object exports);            // files_wrap.cc
 
 static void Cleanup(Addon* a) {
   a->closing = true;
@@ -149,6 +150,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitExecd(env, exports);
   InitProcess(env, exports);
   InitCodeInterpreter(env, exports);
+  InitFiles(env, exports);
   return exports;
 }
 

@@ -1,0 +1,57 @@
+// File upload for OpenSandboxSandbox.writeFiles: validates Mastra's SandboxFileInput list and sends all files in
+// one execd multipart request through the native upload (src/opensandbox/files.c), with a deadline and abort.
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { validateSandboxFileMode } from '@mastra/core/workspace';
+import './native.js'; // loads the addon with a clear message when it is missing
+import { OpenSandboxOptionError } from './errors.js';
+
+const require = createRequire(import.meta.url);
+const binding = require(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'mastra_opensandbox.node'));
+
+/** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */
+export const execdMode = mode => Number(mode.toString(8));
+
+/**
+ * Normalizes `files` into { paths, modes, buffers }: relative paths resolve against `cwd`, content is a string
+ * (UTF-8) or a Buffer/Uint8Array, mode (optional) is 0o001..0o777.
+ */
+export function normalizeFiles(files, cwd) {
+  if (!Array.isArray(files)) throw new OpenSandboxOptionError('files', 'expected an array of { path, content, mode? }');
+  const paths = [];
+  const modes = [];
+  const buffers = [];
+  files.forEach((f, i) => {
+    if (f === null || typeof f !== 'object') throw new OpenSandboxOptionError('files', `item ${i} must be an object`);
+    if (typeof f.path !== 'string' || f.path === '' || f.path.includes('\0')) {
+      throw new OpenSandboxOptionError('files', `item ${i}: path must be a non-empty string`);
+    }
+    let content = f.content;
+    if (typeof content === 'string') content = Buffer.from(content, 'utf8');
+    else if (content instanceof Uint8Array) content = Buffer.isBuffer(content) ? content : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+    else throw new OpenSandboxOptionError('files', `item ${i} (${f.path}): content must be a string or a Buffer`);
+    if (f.mode !== undefined) validateSandboxFileMode(f.mode);
+    paths.push(path.posix.resolve(cwd, f.path));
+    modes.push(f.mode === undefined ? 644 : execdMode(f.mode));
+    buffers.push(content);
+  });
+  return { paths, modes, buffers };
+}
+
+/**
+ * Uploads in one request. conn = { baseUrl, headers, requestTimeoutMs }. Resolves when execd has stored every
+ * file; rejects with the native error shape (kind/status/code/…), `cancelled` when abortSignal fires.
+ */
+export async function uploadFiles(conn, { paths, modes, buffers }, { abortSignal, timeoutMs } = {}) {
+  const kv = [];
+  for (const [k, v] of Object.entries(conn.headers ?? {})) kv.push(k, String(v));
+  const h = binding.filesUpload(conn.baseUrl, kv, paths, modes, buffers, timeoutMs ?? conn.requestTimeoutMs ?? 30000);
+  const onAbort = () => binding.filesCancel(h.handle);
+  abortSignal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    await h.result;
+  } finally {
+    abortSignal?.removeEventListener('abort', onAbort);
+  }
+}

@@ -1,0 +1,92 @@
+// Idle expiry for OpenSandboxSandbox (`idleTimeoutMinutes`): the remote sandbox expires `idleMs` after the last
+// activity. While commands or processes are active the expiry is renewed ahead of time on every tick, so a busy
+// sandbox never expires mid-task; when activity ends it is set once more to now + idleMs, so an idle one does.
+// Expiry times are computed on the SERVER clock: the offset to the local clock is anchored on server timestamps
+// seen at known local instants (createdAt of our create, lastTransitionAt after our resume); without an anchor
+// the local clock is used.
+
+const MIN_PERIOD_MS = 500;
+const MAX_PERIOD_MS = 60000;
+
+export class KeepAlive {
+  #idleMs;
+  #busy;
+  #renew;
+  #onError;
+  #skewMs; // server clock - local clock, when anchored
+  #timer;
+  #running = false;
+  #wasBusy = false;
+  #chain = Promise.resolve();
+
+  /** idleMs undefined disables everything. busy() -> boolean; renew(Date) -> Promise; onError(err). */
+  constructor({ idleMs, busy, renew, onError }) {
+    this.#idleMs = idleMs;
+    this.#busy = busy;
+    this.#renew = renew;
+    this.#onError = onError;
+  }
+
+  get enabled() {
+    return this.#idleMs !== undefined;
+  }
+
+  get periodMs() {
+    return Math.min(MAX_PERIOD_MS, Math.max(MIN_PERIOD_MS, Math.floor((this.#idleMs ?? 0) / 3)));
+  }
+
+  /** A server timestamp observed between the local instants sentAt and receivedAt (ms since the epoch). */
+  anchor(serverTime, sentAt, receivedAt) {
+    const t = Date.parse(serverTime ?? '');
+    if (Number.isNaN(t)) return;
+    this.#skewMs = t - (sentAt + receivedAt) / 2;
+  }
+
+  /** The server's current time, estimated. */
+  serverNow() {
+    return Date.now() + (this.#skewMs ?? 0);
+  }
+
+  /** The sandbox is running: sets the expiry to now + idle and starts the ticks. */
+  async start() {
+    if (!this.enabled) return;
+    this.stop();
+    this.#running = true;
+    this.#wasBusy = this.#busy();
+    await this.#renewNow();
+    if (!this.#running) return;
+    this.#timer = setInterval(() => this.#tick(), this.periodMs);
+    this.#timer.unref?.();
+  }
+
+  stop() {
+    this.#running = false;
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** A command started or ended: the idle countdown restarts now. */
+  activity() {
+    if (this.#running) this.#renewNow();
+  }
+
+  #tick() {
+    const busy = this.#busy();
+    if (busy || this.#wasBusy) this.#renewNow();
+    this.#wasBusy = busy;
+  }
+
+  /** Renews to server-now + idle (+ one period while busy, so the next tick comes well before the expiry). */
+  #renewNow() {
+    this.#chain = this.#chain.then(async () => {
+      if (!this.#running) return;
+      const ahead = this.#busy() ? this.periodMs : 0;
+      try {
+        await this.#renew(new Date(this.serverNow() + this.#idleMs + ahead));
+      } catch (err) {
+        this.#onError?.(err);
+      }
+    });
+    return this.#chain;
+  }
+}

@@ -1,0 +1,122 @@
+// The Mastra Editor provider of OpenSandboxSandbox: `openSandboxProvider` (id 'opensandbox', a JSON-Schema
+// configSchema of every serializable option, createSandbox) and `sandboxProviders`, the registry to pass as
+// `new MastraEditor({ sandboxes: sandboxProviders })`. Stored configs never hold secrets: the API key and the
+// execd token come from the environment at hydration; a stored secret is refused, as are unknown fields and
+// wrong types, all before any network call.
+import { OpenSandboxSandbox } from './sandbox.js';
+import { DEFAULTS } from './options.js';
+import { OpenSandboxOptionError } from './errors.js';
+
+const str = (description, extra = {}) => ({ type: 'string', description, ...extra });
+const stringMap = description => ({ type: 'object', description, additionalProperties: { type: 'string' } });
+
+/** JSON Schema of the stored config (what getInfo().metadata contains). */
+export const openSandboxConfigSchema = Object.freeze({
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    id: str('Logical sandbox id: the same id reconnects to the same remote sandbox (metadata label mastra.ai/sandbox-id). Generated when omitted.'),
+    domain: str('OpenSandbox lifecycle server: host[:port][/path] or an http(s) URL.', { default: DEFAULTS.domain }),
+    protocol: { type: 'string', enum: ['http', 'https'], default: DEFAULTS.protocol, description: 'Scheme of the lifecycle server and execd.' },
+    sandboxId: str('Attach to this existing remote sandbox instead of finding/creating one by logical id.'),
+    image: {
+      description: 'Container image reference (registry credentials cannot be stored).',
+      default: DEFAULTS.image,
+      oneOf: [{ type: 'string' }, { type: 'object', additionalProperties: false, required: ['uri'], properties: { uri: { type: 'string' } } }],
+    },
+    entrypoint: { type: 'array', items: { type: 'string' }, minItems: 1, default: [...DEFAULTS.entrypoint], description: 'Container entrypoint.' },
+    timeoutSeconds: { type: ['integer', 'null'], minimum: 60, default: DEFAULTS.timeoutSeconds, description: 'Time to live in seconds; null = no expiry.' },
+    idleTimeoutMinutes: { type: 'number', exclusiveMinimum: 0, description: 'Expire this long after the last activity; renewed while commands or processes run.' },
+    resources: { ...stringMap('Resource limits, e.g. { cpu: "1", memory: "2Gi" }.'), default: { ...DEFAULTS.resources } },
+    env: stringMap('Environment variables of every command (do not store secrets here).'),
+    metadata: stringMap('Extra metadata labels of the remote sandbox (Kubernetes label syntax).'),
+    volumes: {
+      type: 'array',
+      description: 'OpenSandbox volumes passed through at creation (host, pvc or ossfs; ossfs credentials cannot be stored).',
+      items: { type: 'object', required: ['name', 'mountPath'], properties: { name: { type: 'string' }, mountPath: { type: 'string' }, readOnly: { type: 'boolean' }, subPath: { type: 'string' }, host: { type: 'object' }, pvc: { type: 'object' }, ossfs: { type: 'object' } } },
+    },
+    networkPolicy: { type: 'object', description: 'Egress policy: { defaultAction, egress: [{ action, target }] }.' },
+    useServerProxy: { type: 'boolean', default: DEFAULTS.useServerProxy, description: "Reach execd through the lifecycle server's proxy." },
+    requestTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.requestTimeoutMs, description: 'Deadline of each lifecycle/execd request.' },
+    readyTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.readyTimeoutMs, description: 'Deadline for the sandbox to become Running and execd to answer.' },
+    workingDirectory: str('Default cwd of commands, created on start.', { default: DEFAULTS.workingDirectory }),
+    instructions: str('Instructions for the agent about this sandbox ("" = none); default: a description of the sandbox.'),
+  },
+});
+
+const SECRET_FIELDS = new Set(['apiKey', 'execdAccessToken', 'accessToken', 'token', 'password', 'secret', 'credentials', 'auth']);
+const OSSFS_SECRETS = ['accessKeyId', 'accessKeySecret'];
+
+const typeName = v => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+const fail = (field, message) => {
+  throw new OpenSandboxOptionError(field, message);
+};
+
+function checkType(field, value, schema) {
+  const types = [].concat(schema.type ?? []);
+  if (schema.oneOf) {
+    if (!schema.oneOf.some(s => [].concat(s.type).includes(typeName(value)))) fail(field, `expected ${schema.oneOf.map(s => s.type).join(' or ')}, got ${typeName(value)}`);
+    return;
+  }
+  const t = typeName(value);
+  const ok = types.some(ty => ty === t || (ty === 'integer' && t === 'number' && Number.isInteger(value)));
+  if (!ok) fail(field, `expected ${types.join(' or ')}, got ${t === 'number' ? JSON.stringify(value) : t}`);
+  if (schema.enum && !schema.enum.includes(value)) fail(field, `expected one of ${schema.enum.join(', ')}, got ${JSON.stringify(value)}`);
+  if (schema.additionalProperties?.type === 'string' && t === 'object') {
+    for (const [k, v] of Object.entries(value)) if (typeof v !== 'string') fail(`${field}.${k}`, `expected a string, got ${typeName(v)}`);
+  }
+  if (schema.items?.type === 'string' && t === 'array') {
+    value.forEach((v, i) => typeof v !== 'string' && fail(`${field}[${i}]`, `expected a string, got ${typeName(v)}`));
+  }
+}
+
+/**
+ * Validates a stored config (JSON) for createSandbox: unknown fields, wrong types and stored secrets are
+ * refused with an OpenSandboxOptionError naming the field. Returns a copy.
+ */
+export function validateStoredConfig(config) {
+  if (config === undefined || config === null) return {};
+  if (typeof config !== 'object' || Array.isArray(config)) fail('config', `expected an object, got ${typeName(config)}`);
+  const props = openSandboxConfigSchema.properties;
+  for (const [key, value] of Object.entries(config)) {
+    if (SECRET_FIELDS.has(key)) {
+      fail(key, 'secrets are never stored in a sandbox config: set OPEN_SANDBOX_API_KEY / OPEN_SANDBOX_EXECD_ACCESS_TOKEN in the environment of the process that hydrates it');
+    }
+    if (!props[key]) fail(key, `unknown field of the opensandbox provider config (known: ${Object.keys(props).join(', ')})`);
+    if (value === undefined) continue;
+    checkType(key, value, props[key]);
+  }
+  if (config.image && typeof config.image === 'object' && config.image.auth !== undefined) {
+    fail('image.auth', 'registry credentials are never stored in a sandbox config: use an OpenSandboxSandbox in code for private images');
+  }
+  (config.volumes ?? []).forEach((v, i) => {
+    for (const k of OSSFS_SECRETS) {
+      if (v?.ossfs?.[k] !== undefined) fail(`volumes[${i}].ossfs.${k}`, 'credentials are never stored in a sandbox config');
+    }
+  });
+  return structuredClone(config);
+}
+
+/** Builds the constructor options from a stored config plus the secrets of the environment. */
+export function optionsFromStoredConfig(config, env = process.env) {
+  const options = validateStoredConfig(config);
+  if (env.OPEN_SANDBOX_API_KEY) options.apiKey = env.OPEN_SANDBOX_API_KEY;
+  if (env.OPEN_SANDBOX_EXECD_ACCESS_TOKEN) options.execdAccessToken = env.OPEN_SANDBOX_EXECD_ACCESS_TOKEN;
+  return options;
+}
+
+export const openSandboxProvider = Object.freeze({
+  id: 'opensandbox',
+  name: 'OpenSandbox',
+  description: 'Remote Linux sandboxes on an OpenSandbox server (Docker or Kubernetes), through a native C client: ' +
+    'commands with streamed output, background processes, files, ports, host-volume mounts, reconnect by logical id.',
+  configSchema: openSandboxConfigSchema,
+  /** Validates the stored config (throws before any network call) and returns an unstarted sandbox. */
+  createSandbox(config) {
+    return new OpenSandboxSandbox(optionsFromStoredConfig(config));
+  },
+});
+
+/** The sandbox providers of this package, keyed by id: `new MastraEditor({ sandboxes: sandboxProviders })`. */
+export const sandboxProviders = Object.freeze({ [openSandboxProvider.id]: openSandboxProvider });

@@ -1,0 +1,106 @@
+// The Editor provider against the real @mastra/editor and the local server: registry shape, stored-config
+// validation (unknown fields, wrong types, secrets) before any network call, and the round trip
+// live sandbox -> snapshotFromWorkspace -> hydrateSnapshotToWorkspace -> the same remote sandbox by logical id.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { MastraEditor } from '@mastra/editor';
+import { Workspace } from '@mastra/core/workspace';
+import { startServer } from '../scripts/dev-server/index.js';
+import { OpenSandboxSandbox, OpenSandboxOptionError, openSandboxProvider, sandboxProviders } from '../lib/index.js';
+
+describe('openSandboxProvider (Mastra Editor)', function () {
+  this.timeout(30000);
+  let server;
+  const cleanup = [];
+
+  before(async function () {
+    this.timeout(60000);
+    server = await startServer({ port: 0 });
+  });
+  after(async () => {
+    for (const s of cleanup) await s._destroy().catch(() => {});
+    await server?.close();
+  });
+
+  it('is registered by id and describes every serializable option', () => {
+    assert.equal(sandboxProviders.opensandbox, openSandboxProvider);
+    assert.equal(openSandboxProvider.id, 'opensandbox');
+    assert.equal(openSandboxProvider.name, 'OpenSandbox');
+    assert.ok(openSandboxProvider.description.length > 20);
+    const props = openSandboxProvider.configSchema.properties;
+    for (const key of ['id', 'domain', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'idleTimeoutMinutes', 'resources',
+      'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'workingDirectory', 'instructions']) {
+      assert.ok(props[key], key);
+      assert.ok(props[key].description, `${key} has a description`);
+    }
+    assert.equal(props.timeoutSeconds.default, 600);
+    assert.equal(props.workingDirectory.default, '/workspace');
+    assert.equal(props.apiKey, undefined);
+    const editor = new MastraEditor({ sandboxes: sandboxProviders });
+    assert.equal(editor.__sandboxes.get('opensandbox'), openSandboxProvider);
+  });
+
+  it('refuses bad stored configs with an error naming the field, before any network call', () => {
+    // an unreachable domain: nothing here may try to connect
+    const bad = [
+      [{ apiKey: 'sk-stored' }, 'apiKey', /secrets are never stored/],
+      [{ execdAccessToken: 't' }, 'execdAccessToken', /secrets are never stored/],
+      [{ image: { uri: 'x', auth: { username: 'u', password: 'p' } } }, 'image.auth', /registry credentials are never stored/],
+      [{ volumes: [{ name: 'o', mountPath: '/o', ossfs: { bucket: 'b', accessKeySecret: 's' } }] }, 'volumes[0].ossfs.accessKeySecret', /credentials/],
+      [{ flavour: 'large' }, 'flavour', /unknown field/],
+      [{ timeoutSeconds: '600' }, 'timeoutSeconds', /expected integer or null, got string/],
+      [{ useServerProxy: 1 }, 'useServerProxy', /expected boolean/],
+      [{ env: { A: 1 } }, 'env.A', /expected a string/],
+      [{ protocol: 'ftp' }, 'protocol', /one of http, https/],
+      [{ timeoutSeconds: 30 }, 'timeoutSeconds', />= 60/],
+      [{ workingDirectory: 'relative' }, 'workingDirectory', /absolute path/],
+      ['not-an-object', 'config', /expected an object/],
+    ];
+    for (const [config, field, re] of bad) {
+      assert.throws(() => openSandboxProvider.createSandbox(typeof config === 'object' ? { domain: '203.0.113.1:9', ...config } : config), err => {
+        assert.ok(err instanceof OpenSandboxOptionError, `${field}: ${err}`);
+        assert.equal(err.option, field);
+        assert.match(err.message, re);
+        assert.ok(!/sk-stored/.test(err.message));
+        return true;
+      });
+    }
+  });
+
+  it('round trip: snapshot of a live sandbox hydrates into a working sandbox attached to the same remote sandbox', async () => {
+    const id = `editor-${randomUUID()}`;
+    const original = new OpenSandboxSandbox({ id, domain: server.domain, env: { GREETING: 'hello' }, metadata: { team: 'editor' }, idleTimeoutMinutes: 30 });
+    cleanup.push(original);
+    const ws = new Workspace({ id: 'ws-editor', name: 'editor workspace', sandbox: original });
+    await ws.init();
+    await original.executeCommand('echo stored > /workspace/marker.txt');
+
+    const editor = new MastraEditor({ sandboxes: sandboxProviders });
+    const snapshot = await editor.workspace.snapshotFromWorkspace(ws);
+    assert.equal(snapshot.sandbox.provider, 'opensandbox');
+    const stored = JSON.parse(JSON.stringify(snapshot)); // what a storage adapter keeps
+    assert.equal(stored.sandbox.config.id, id);
+    assert.equal(stored.sandbox.config.sandboxId, undefined);
+    assert.equal(stored.sandbox.config.idleTimeoutMinutes, 30);
+    assert.ok(!JSON.stringify(stored).includes('apiKey'));
+
+    const hydrated = await editor.workspace.hydrateSnapshotToWorkspace('ws-editor-2', stored);
+    const sandbox = hydrated.sandbox;
+    cleanup.push(sandbox);
+    assert.ok(sandbox instanceof OpenSandboxSandbox);
+    assert.notEqual(sandbox, original);
+    assert.equal(sandbox.id, id);
+    assert.deepEqual(await sandbox._start(), { outcome: 'connected' });
+    assert.equal(sandbox.opensandbox.sandboxId, original.opensandbox.sandboxId);
+    // env values may be secrets: getInfo() leaves them out, so the hydrated sandbox does not have them
+    assert.equal(stored.sandbox.config.env, undefined);
+    const r = await sandbox.executeCommand('cat /workspace/marker.txt; echo "[$GREETING]"');
+    assert.equal(r.stdout, 'stored\n[]\n');
+    assert.deepEqual((await sandbox.getInfo()).metadata.metadata, { team: 'editor' });
+  });
+
+  it('an unregistered provider id is Mastra\'s clear error', async () => {
+    const editor = new MastraEditor({ sandboxes: sandboxProviders });
+    await assert.rejects(editor.workspace.hydrateSnapshotToWorkspace('x', { name: 'x', sandbox: { provider: 'nope', config: {} } }), /Sandbox provider "nope" is not registered/);
+  });
+});
