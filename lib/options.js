@@ -205,6 +205,9 @@ export function normalizeOptions(input = {}, env = process.env) {
     fail('useServerProxy', `expected a boolean, got ${typeName(o.useServerProxy)}`);
   }
 
+  if (o.idleTimeoutMinutes !== undefined && o.idleTimeoutMinutes !== null && o.timeoutSeconds === null) {
+    fail('idleTimeoutMinutes', 'needs an expiring sandbox: timeoutSeconds must not be null');
+  }
   return {
     id,
     domain,

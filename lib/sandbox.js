@@ -297,6 +297,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (batch.paths.length === 0) return;
     if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
     await this.ensureRunning();
+    if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
     const conn = this.#execdConnection();
     if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
     this.#lastUsedAt = new Date();
@@ -533,14 +534,14 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   /**
    * @internal For this package's other execd clients (the code interpreter): `{ baseUrl, headers,
-   * requestTimeoutMs }` of the current execd endpoint (headers include the access token: never log them), or
+   * requestTimeoutMs, caFile }` of the current execd endpoint (headers include the access token: never log them), or
    * undefined while the sandbox is not running.
    */
   [Symbol.for('mastra-opensandbox.execdConnection')]() {
     if (!this.#execdUrl || !this.#endpoint) return undefined;
     const headers = { ...(this.#endpoint.headers ?? {}) };
     if (this.#cfg.execdAccessToken) headers['X-EXECD-ACCESS-TOKEN'] = this.#cfg.execdAccessToken;
-    return { baseUrl: this.#execdUrl, headers, requestTimeoutMs: this.#cfg.requestTimeoutMs };
+    return { baseUrl: this.#execdUrl, headers, requestTimeoutMs: this.#cfg.requestTimeoutMs, caFile: this.#cfg.caFile };
   }
 
   // ---------------------------------------------------------------- internals
