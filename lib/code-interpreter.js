@@ -88,17 +88,18 @@ export class CodeInterpreter {
   #n;
   #secrets;
 
-  /** @param {{ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number, idleTimeoutMs?: number }} opts */
+  /** @param {{ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number, idleTimeoutMs?: number, caFile?: string }} opts */
   constructor(opts) {
     if (opts === null || typeof opts !== 'object') throw option('options', 'must be an object');
     nonEmpty(opts.baseUrl, 'baseUrl');
     const pairs = headerPairs(opts.headers);
     this.#secrets = pairs.filter((_, i) => i % 2 === 1);
+    if (opts.caFile !== undefined && opts.caFile !== null) nonEmpty(opts.caFile, 'caFile');
     try {
       this.#n = new binding.CodeInterpreter(opts.baseUrl, pairs, ms(opts.requestTimeoutMs, 'requestTimeoutMs', 30000),
-        ms(opts.idleTimeoutMs, 'idleTimeoutMs', 10000));
+        ms(opts.idleTimeoutMs, 'idleTimeoutMs', 10000), opts.caFile ?? null);
     } catch (e) {
-      throw option('baseUrl/headers', e.message); // bad URL or header name: never contains a header value
+      throw option('baseUrl/headers/caFile', e.message); // never contains a header value
     }
   }
 

@@ -3,7 +3,12 @@
 // TCP peers inject what the local server cannot produce: a server that never answers (no kernel) and the
 // Jupyter-backed ordering where execution_complete arrives before the output.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { execFileSync } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { Agent } from '@mastra/core/agent';
 import { ToolStream } from '@mastra/core/tools';
@@ -251,6 +256,41 @@ describe('code interpreter client', function () {
       assert.deepEqual([idle.code, idle.signal, idle.out.trim()], [0, null, '42']);
       const busy = await runNode(script("ci.run({ code: 'echo up; sleep 20', language: 'bash' }, () => process.exit(7));"));
       assert.deepEqual([busy.code, busy.signal, busy.out], [7, null, '']);
+    });
+
+    it('speaks https with caFile (a TLS-terminating proxy in front of execd); an untrusted certificate is a transport error', async () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-code-tls-'));
+      const caFile = path.join(dir, 'cert.pem');
+      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+        '-keyout', path.join(dir, 'key.pem'), '-out', caFile, '-days', '1', '-subj', '/CN=127.0.0.1',
+        '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+      const conn = sandbox[EXECD_CONNECTION]();
+      const plain = new URL(conn.baseUrl);
+      const sockets = new Set();
+      const proxy = tls.createServer({ key: fs.readFileSync(path.join(dir, 'key.pem')), cert: fs.readFileSync(caFile) }, (s) => {
+        const up = net.connect(Number(plain.port), plain.hostname);
+        sockets.add(s);
+        s.on('close', () => sockets.delete(s));
+        s.on('error', () => up.destroy());
+        up.on('error', () => s.destroy());
+        s.pipe(up).pipe(s);
+      });
+      await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
+      try {
+        const baseUrl = `https://127.0.0.1:${proxy.address().port}${plain.pathname.replace(/\/$/, '')}`;
+        const secure = new CodeInterpreter({ ...conn, baseUrl, caFile });
+        const ctx = await secure.createContext({ language: 'python' });
+        const r = await secure.run({ code: 'print("over tls")\n6 * 7', language: 'python', contextId: ctx.id }).result;
+        assert.deepEqual([r.stdout, r.results], ['over tls\n', [{ text: '42' }]]);
+        await secure.deleteContext(ctx.id);
+        const untrusted = new CodeInterpreter({ ...conn, baseUrl });
+        await assert.rejects(untrusted.listContexts(), (e) => e.kind === 'transport' && /certificate/i.test(e.message));
+        assert.throws(() => new CodeInterpreter({ ...conn, caFile: path.join(dir, 'missing.pem') }), /caFile/);
+      } finally {
+        for (const s of sockets) s.destroy();
+        await new Promise((r) => proxy.close(r));
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('a server that never answers fails the cell at the idle deadline, and a plain call at its timeout', async () => {

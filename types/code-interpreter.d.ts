@@ -24,6 +24,8 @@ export interface CodeInterpreterOptions {
   requestTimeoutMs?: number;
   /** Cell stream watchdog: fail when nothing (not even execd's 3 s ping) arrives for this long. Default 10000. */
   idleTimeoutMs?: number;
+  /** https: a PEM CA bundle to trust (e.g. a private CA). Default: curl's bundle. */
+  caFile?: string;
 }
 
 export interface CodeRunOptions {

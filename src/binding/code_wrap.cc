@@ -197,7 +197,7 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
                         InstanceMethod<&CodeInterpreterWrap::InterruptRun>("interruptRun")});
   }
 
-  // new CodeInterpreter(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs)
+  // new CodeInterpreter(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
   explicit CodeInterpreterWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CodeInterpreterWrap>(info) {
     std::string base = ArgString(info, 0, "baseUrl");
     std::vector<std::string> kv = ArgStrings(info, 1, "headers");
@@ -208,6 +208,10 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
     char err[256] = "";
     x_ = osb_code_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
     if (!x_) ThrowType(info.Env(), err);
+    if (!ArgIsNullish(info, 4)) {
+      std::string ca = ArgString(info, 4, "caFile");
+      if (osb_code_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
+    }
   }
   ~CodeInterpreterWrap() override { osb_code_free(x_); }
 

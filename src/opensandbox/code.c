@@ -22,6 +22,7 @@ struct osb_code {
   char **secrets; /* header values */
   size_t nheaders;
   long timeout_ms, idle_ms;
+  char *ca_file; /* NULL = curl's default bundle */
 };
 
 /* ---- client ---- */
@@ -48,7 +49,20 @@ void osb_code_free(osb_code *x) {
   free(x->base_url);
   free_strv(x->headers, x->nheaders);
   free_strv(x->secrets, x->nheaders);
+  free(x->ca_file);
   free(x);
+}
+
+int osb_code_set_ca_file(osb_code *x, const char *path, char *err, size_t errlen) {
+  if (osb_check_ca_file(path, err, errlen) != 0) return -1;
+  char *p = strdup(path);
+  if (!p) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  free(x->ca_file);
+  x->ca_file = p;
+  return 0;
 }
 
 osb_code *osb_code_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
@@ -93,6 +107,7 @@ typedef struct {
   char **headers, **secrets;
   size_t nheaders;
   long timeout_ms, idle_ms;
+  char *ca_file;
 } conf;
 
 static int conf_copy(conf *c, const osb_code *x) {
@@ -103,13 +118,15 @@ static int conf_copy(conf *c, const osb_code *x) {
   c->nheaders = x->nheaders;
   c->timeout_ms = x->timeout_ms;
   c->idle_ms = x->idle_ms;
-  return c->base_url && c->headers && c->secrets ? 0 : -1;
+  c->ca_file = x->ca_file ? strdup(x->ca_file) : NULL;
+  return c->base_url && c->headers && c->secrets && (!x->ca_file || c->ca_file) ? 0 : -1;
 }
 
 static void conf_free(conf *c) {
   free(c->base_url);
   free_strv(c->headers, c->nheaders);
   free_strv(c->secrets, c->nheaders);
+  free(c->ca_file);
   memset(c, 0, sizeof *c);
 }
 
@@ -211,6 +228,7 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
   o.body_len = c->body ? strlen(c->body) : 0;
   o.timeout_ms = c->timeout_ms;
   o.retry_connect = strcmp(c->method, "GET") == 0;
+  o.ca_file = c->cf.ca_file;
   o.on_done = call_on_done;
   o.ud = c;
   osb_http_req *r = h ? osb_http_start(e, &o) : NULL;
@@ -507,6 +525,7 @@ static void send_interrupt(osb_code_run *r) {
     o.headers = h;
     o.nheaders = n;
     o.timeout_ms = r->cf.timeout_ms;
+    o.ca_file = r->cf.ca_file;
     o.on_done = on_delete_done;
     o.ud = r;
     r->del = osb_http_start(r->e, &o);
@@ -744,6 +763,7 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
     o.body = r->body;
     o.body_len = strlen(r->body);
     o.idle_timeout_ms = r->cf.idle_ms;
+    o.ca_file = r->cf.ca_file;
     o.on_data = on_stream_data;
     o.on_done = on_stream_done;
     o.ud = r;

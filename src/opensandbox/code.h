@@ -23,6 +23,8 @@ typedef struct osb_code_run osb_code_run;
 osb_code *osb_code_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
                        long idle_timeout_ms, char *err, size_t errlen);
 void osb_code_free(osb_code *x);
+/* https: trust the PEM CA bundle at path (copied). Returns 0, or -1 (message) when not readable. */
+int osb_code_set_ca_file(osb_code *x, const char *path, char *err, size_t errlen);
 
 /* Called once on the engine thread. Success: err NULL and json = the response body (malloc'd, NUL-terminated,
  * owned by the callee; "" when the server answered with an empty body). Failure: err set (borrowed), json NULL. */
