@@ -1,9 +1,12 @@
 /* libFuzzer target of the execd event-stream parser: the input is fed in chunks whose sizes come from the
  * first byte, with a small line bound so the "line too long" path is reached; a callback that sometimes asks to
- * stop exercises that path. ASan/UBSan catch memory errors; the parser must never crash or grow unboundedly. */
+ * stop exercises that path. The same bytes are then mapped as a non-2xx response body (error.c: JSON bodies,
+ * 422 detail summaries, redaction). ASan/UBSan catch memory errors; nothing may crash or grow unboundedly. */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "core/events.h"
+#include "opensandbox/error.h"
 
 static int on_event(void *ud, const osb_event *ev) {
   size_t *count = ud;
@@ -29,5 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == OSB_EVENTS_OK) osb_events_finish(p);
   (void)osb_events_error(p);
   osb_events_free(p);
+
+  osb_http_result res;
+  memset(&res, 0, sizeof res);
+  res.status = 400 + (long)(step % 100);
+  res.body = (const char *)data;
+  res.body_len = size;
+  res.request_id = "rid";
+  const char *secrets[] = {"ab", "key", NULL};
+  osb_error err;
+  osb_error_from_http(&err, &res, secrets, NULL);
   return 0;
 }
