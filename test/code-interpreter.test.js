@@ -508,8 +508,14 @@ describe('code interpreter client', function () {
   });
 
   describe('afterwards', () => {
-    it('leaves no requests in flight', async () => {
-      await waitFor(() => stats().requestsInFlight === 0, { timeoutMs: 10000, message: `requests in flight: ${JSON.stringify(stats())}` });
+    it('leaves no requests, operations or promises behind', async () => {
+      const idle = () => {
+        const s = stats();
+        return s.requestsInFlight === 0 && s.operations === 0 && s.pendingPromises === 0;
+      };
+      await waitFor(idle, { timeoutMs: 10000, message: 'native stats back to idle' }).catch((e) => {
+        throw new Error(`${e.message}: ${JSON.stringify(stats())}`);
+      });
     });
   });
 });
