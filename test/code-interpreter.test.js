@@ -258,6 +258,25 @@ describe('code interpreter client', function () {
       assert.deepEqual([busy.code, busy.signal, busy.out], [7, null, '']);
     });
 
+    it('works in worker_threads; terminating a worker with a cell in flight leaves the main thread usable', async () => {
+      const { Worker } = await import('node:worker_threads');
+      const lib = new URL('../lib/code-interpreter.js', import.meta.url).href;
+      const code = `const { parentPort } = require('node:worker_threads');
+        (async () => {
+          const { CodeInterpreter } = await import(${JSON.stringify(lib)});
+          const ci = new CodeInterpreter(${JSON.stringify(sandbox[EXECD_CONNECTION]())});
+          const ctx = await ci.createContext({ language: 'python' });
+          const r = await ci.run({ code: 'print("from-worker")', language: 'python', contextId: ctx.id }).result;
+          ci.run({ code: 'import time\\ntime.sleep(20)', language: 'python', contextId: ctx.id });
+          parentPort.postMessage(r.stdout);
+        })();`;
+      const w = new Worker(code, { eval: true });
+      const msg = await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
+      assert.equal(msg, 'from-worker\n');
+      assert.equal(await w.terminate(), 1);
+      assert.deepEqual((await run({ code: '2 + 2', language: 'python' })).results, [{ text: '4' }]);
+    });
+
     it('speaks https with caFile (a TLS-terminating proxy in front of execd); an untrusted certificate is a transport error', async () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-code-tls-'));
       const caFile = path.join(dir, 'cert.pem');
