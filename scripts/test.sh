@@ -9,6 +9,8 @@ c_rc=0
 if [ -f test/c/Makefile ]; then
   make -s -C test/c check || c_rc=$?
 fi
+ts_rc=0
+npx tsc -p examples || { echo "tsc -p examples (type check of the TypeScript examples) failed"; ts_rc=1; }
 npx mocha --reporter spec "test/**/*.test.js"
 js_rc=$?
-[ "$c_rc" -eq 0 ] && [ "$js_rc" -eq 0 ]
+[ "$c_rc" -eq 0 ] && [ "$ts_rc" -eq 0 ] && [ "$js_rc" -eq 0 ]

@@ -11,7 +11,14 @@ import type {
   SandboxStartResult,
   SandboxStartHook,
   SandboxLifecycleHook,
+  SandboxFileInput,
+  WriteFilesOptions,
+  SandboxNetworking,
+  SandboxCloneOptions,
+  MountResult,
+  WorkspaceFilesystem,
 } from '@mastra/core/workspace';
+import type { SandboxProvider } from '@mastra/core/editor';
 
 /** Per-call instructions override: a fixed string ('' suppresses) or a function of the default text. */
 export type OpenSandboxInstructions =
@@ -81,6 +88,12 @@ export interface OpenSandboxSandboxOptions {
   onDestroy?: SandboxLifecycleHook;
   /** Default cwd of commands (created on start). Default '/workspace'. */
   workingDirectory?: string;
+  /**
+   * Idle expiry in minutes (fractions allowed): the sandbox expires this long after the last activity. While
+   * commands or background processes run, the expiry is renewed ahead of time on the server's clock. Needs an
+   * expiring sandbox (timeoutSeconds not null). Default: unset (only timeoutSeconds applies).
+   */
+  idleTimeoutMinutes?: number;
 }
 
 /** A sandbox object as the lifecycle server returns it. */
@@ -128,6 +141,19 @@ export declare class OpenSandboxSandbox extends MastraSandbox {
   getInfo(): Promise<SandboxInfo>;
   getInstructions(opts?: { requestContext?: unknown }): string;
   readonly opensandbox: OpenSandboxHandle;
+  /** Port URLs through the endpoints API: `getPortUrl(port)` -> `http(s)://…` or null when it cannot be exposed. */
+  readonly networking: SandboxNetworking;
+  /** Writes files in one execd upload (relative paths against the working directory, parents created, mode default 0o644). */
+  writeFiles(files: SandboxFileInput[], options?: WriteFilesOptions): Promise<void>;
+  /**
+   * Workspace mounts known at start become OpenSandbox host volumes at creation (read-only honoured); for those
+   * this reports the outcome. Mounting while the sandbox runs fails: volumes are fixed at creation.
+   */
+  mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult>;
+  /** Forgets the mount; the volume stays in the running sandbox until it is destroyed. */
+  unmount(mountPath: string): Promise<void>;
+  /** An unstarted sibling with the same configuration and a new logical id (unless `id` is given). */
+  clone(overrides?: SandboxCloneOptions & Partial<OpenSandboxSandboxOptions>): OpenSandboxSandbox;
   /** Background processes (execd PTY sessions): see docs/processes.md. */
   readonly processes: import('./process-manager.js').OpenSandboxProcessManager;
 }
@@ -173,3 +199,57 @@ export declare class OpenSandboxCancelledError extends OpenSandboxError {}
 
 export * from './code-interpreter.js';
 export * from './process-manager.js';
+
+/** Metadata label holding a hash of the workspace mounts a sandbox was created with. */
+export declare const MOUNTS_LABEL: 'mastra.ai/mounts';
+
+/** The serializable configuration the Editor stores for an OpenSandbox sandbox (getInfo().metadata). No secrets. */
+export interface OpenSandboxStoredConfig {
+  /** Logical id; generated when omitted. */
+  id?: string;
+  /** Default '127.0.0.1:8080' (or env OPEN_SANDBOX_DOMAIN). */
+  domain?: string;
+  /** Default 'http'. */
+  protocol?: 'http' | 'https';
+  sandboxId?: string;
+  /** Default 'ubuntu:22.04'. Registry credentials cannot be stored. */
+  image?: string | { uri: string };
+  /** Default ['tail', '-f', '/dev/null']. */
+  entrypoint?: string[];
+  /** Default 600; null = no expiry. */
+  timeoutSeconds?: number | null;
+  idleTimeoutMinutes?: number;
+  /** Default { cpu: '1', memory: '2Gi' }. */
+  resources?: Record<string, string>;
+  env?: Record<string, string>;
+  metadata?: Record<string, string>;
+  volumes?: OpenSandboxVolume[];
+  networkPolicy?: OpenSandboxNetworkPolicy;
+  /** Default false. */
+  useServerProxy?: boolean;
+  /** Default 30000. */
+  requestTimeoutMs?: number;
+  /** Default 30000. */
+  readyTimeoutMs?: number;
+  /** Default '/workspace'. */
+  workingDirectory?: string;
+  instructions?: string;
+}
+
+/** JSON Schema (draft-07) of OpenSandboxStoredConfig, with defaults and descriptions. */
+export declare const openSandboxConfigSchema: Readonly<Record<string, unknown>>;
+/**
+ * Validates a stored config: unknown fields, wrong types and stored secrets (apiKey, execdAccessToken,
+ * image.auth, ossfs keys) throw OpenSandboxOptionError naming the field. Returns a copy.
+ */
+export declare function validateStoredConfig(config: unknown): OpenSandboxStoredConfig;
+/**
+ * The Mastra Editor provider (id 'opensandbox'). createSandbox validates the stored config before any network
+ * call and takes OPEN_SANDBOX_API_KEY / OPEN_SANDBOX_EXECD_ACCESS_TOKEN from the environment.
+ */
+export declare const openSandboxProvider: SandboxProvider<OpenSandboxStoredConfig> & {
+  readonly id: 'opensandbox';
+  createSandbox(config: OpenSandboxStoredConfig): OpenSandboxSandbox;
+};
+/** The providers of this package keyed by id: `new MastraEditor({ sandboxes: sandboxProviders })`. */
+export declare const sandboxProviders: { readonly opensandbox: typeof openSandboxProvider };

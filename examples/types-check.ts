@@ -1,0 +1,66 @@
+// Type check of the package's declarations (compiled by `tsc -p examples`, part of the test command) that also
+// runs without a server: every export used with the types a user would write.
+//   node examples/types-check.ts
+import type { SandboxProvider } from '@mastra/core/editor';
+import type { SandboxInfo, SandboxStartResult, CommandResult, MountResult, WorkspaceSandbox } from '@mastra/core/workspace';
+import { SandboxError, supportsNetworking } from '@mastra/core/workspace';
+import {
+  OpenSandboxSandbox, type OpenSandboxSandboxOptions, type OpenSandboxStoredConfig,
+  openSandboxProvider, sandboxProviders, openSandboxConfigSchema, validateStoredConfig,
+  LOGICAL_ID_LABEL, MOUNTS_LABEL, encodeLogicalId,
+  OpenSandboxError, OpenSandboxOptionError, OpenSandboxApiError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError,
+  OpenSandboxStreamError, OpenSandboxTransportError, OpenSandboxTimeoutError, OpenSandboxProtocolError, OpenSandboxCancelledError,
+} from 'mastra-opensandbox';
+
+const options: OpenSandboxSandboxOptions = {
+  id: 'typed', domain: '127.0.0.1:9', timeoutSeconds: 600, idleTimeoutMinutes: 5, env: { A: '1', B: undefined },
+  volumes: [{ name: 'data', mountPath: '/data', host: { path: '/srv/data' }, readOnly: true }],
+  onStart: ({ outcome }) => { void outcome; },
+};
+const sandbox = new OpenSandboxSandbox(options);
+const asMastra: WorkspaceSandbox = sandbox;
+const provider: SandboxProvider<OpenSandboxStoredConfig> = openSandboxProvider;
+const registry: Record<string, SandboxProvider<any>> = sandboxProviders;
+const stored: OpenSandboxStoredConfig = validateStoredConfig({ id: 'x', timeoutSeconds: null });
+const sibling: OpenSandboxSandbox = sandbox.clone({ env: { C: '3' }, idleTimeoutMinutes: 1 });
+
+// signatures only (never called here: they would need a server)
+type Calls = [
+  ReturnType<typeof sandbox.start> extends Promise<SandboxStartResult> ? true : never,
+  ReturnType<typeof sandbox.executeCommand> extends Promise<CommandResult> ? true : never,
+  ReturnType<typeof sandbox.getInfo> extends Promise<SandboxInfo> ? true : never,
+  ReturnType<typeof sandbox.mount> extends Promise<MountResult> ? true : never,
+  ReturnType<typeof sandbox.networking.getPortUrl> extends Promise<string | null> ? true : never,
+  ReturnType<typeof sandbox.writeFiles> extends Promise<void> ? true : never,
+];
+const calls: Calls = [true, true, true, true, true, true];
+
+function describe(err: unknown): string {
+  if (err instanceof OpenSandboxSandboxGoneError) return `gone ${err.sandboxId} ${err.status}`;
+  if (err instanceof OpenSandboxNotFoundError) return `404 ${err.code}`;
+  if (err instanceof OpenSandboxStreamError) return `stream ${err.code}`;
+  if (err instanceof OpenSandboxApiError) return `api ${err.status} ${err.code} ${err.serverMessage ?? ''} ${err.requestId ?? ''}`;
+  if (err instanceof OpenSandboxTransportError) return `transport after ${err.attempts}`;
+  if (err instanceof OpenSandboxTimeoutError) return `timeout ${err.timeoutMs ?? '?'}`;
+  if (err instanceof OpenSandboxProtocolError || err instanceof OpenSandboxCancelledError) return err.code;
+  if (err instanceof OpenSandboxOptionError) return `option ${err.option}`;
+  if (err instanceof OpenSandboxError) return `${err.kind ?? 'internal'} ${err.operation ?? ''}`;
+  return String(err);
+}
+
+let refused = '';
+try {
+  openSandboxProvider.createSandbox({ apiKey: 'k' } as unknown as OpenSandboxStoredConfig);
+} catch (err) {
+  refused = describe(err);
+}
+const checks = [
+  supportsNetworking(asMastra),
+  sandbox.provider === 'opensandbox' && provider.id === 'opensandbox' && registry.opensandbox === openSandboxProvider,
+  typeof openSandboxConfigSchema === 'object' && stored.timeoutSeconds === null,
+  sibling.id !== sandbox.id && calls.length === 6,
+  LOGICAL_ID_LABEL === 'mastra.ai/sandbox-id' && MOUNTS_LABEL === 'mastra.ai/mounts' && encodeLogicalId('typed').length <= 63,
+  refused === 'option apiKey' && new OpenSandboxOptionError('x', 'y') instanceof SandboxError,
+];
+if (checks.some(c => !c)) throw new Error(`types-check failed: ${JSON.stringify(checks)}`);
+console.log('OK types-check');
