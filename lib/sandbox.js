@@ -260,8 +260,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 
   /** Maps a rejected command; when the sandbox itself is gone the handle resets so the next call re-provisions. */
-  async #commandFailure(e) {
-    const err = this.#map(e, 'run command');
+  async #commandFailure(e, operation = 'run command') {
+    const err = this.#map(e, operation);
     const suspicious = err.kind === 'transport' || (err.kind === 'api' && [404, 502, 503].includes(err.status));
     const id = this.#remoteId;
     if (!suspicious || !id) return err;
@@ -273,7 +273,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       if (!(perr instanceof OpenSandboxNotFoundError)) return err;
       this.#forget();
       if (this.status === 'running') this.status = 'stopped';
-      const gone = new OpenSandboxSandboxGoneError(id, { operation: 'run command', serverMessage: perr.serverMessage, requestId: perr.requestId, code: perr.code });
+      const gone = new OpenSandboxSandboxGoneError(id, { operation, serverMessage: perr.serverMessage, requestId: perr.requestId, code: perr.code });
       gone.cause = err;
       return gone;
     }
@@ -305,7 +305,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       await uploadFiles(conn, batch, { abortSignal: signal });
     } catch (e) {
       if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
-      throw this.#map(e, `write ${batch.paths.length} file(s)`);
+      throw await this.#commandFailure(e, `write ${batch.paths.length} file(s)`);
     }
   }
 

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Workspace, LocalFilesystem, SandboxAbortError, supportsNetworking } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxApiError, MOUNTS_LABEL } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxSandboxGoneError, MOUNTS_LABEL } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 
@@ -81,6 +81,22 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       ac.abort();
       await assert.rejects(p, SandboxAbortError);
       await waitFor(() => stats().requestsInFlight === 0, { timeoutMs: 5000, message: 'no request left in flight' });
+    });
+
+    it('a sandbox deleted behind our back is a typed sandbox-gone error; the next call re-provisions', async () => {
+      const s = make();
+      await s._start();
+      const first = s.opensandbox.sandboxId;
+      assert.equal((await fetch(`${server.baseUrl}/v1/sandboxes/${first}`, { method: 'DELETE' })).status, 204);
+      await assert.rejects(s.writeFiles([{ path: 'a.txt', content: 'a' }]), err => {
+        assert.ok(err instanceof OpenSandboxSandboxGoneError, String(err));
+        assert.equal(err.sandboxId, first);
+        assert.match(err.message, /no longer exists/);
+        return true;
+      });
+      await s.writeFiles([{ path: 'a.txt', content: 'again\n' }]);
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.equal((await s.executeCommand('cat a.txt')).stdout, 'again\n');
     });
   });
 
@@ -177,6 +193,11 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       const r = await s.executeCommand('sleep 5; echo survived');
       assert.equal(r.stdout, 'survived\n');
       assert.ok(Date.now() - t0 >= 5000);
+      assert.equal((await api(`/sandboxes/${id}`)).status, 200);
+      // a background process counts as activity too
+      const bg = await s.processes.spawn('sleep 4; echo bg-done');
+      const bgResult = await bg.wait();
+      assert.equal(bgResult.stdout, 'bg-done\n');
       assert.equal((await api(`/sandboxes/${id}`)).status, 200);
       // now idle: the server deletes it about 2.4 s after the last activity
       await waitFor(async () => (await api(`/sandboxes/${id}`)).status === 404, { timeoutMs: 15000, intervalMs: 200, message: 'idle sandbox expired' });

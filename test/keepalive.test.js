@@ -1,0 +1,57 @@
+// KeepAlive (lib/keepalive.js): expiry times come from the server clock anchored on server timestamps, renewals
+// happen while busy and once when activity ends, and nothing is renewed while idle. The renew function here
+// records what it is asked (the real renew-expiration call is exercised in test/integration.test.js).
+import assert from 'node:assert/strict';
+import { KeepAlive } from '../lib/keepalive.js';
+import { waitFor } from './helpers/poll.js';
+import { quietPeriod } from './helpers/raw.js';
+
+describe('KeepAlive', () => {
+  const make = (busyRef, renewals, idleMs = 3000) => new KeepAlive({
+    idleMs,
+    busy: () => busyRef.busy,
+    renew: async at => { renewals.push(at.getTime()); },
+  });
+
+  it('computes expiries on the server clock anchored on a server timestamp', async () => {
+    const renewals = [];
+    const k = make({ busy: false }, renewals);
+    const sentAt = Date.now();
+    const serverTime = new Date(sentAt + 3600000).toISOString(); // the server is one hour ahead
+    k.anchor(serverTime, sentAt, sentAt);
+    await k.start();
+    k.stop();
+    assert.equal(renewals.length, 1);
+    const expected = sentAt + 3600000 + 3000;
+    assert.ok(Math.abs(renewals[0] - expected) < 1000, `renewed to ${renewals[0] - sentAt} ms from now`);
+    k.anchor('not a date', 0, 0); // ignored
+    assert.ok(Math.abs(k.serverNow() - (Date.now() + 3600000)) < 1000);
+  });
+
+  it('renews while busy, once more when activity ends, never while idle', async () => {
+    const renewals = [];
+    const state = { busy: true };
+    const k = make(state, renewals, 1500); // ticks every 500 ms
+    try {
+      await k.start();
+      await waitFor(() => renewals.length >= 3, { timeoutMs: 5000, message: 'renewed while busy' });
+      state.busy = false;
+      const n = renewals.length;
+      await waitFor(() => renewals.length === n + 1, { timeoutMs: 5000, message: 'one renewal when activity ends' });
+      const settled = renewals.length;
+      await quietPeriod(1200); // two idle ticks
+      assert.equal(renewals.length, settled);
+    } finally {
+      k.stop();
+    }
+  });
+
+  it('does nothing without idleMs', async () => {
+    const renewals = [];
+    const k = new KeepAlive({ idleMs: undefined, busy: () => true, renew: async at => { renewals.push(at); } });
+    await k.start();
+    k.activity();
+    assert.equal(k.enabled, false);
+    assert.deepEqual(renewals, []);
+  });
+});
