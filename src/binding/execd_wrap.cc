@@ -178,13 +178,18 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     if (kv.size() % 2) ThrowType(info.Env(), "headers must be name/value pairs");
     long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
     long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
+    bool hasCa = !ArgIsNullish(info, 4);
+    std::string ca = hasCa ? ArgString(info, 4, "caFile") : "";  // every argument read before allocating
     auto hv = CStrs(kv);
     char err[256] = "";
     x_ = osb_exec_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
     if (!x_) ThrowType(info.Env(), err);
-    if (!ArgIsNullish(info, 4)) {
-      std::string ca = ArgString(info, 4, "caFile");
-      if (osb_exec_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
+    if (hasCa) {
+      if (osb_exec_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) {
+        osb_exec_free(x_);  // a throwing constructor never runs the destructor
+        x_ = nullptr;
+        ThrowType(info.Env(), err);
+      }
     }
   }
   ~ExecdWrap() override { osb_exec_free(x_); }

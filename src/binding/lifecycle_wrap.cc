@@ -58,12 +58,17 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     std::string base = ArgString(info, 0, "baseUrl");
     std::string key = ArgIsNullish(info, 1) ? "" : ArgString(info, 1, "apiKey");
     long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
+    bool hasCa = !ArgIsNullish(info, 3);
+    std::string ca = hasCa ? ArgString(info, 3, "caFile") : "";  // every argument read before allocating
     char err[256] = "";
     lc_ = osb_lc_new(base.c_str(), key.empty() ? nullptr : key.c_str(), timeout, err, sizeof err);
     if (!lc_) ThrowType(info.Env(), err);
-    if (!ArgIsNullish(info, 3)) {
-      std::string ca = ArgString(info, 3, "caFile");
-      if (osb_lc_set_ca_file(lc_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
+    if (hasCa) {
+      if (osb_lc_set_ca_file(lc_, ca.c_str(), err, sizeof err) != 0) {
+        osb_lc_free(lc_);  // a throwing constructor never runs the destructor
+        lc_ = nullptr;
+        ThrowType(info.Env(), err);
+      }
     }
   }
   ~LifecycleWrap() override { osb_lc_free(lc_); }
