@@ -445,6 +445,9 @@ describe('native API (C core) against the local server', function () {
         assert.match(peer.seen[0], /^GET \/sandboxes\/abc HTTP\/1\.1\r\n/);
         assert.match(peer.seen[0], /\r\nX-Request-ID: [0-9a-f]{32}\r\n/);
         assert.match(peer.seen[0], /\r\nAccept: application\/json\r\n/);
+        await rejection(l.list({ metadata: { 'a/b': 'x y', k: 'v&w=' }, states: ['Running', 'Paused'], page: 2, pageSize: 5 }));
+        // metadata is ONE parameter: the url-encoding of "a%2Fb=x%20y&k=v%26w%3D"; state repeats
+        assert.match(peer.seen.at(-1), /^GET \/sandboxes\?metadata=a%252Fb%3Dx%2520y%26k%3Dv%2526w%253D&state=Running&state=Paused&page=2&pageSize=5 HTTP\/1\.1\r\n/);
         await rejection(l.pause('abc')); // a body-less POST: no form content type
         assert.match(peer.seen.at(-1), /^POST \/sandboxes\/abc\/pause HTTP\/1\.1\r\n/);
         assert.ok(!/content-type/i.test(peer.seen.at(-1)), peer.seen.at(-1));
