@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { SandboxProcessManager, ProcessHandle } from '@mastra/core/workspace';
 import './native.js'; // loads the addon with a clear message when it is missing
+import { fromNative } from './errors.js';
 
 const require = createRequire(import.meta.url);
 const binding = require(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'mastra_opensandbox.node'));
@@ -173,7 +174,8 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
       throw new TypeError('timeout must be a number of milliseconds >= 0');
     }
     const sink = makeSink();
-    const native = this.#start(this.#conn(), {
+    const conn = this.#conn();
+    const native = this.#start(conn, {
       command,
       cwd: this.#cwd(options.cwd),
       env: { ...this.env, ...options.env },
@@ -181,7 +183,12 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
       timeout: timeout ? Math.ceil(timeout) : 0,
       maxRetainedBytes: options.maxRetainedBytes,
     }, sink);
-    const pid = await native.started;
+    let pid;
+    try {
+      pid = await native.started;
+    } catch (e) {
+      throw fromNative(e, { operation: 'spawn process', secrets: Object.values(conn.headers ?? {}) });
+    }
     const handle = new OpenSandboxProcessHandle(native, pid, sink, options);
     this._tracked.set(pid, handle);
     return handle;
@@ -211,7 +218,7 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
       await native.started;
     } catch (e) {
       if (e?.code === 'PROCESS_NOT_FOUND') return undefined;
-      throw e;
+      throw fromNative(e, { operation: `attach to process ${pid}` });
     }
     const handle = new OpenSandboxProcessHandle(native, pid, sink, {});
     this._tracked.set(pid, handle);

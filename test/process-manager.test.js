@@ -79,8 +79,10 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
   });
 
   it('kill(): true, the whole group dies (confirmed by execd), wait() fails; kill() after exit is false', async () => {
-    const h = await pm.spawn('sleep 60 & sleep 61; echo never');
-    await waitFor(async () => (await (await pm.spawn('pgrep -f "sleep 6[01]" | wc -l', { stdinMode: 'ignore' })).wait()).stdout.trim() === '2',
+    // counts the two sleep processes only (not the shells whose command lines contain the text)
+    const count = "pgrep -f '^sleep 6[01][.]5$' | wc -l";
+    const h = await pm.spawn('sleep 60.5 & sleep 61.5; echo never');
+    await waitFor(async () => (await (await pm.spawn(count, { stdinMode: 'ignore' })).wait()).stdout.trim() === '2',
       { message: 'both sleeps running' });
     assert.equal(await h.kill(), true);
     const r = await h.wait();
@@ -89,7 +91,7 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.exitCode, 137);
     assert.equal(r.stdout, '');
     assert.equal(await h.kill(), false);
-    const left = await (await pm.spawn('pgrep -f "sleep 6[01]" | wc -l')).wait();
+    const left = await (await pm.spawn(count)).wait();
     assert.equal(left.stdout.trim(), '0');
   });
 

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #define MAX_MESSAGE (64u * 1024u * 1024u)
+#define MAX_CONNECTING 32 /* handshakes in flight at once; the rest wait (a burst must not overflow a backlog) */
 
 typedef struct out_msg {
   struct out_msg *next;
@@ -29,6 +30,8 @@ struct osb_ws_conn {
   int state;               /* guarded by w->mu */
   out_msg *qhead, *qtail;  /* guarded by w->mu */
   int queued;              /* in w's work list (guarded by w->mu) */
+  int in_slot;             /* lws thread: counted in w->nconnecting */
+  struct osb_ws_conn *wait_next; /* lws thread: in w's waiting list (holds a reference) */
   int refs_w;              /* holds a reference to w */
   struct osb_ws_conn *work_next;
   struct lws *wsi;         /* lws thread only */
@@ -50,6 +53,8 @@ struct osb_ws {
   uv_mutex_t mu;
   int stop;               /* guarded by mu */
   osb_ws_conn *work;      /* guarded by mu: conns with something to do */
+  osb_ws_conn *waiting, *waiting_tail; /* lws thread: conns waiting for a handshake slot */
+  int nconnecting;        /* lws thread */
   long nconns;            /* atomic */
   long running;           /* atomic */
   int refs;               /* guarded by mu: the owner's (until stop) + one per connection */
@@ -101,9 +106,28 @@ static void schedule_locked(osb_ws_conn *c) {
   lws_cancel_service(c->w->ctx);
 }
 
+/* A handshake ended (established or failed): hand its slot to the next waiting connection. lws thread. */
+static void release_slot(osb_ws_conn *c) {
+  osb_ws *w = c->w;
+  if (!c->in_slot) return;
+  c->in_slot = 0;
+  w->nconnecting--;
+  osb_ws_conn *n = w->waiting;
+  if (!n) return;
+  w->waiting = n->wait_next;
+  if (!w->waiting) w->waiting_tail = NULL;
+  n->wait_next = NULL;
+  uv_mutex_lock(&w->mu);
+  schedule_locked(n); /* takes its own work reference */
+  int f = unref_locked(n); /* the waiting-list reference */
+  uv_mutex_unlock(&w->mu);
+  if (f) conn_free(n);
+}
+
 /* The lws side is done with c: the wsi is gone or never existed. Reports on_close once. */
 static void gone(osb_ws_conn *c, const char *reason, int http_status) {
   osb_ws *w = c->w;
+  release_slot(c);
   uv_mutex_lock(&w->mu);
   c->state = C_GONE;
   c->wsi = NULL;
@@ -157,8 +181,21 @@ static void drain_work(osb_ws *w) {
     int state = c->state;
     uv_mutex_unlock(&w->mu);
     if (state == C_PENDING) {
-      if (c->detached) gone(c, "closed before connecting", 0);
-      else start_connect(c);
+      if (c->detached) {
+        gone(c, "closed before connecting", 0);
+      } else if (w->nconnecting >= MAX_CONNECTING) {
+        uv_mutex_lock(&w->mu);
+        c->refs++; /* the waiting list's */
+        uv_mutex_unlock(&w->mu);
+        c->wait_next = NULL;
+        if (w->waiting_tail) w->waiting_tail->wait_next = c;
+        else w->waiting = c;
+        w->waiting_tail = c;
+      } else {
+        w->nconnecting++;
+        c->in_slot = 1;
+        start_connect(c);
+      }
     } else if (state == C_OPEN && c->wsi) {
       lws_callback_on_writable(c->wsi);
     }
@@ -236,6 +273,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   }
   case LWS_CALLBACK_CLIENT_ESTABLISHED:
     if (!c) return 0;
+    release_slot(c);
     uv_mutex_lock(&c->w->mu);
     c->state = C_OPEN;
     if (!c->detached && !c->w->stop && c->cb.on_open) c->cb.on_open(c->ud);
@@ -362,6 +400,16 @@ void osb_ws_stop(osb_ws *w) {
     uv_mutex_unlock(&w->mu);
     if (f) conn_free(c);
   }
+  while (w->waiting) { /* never got a handshake slot */
+    osb_ws_conn *c = w->waiting;
+    w->waiting = c->wait_next;
+    if (c->state == C_PENDING) gone(c, "shutdown", 0);
+    uv_mutex_lock(&w->mu);
+    int f = unref_locked(c);
+    uv_mutex_unlock(&w->mu);
+    if (f) conn_free(c);
+  }
+  w->waiting_tail = NULL;
   lws_context_destroy(w->ctx); /* WSI_DESTROY for every live wsi: drops their references without callbacks */
   w->ctx = NULL;
   ws_unref(w); /* freed now, or when the last connection handle is released */

@@ -14,8 +14,9 @@
 #define FLUSH_MS 5
 #define FLUSH_BYTES (64 * 1024)
 #define DRAIN_MS 2000        /* after the ack: wait this long for the exit frame before deleting the session */
-#define MAX_RECONNECTS 5
-#define RECONNECT_BASE_MS 100
+#define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
+#define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
+#define RECONNECT_MAX_MS 1600
 #define KILLED_EXIT 137
 #define TIMEOUT_EXIT 124
 
@@ -73,10 +74,12 @@ struct osb_proc {
   osb_buf batch[2];
   uv_timer_t flush_timer, timeout_timer, retry_timer;
   int reconnects, takeover;
+  uint64_t retry_since; /* engine ms when the connection was lost; 0 while connected */
   stdin_msg *qhead, *qtail;
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
   char error_text[512];
+  char last_close[200]; /* why the last WebSocket ended (for error texts) */
 };
 
 /* What a WebSocket connection's callbacks get: the process and the connection's generation. */
@@ -582,6 +585,7 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
   if (!strcmp(t, "connected")) {
     p->connected = 1;
     p->reconnects = 0;
+    p->retry_since = 0;
     /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
      * the command has not started yet, so start it now. Once started, the wrapper prints a RUN marker. */
     if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
@@ -613,6 +617,9 @@ static void reconnect_later(osb_proc *p);
 
 static void on_ws_close(osb_proc *p, int code, const char *reason, int http_status) {
   drop_conn(p);
+  if (http_status) snprintf(p->last_close, sizeof p->last_close, "WebSocket upgrade answered %d", http_status);
+  else if (code) snprintf(p->last_close, sizeof p->last_close, "WebSocket closed with %d %.120s", code, reason);
+  else snprintf(p->last_close, sizeof p->last_close, "%.160s", reason);
   if (p->draining) {
     drain_done(p);
     return;
@@ -624,11 +631,12 @@ static void on_ws_close(osb_proc *p, int code, const char *reason, int http_stat
     settle_failed(p, "another client took over the process's session%s", "");
   } else {
     if (http_status == 409) p->takeover = 1;
-    if (++p->reconnects > MAX_RECONNECTS) {
-      char why[200];
-      snprintf(why, sizeof why, "%s", reason);
-      settle_failed(p, "lost the connection to the process and could not reconnect: %s", why);
+    uint64_t now = osb_engine_now(p->e);
+    if (!p->retry_since) p->retry_since = now;
+    if (now - p->retry_since >= RECONNECT_BUDGET_MS) {
+      settle_failed(p, "lost the connection to the process and could not reconnect within 10 s: %s", p->last_close);
     } else {
+      p->reconnects++;
       reconnect_later(p);
     }
   }
@@ -728,18 +736,6 @@ static void on_status_done(void *ud, const osb_http_result *res) {
     else connect_ws(p);
     return;
   }
-  if (p->state != S_RUNNING || p->kill_requested) return;
-  if (gone) {
-    settle_failed(p, "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
-  } else if (!ok) {
-    osb_error err;
-    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
-    if (++p->reconnects > MAX_RECONNECTS) settle_failed(p, "lost the connection to the process and execd does not answer: %s", err.message);
-    else reconnect_later(p);
-  } else {
-    /* Running or not, connecting is safe: the wrapper never runs the command twice (guard file). */
-    connect_ws(p);
-  }
 }
 
 static void get_status(osb_proc *p) {
@@ -749,13 +745,17 @@ static void get_status(osb_proc *p) {
   if (!p->req) settle_failed(p, "out of memory%s", "");
 }
 
+/* Reconnects go straight to the WebSocket: its upgrade answers 404 when the session is gone and 409 when execd
+ * still thinks the old socket holds it (then takeover=1). Connecting is safe whether or not the wrapper still runs:
+ * it never runs the command twice (guard file). */
 static void on_retry_timer(uv_timer_t *t) {
   osb_proc *p = t->data;
-  if (p->state == S_RUNNING && !p->req && !p->kill_requested) get_status(p);
+  if (p->state == S_RUNNING && !p->conn && !p->kill_requested && !p->draining) connect_ws(p);
 }
 
 static void reconnect_later(osb_proc *p) {
-  uint64_t delay = (uint64_t)RECONNECT_BASE_MS << (p->reconnects > 0 ? p->reconnects - 1 : 0);
+  int shift = p->reconnects > 1 ? p->reconnects - 1 : 0;
+  uint64_t delay = shift >= 4 ? RECONNECT_MAX_MS : (uint64_t)RECONNECT_BASE_MS << shift;
   uv_timer_start(&p->retry_timer, on_retry_timer, delay, 0);
 }
 
@@ -819,7 +819,7 @@ static void on_kill_done(void *ud, const osb_http_result *res) {
       w->done(w->ud, &err, 0);
       free(w);
     }
-    if (!p->conn && !p->req) reconnect_later(p); /* the socket may have closed meanwhile */
+    if (!p->conn) reconnect_later(p); /* the socket may have closed meanwhile */
     if (p->cleaning) cleanup(p);
     return;
   }
@@ -945,6 +945,7 @@ static void proc_abort(osb_active *a) {
   }
   settle_waiters(p, 0);
   p->draining = 0;
+  p->cleaning = 1; /* request callbacks that run from the cancels below only finish the cleanup */
   if (p->req) osb_http_cancel(p->req);
   if (p->del) osb_http_cancel(p->del);
   cleanup(p);
