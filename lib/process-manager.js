@@ -38,11 +38,13 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   #native;
   #result;
   #errorText = null;
+  #stdinIgnored;
 
   constructor(native, pid, sink, options = {}) {
     super(options);
     this.pid = pid;
     this.#native = native;
+    this.#stdinIgnored = options.stdinMode === 'ignore';
     const started = Date.now();
     const out = new StringDecoder('utf8');
     const err = new StringDecoder('utf8');
@@ -97,6 +99,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   }
 
   async sendStdin(data) {
+    if (this.#stdinIgnored) throw new Error(`Process ${this.pid} does not have stdin available (spawned with stdinMode 'ignore')`);
     if (this.exitCode !== undefined) throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
     if (typeof data !== 'string' && !Buffer.isBuffer(data)) throw new TypeError('stdin data must be a string or a Buffer');
     try {

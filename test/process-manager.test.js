@@ -104,6 +104,9 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     await assert.rejects(h.sendStdin('late\n'), /already exited with code 0/);
     const h2 = await pm.spawn('sleep 30');
     await assert.rejects(h2.closeStdin(), UnsupportedStdinCloseError);
+    const h3 = await pm.spawn('cat; echo "cat ended"', { stdinMode: 'ignore' });
+    await assert.rejects(h3.sendStdin('x\n'), /does not have stdin available/);
+    assert.equal((await h3.wait()).stdout, 'cat ended\n'); // stdin is /dev/null: cat ends at once
     assert.equal(await h2.kill(), true);
   });
 
