@@ -79,7 +79,7 @@ int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn don
 int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud);
 /* Thread-safe. */
 void osb_proc_release(osb_proc *p);
-/* Processes alive in the table (started and not yet cleaned up). */
+/* Processes alive in the table (started and not yet cleaned up), process-wide (all addon instances). */
 long osb_proc_count(void);
 
 /* ---- exposed for tests ---- */
