@@ -466,13 +466,13 @@ void osb_http_cancel(osb_http_req *r) {
 void osb_http_resume(osb_http_req *r) {
   if (!r || r->done || (!r->want_pause && !r->paused)) return;
   osb_http_ctx *c = r->c;
+  int was_paused = r->paused;
   r->want_pause = 0;
-  r->last_activity = osb_engine_now(r->e);
-  if (!r->paused) return;
   r->paused = 0;
-  osb_engine_count(r->e, OSB_COUNT_PAUSED, -1);
-  if (!r->in_multi) return;
-  arm_watchdog(r);
+  r->last_activity = osb_engine_now(r->e);
+  if (was_paused) osb_engine_count(r->e, OSB_COUNT_PAUSED, -1);
+  arm_watchdog(r); /* the idle watchdog was off while a pause was requested or in force */
+  if (!was_paused || !r->in_multi) return;
   c->in_action++; /* curl hands the held bytes to on_write from inside curl_easy_pause */
   CURLcode rc = curl_easy_pause(r->easy, CURLPAUSE_CONT);
   c->in_action--;
