@@ -261,6 +261,10 @@ describe('native API (C core) against the local server', function () {
       assert.equal(zero.stdoutDroppedBytes, 2);
       const unbounded = await ex.run({ command: 'seq 1 20000', maxRetainedBytes: -1 }).result;
       assert.equal(unbounded.stdout, expected);
+      // 10 x "é" (2 bytes each) + "\n" = 21 bytes; the newest 6 start inside a character: realigned to 5
+      const utf8 = await ex.run({ command: "printf '\\303\\251%.0s' 1 2 3 4 5 6 7 8 9 10; echo", maxRetainedBytes: 6 }).result;
+      assert.equal(utf8.stdout, 'éé\n');
+      assert.equal(utf8.stdoutDroppedBytes, 16);
     });
 
     it('200 concurrent runs deliver every byte in order', async function () {
