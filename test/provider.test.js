@@ -4,22 +4,28 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { MastraEditor } from '@mastra/editor';
-import { Workspace } from '@mastra/core/workspace';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Workspace, LocalFilesystem } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxOptionError, openSandboxProvider, sandboxProviders } from '../lib/index.js';
 
 describe('openSandboxProvider (Mastra Editor)', function () {
   this.timeout(30000);
   let server;
+  let hostRoot;
   const cleanup = [];
 
   before(async function () {
     this.timeout(60000);
-    server = await startServer({ port: 0 });
+    hostRoot = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'osb-editor-')));
+    server = await startServer({ port: 0, allowedHostPaths: [hostRoot] });
   });
   after(async () => {
     for (const s of cleanup) await s._destroy().catch(() => {});
     await server?.close();
+    await fs.rm(hostRoot, { recursive: true, force: true });
   });
 
   it('is registered by id and describes every serializable option', () => {
@@ -97,6 +103,24 @@ describe('openSandboxProvider (Mastra Editor)', function () {
     const r = await sandbox.executeCommand('cat /workspace/marker.txt; echo "[$GREETING]"');
     assert.equal(r.stdout, 'stored\n[]\n');
     assert.deepEqual((await sandbox.getInfo()).metadata.metadata, { team: 'editor' });
+  });
+
+  it('round trip with a workspace mount: the hydrated workspace mounts the same host folder without a mismatch', async () => {
+    const id = `editor-mount-${randomUUID()}`;
+    const original = new OpenSandboxSandbox({ id, domain: server.domain });
+    cleanup.push(original);
+    const ws = new Workspace({ id: 'ws-m', name: 'mounted', sandbox: original, mounts: { '/mnt/data': new LocalFilesystem({ basePath: hostRoot }) } });
+    await ws.init();
+    await original.executeCommand('echo from-sandbox > /mnt/data/note.txt');
+    const editor = new MastraEditor({ sandboxes: sandboxProviders });
+    const stored = JSON.parse(JSON.stringify(await editor.workspace.snapshotFromWorkspace(ws)));
+    assert.equal(stored.mounts['/mnt/data'].provider, 'local');
+    const hydrated = await editor.workspace.hydrateSnapshotToWorkspace('ws-m2', stored);
+    cleanup.push(hydrated.sandbox);
+    await hydrated.init();
+    assert.equal(hydrated.sandbox.opensandbox.sandboxId, original.opensandbox.sandboxId);
+    assert.equal(hydrated.sandbox.mounts.get('/mnt/data').state, 'mounted');
+    assert.equal((await hydrated.sandbox.executeCommand('cat /mnt/data/note.txt')).stdout, 'from-sandbox\n');
   });
 
   it('an unregistered provider id is Mastra\'s clear error', async () => {

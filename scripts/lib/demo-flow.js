@@ -83,6 +83,16 @@ function portTool(sandbox) {
   });
 }
 
+/** One readable line per tool call: a shell command shows its first line (and how many more there are). */
+function describeCall(tool, args) {
+  if (typeof args.command === 'string') {
+    const lines = args.command.split('\n');
+    const more = lines.length > 1 ? ` … (+${lines.length - 1} lines)` : '';
+    return `${tool}${args.background ? ' [background]' : ''}: ${lines[0]}${more}`;
+  }
+  return `${tool} ${JSON.stringify(args)}`;
+}
+
 /** Runs the flow. print(line) gets the transcript. Resolves { ok, verdict }. */
 export async function runDemo({ print = console.log } = {}) {
   const mountDir = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'mastra-opensandbox-demo-')));
@@ -114,7 +124,7 @@ export async function runDemo({ print = console.log } = {}) {
     let streamed = 0;
     for await (const chunk of out.fullStream) {
       const p = chunk.payload ?? {};
-      if (chunk.type === 'tool-call') print(`> ${p.toolName} ${JSON.stringify(p.args ?? {})}`);
+      if (chunk.type === 'tool-call') print(`> ${describeCall(p.toolName, p.args ?? {})}`);
       else if (chunk.type === 'data-sandbox-stdout') {
         streamed++;
         print(`  | ${String(p.data?.output ?? chunk.data?.output ?? '').trimEnd()}`);
