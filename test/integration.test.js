@@ -115,6 +115,30 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       await s.processes.kill(server8.pid);
       await assert.rejects(s.networking.getPortUrl(0), /port must be an integer/);
     });
+
+    it('through the server proxy the URL keeps its path prefix; header-routed endpoints give null', async () => {
+      const s = make({ useServerProxy: true });
+      const proc = await s.processes.spawn(`node -e "require('http').createServer((q,r)=>r.end('via proxy')).listen(8124)"`);
+      const url = await s.networking.getPortUrl(8124);
+      assert.equal(url, `http://${server.domain}/v1/sandboxes/${s.opensandbox.sandboxId}/proxy/8124`);
+      assert.equal(await waitFor(async () => {
+        const res = await fetch(`${url}/`);
+        return res.status === 200 && (await res.text());
+      }, { timeoutMs: 10000, message: 'reachable through the server proxy' }), 'via proxy');
+      await s.processes.kill(proc.pid);
+
+      const headerServer = await startServer({ port: 0, endpointHeaders: true });
+      try {
+        const h = new OpenSandboxSandbox({ domain: headerServer.domain });
+        try {
+          assert.equal(await h.networking.getPortUrl(8125), null);
+        } finally {
+          await h._destroy();
+        }
+      } finally {
+        await headerServer.close();
+      }
+    });
   });
 
   describe('mounts', () => {
