@@ -3,7 +3,8 @@
 // and replays from the last byte received (also when execd still thinks the old client holds the session: 409 ->
 // takeover); another client taking the session over settles the handle with a clear message; a sandbox deleted
 // under running processes settles every handle and the addon's counters return to baseline; and processes survive
-// the client: a child Node process spawns and exits, this process reattaches by pid.
+// the client: a child Node process spawns and exits, this process reattaches by pid. Flow control: a JS consumer
+// slower than the process pauses its socket (server in a child process, so that it is not slowed by our JS thread).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
@@ -221,6 +222,45 @@ describe('OpenSandboxProcessManager under faults', function () {
       assert.equal(r.stdout, 'early-output\n');
     } finally {
       await sb._destroy();
+    }
+  });
+
+  it('flow control: a slow JS consumer pauses the socket, the writer waits, nothing is lost', async () => {
+    const cli = path.join(here, '..', 'scripts', 'dev-server', 'cli.js');
+    const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      const domain = await waitFor(() => /^(\S+:\d+)$/m.exec(out)?.[1], { timeoutMs: 20000, message: 'dev-server child started' });
+      const sb = new OpenSandboxSandbox({ domain });
+      await sb._start();
+      try {
+        const size = 30 * 1024 * 1024;
+        let received = 0;
+        let sawPaused = false;
+        const h = await sb.processes.spawn(`head -c ${size} /dev/zero | tr '\\0' 'b'`, {
+          maxRetainedBytes: 1024,
+          onStdout: (d) => {
+            received += d.length;
+            if (stats().processesPaused > 0) sawPaused = true;
+            const until = Date.now() + 10; // a slow consumer: the JS thread is busy 10 ms per batch
+            while (Date.now() < until);
+          },
+        });
+        const r = await h.wait();
+        assert.equal(r.exitCode, 0);
+        assert.equal(received, size);
+        assert.equal(r.stdout, 'b'.repeat(1024));
+        assert.equal(sawPaused, true, 'the socket was paused at some point');
+        await waitFor(() => stats().processesPaused === 0, { message: 'no process left paused' });
+      } finally {
+        await sb._destroy();
+      }
+    } finally {
+      await new Promise((resolve) => {
+        child.once('exit', resolve);
+        child.kill('SIGTERM');
+      });
     }
   });
 

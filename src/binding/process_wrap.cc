@@ -23,6 +23,7 @@ osb_ws* Ws(Napi::Env env, Addon* a) {
 // JS-thread state of one process.
 struct ProcJs {
   Addon* a;
+  osb_proc* p = nullptr;  // own reference: output deliveries report consumption (flow control)
   Napi::Promise::Deferred started, exited;
   Napi::FunctionReference onOutput;
   ProcJs(Napi::Env env, Addon* addon)
@@ -31,6 +32,7 @@ struct ProcJs {
 
 void Release(ProcJs* pj, bool orphan) {
   if (orphan) pj->onOutput.SuppressDestruct();
+  if (pj->p) osb_proc_release(pj->p);
   delete pj;
 }
 
@@ -58,9 +60,13 @@ struct OutputDelivery : Delivery {
   ProcJs* pj;
   std::string out, err;
   void Run(Napi::Env env, Addon*) override {
-    if (pj->onOutput.IsEmpty()) return;
+    if (pj->onOutput.IsEmpty()) {
+      if (pj->p) osb_proc_consumed(pj->p, out.size() + err.size());
+      return;
+    }
     Napi::Value o = out.empty() ? env.Undefined() : Napi::Buffer<char>::Copy(env, out.data(), out.size()).As<Napi::Value>();
     Napi::Value e = err.empty() ? env.Undefined() : Napi::Buffer<char>::Copy(env, err.data(), err.size()).As<Napi::Value>();
+    if (pj->p) osb_proc_consumed(pj->p, out.size() + err.size());  // copied out: JS owns it now
     pj->onOutput.Call({o, e});
   }
 };
@@ -272,6 +278,8 @@ Napi::Value ProcessStart(const Napi::CallbackInfo& info) {
     ThrowType(env, err);
   }
   w->Attach(p);
+  osb_proc_retain(p);
+  pj->p = p;
   handle.Set("started", pj->started.Promise());
   handle.Set("exited", pj->exited.Promise());
   a->Hold(env);

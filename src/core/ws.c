@@ -31,6 +31,8 @@ struct osb_ws_conn {
   out_msg *qhead, *qtail;  /* guarded by w->mu */
   int queued;              /* in w's work list (guarded by w->mu) */
   int in_slot;             /* lws thread: counted in w->nconnecting */
+  int want_paused;         /* guarded by w->mu: osb_ws_pause */
+  int is_paused;           /* lws thread: rx flow control applied */
   struct osb_ws_conn *wait_next; /* lws thread: in w's waiting list (holds a reference) */
   int refs_w;              /* holds a reference to w */
   struct osb_ws_conn *work_next;
@@ -197,6 +199,13 @@ static void drain_work(osb_ws *w) {
         start_connect(c);
       }
     } else if (state == C_OPEN && c->wsi) {
+      uv_mutex_lock(&w->mu);
+      int want = c->want_paused;
+      uv_mutex_unlock(&w->mu);
+      if (want != c->is_paused) {
+        c->is_paused = want;
+        lws_rx_flow_control(c->wsi, !want);
+      }
       lws_callback_on_writable(c->wsi);
     }
     uv_mutex_lock(&w->mu);
@@ -278,7 +287,12 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     c->state = C_OPEN;
     if (!c->detached && !c->w->stop && c->cb.on_open) c->cb.on_open(c->ud);
     int pending = c->qhead != NULL || c->detached;
+    int want = c->want_paused;
     uv_mutex_unlock(&c->w->mu);
+    if (want) {
+      c->is_paused = 1;
+      lws_rx_flow_control(wsi, 0);
+    }
     if (pending) lws_callback_on_writable(wsi);
     return 0;
   case LWS_CALLBACK_CLIENT_RECEIVE:
@@ -548,6 +562,14 @@ int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n) {
   if (c->state == C_OPEN) schedule_locked(c);
   uv_mutex_unlock(&w->mu);
   return 0;
+}
+
+void osb_ws_pause(osb_ws_conn *c, int paused) {
+  if (!c) return;
+  uv_mutex_lock(&c->w->mu);
+  c->want_paused = paused != 0;
+  if (c->state == C_OPEN) schedule_locked(c);
+  uv_mutex_unlock(&c->w->mu);
 }
 
 void osb_ws_close(osb_ws_conn *c) {

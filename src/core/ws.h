@@ -37,6 +37,9 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *const *heade
                             const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen);
 /* Queues a message (copied). Returns 0, or -1 when the connection is closed/closing or on OOM. */
 int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n);
+/* Flow control: paused = 1 stops reading from the socket (the peer's sends then back up), 0 resumes. Applies
+ * also to a connection still connecting. */
+void osb_ws_pause(osb_ws_conn *c, int paused);
 /* Detaches the callbacks (none runs after this returns) and closes the connection with 1000. Idempotent. */
 void osb_ws_close(osb_ws_conn *c);
 /* Drops the caller's reference (closes first if still open). */

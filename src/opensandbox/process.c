@@ -17,11 +17,15 @@
 #define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
 #define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
 #define RECONNECT_MAX_MS 1600
+#define HIGH_WATER (8L * 1024 * 1024) /* output handed to the consumer and not yet consumed: pause reading above */
+#define LOW_WATER (1L * 1024 * 1024)  /* … and resume below */
 #define KILLED_EXIT 137
 #define TIMEOUT_EXIT 124
 
-static long g_count; /* atomic: processes alive in the table */
+static long g_count;  /* atomic: processes alive in the table */
+static long g_paused; /* atomic: processes whose socket is paused by flow control */
 long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
+long osb_proc_paused_count(void) { return __atomic_load_n(&g_paused, __ATOMIC_RELAXED); }
 
 typedef struct stdin_msg {
   struct stdin_msg *next;
@@ -80,6 +84,10 @@ struct osb_proc {
   int kill_requested, timed_out, draining;
   char error_text[512];
   char last_close[200]; /* why the last WebSocket ended (for error texts) */
+  long inflight;        /* atomic: bytes given to on_output and not yet reported consumed */
+  int paused;           /* engine thread: the socket is paused (flow control) */
+  int paused_flag;      /* atomic copy of paused for osb_proc_consumed */
+  int resume_posted;    /* atomic: a resume job is queued */
 };
 
 /* What a WebSocket connection's callbacks get: the process and the connection's generation. */
@@ -251,6 +259,13 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
 static void flush(osb_proc *p) {
   uv_timer_stop(&p->flush_timer);
   if (!p->batch[0].len && !p->batch[1].len) return;
+  long n = (long)(p->batch[0].len + p->batch[1].len);
+  if (__atomic_add_fetch(&p->inflight, n, __ATOMIC_ACQ_REL) > HIGH_WATER && !p->paused) {
+    p->paused = 1;
+    __atomic_store_n(&p->paused_flag, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&g_paused, 1, __ATOMIC_RELAXED);
+    if (p->conn) osb_ws_pause(p->conn, 1);
+  }
   if (p->cb.on_output)
     p->cb.on_output(p->ud, p->batch[0].data ? p->batch[0].data : "", p->batch[0].len,
                     p->batch[1].data ? p->batch[1].data : "", p->batch[1].len);
@@ -454,6 +469,11 @@ static void cleanup(osb_proc *p) {
   fail_stdin(p, 1);
   if (p->req || p->del) return; /* their on_done calls cleanup again */
   p->engine_side = 0;
+  if (p->paused) {
+    p->paused = 0;
+    __atomic_store_n(&p->paused_flag, 0, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&g_paused, 1, __ATOMIC_RELAXED);
+  }
   osb_engine_remove_active(p->e, &p->active);
   uv_timer_stop(&p->flush_timer);
   uv_timer_stop(&p->timeout_timer);
@@ -706,6 +726,7 @@ static void connect_ws(osb_proc *p) {
   }
   p->conn = c;
   p->link = l;
+  if (p->paused) osb_ws_pause(c, 1);
 }
 
 /* ---------------------------------------------------------------- reconnect: GET /pty/{id} first */
@@ -853,7 +874,7 @@ static void on_timeout_timer(uv_timer_t *t) {
 
 typedef struct {
   osb_proc *p;
-  int kind; /* 0 write, 1 kill */
+  int kind; /* 0 write, 1 kill, 2 resume reading */
   osb_proc_done_fn done;
   void *ud;
   size_t n;
@@ -865,7 +886,15 @@ static void op_run(osb_engine *e, void *arg, int shutdown) {
   op_job *j = arg;
   osb_proc *p = j->p;
   osb_error err;
-  if (shutdown) {
+  if (j->kind == 2) {
+    __atomic_store_n(&p->resume_posted, 0, __ATOMIC_RELEASE);
+    if (!shutdown && p->paused && __atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE) < LOW_WATER) {
+      p->paused = 0;
+      __atomic_store_n(&p->paused_flag, 0, __ATOMIC_RELEASE);
+      __atomic_sub_fetch(&g_paused, 1, __ATOMIC_RELAXED);
+      if (p->conn) osb_ws_pause(p->conn, 0);
+    }
+  } else if (shutdown) {
     osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
     j->done(j->ud, &err, 0);
   } else if (j->kind == 1) {
@@ -929,6 +958,18 @@ int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn don
 }
 
 int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud) { return post_op(p, 1, NULL, 0, done, ud); }
+
+void osb_proc_consumed(osb_proc *p, size_t n) {
+  long left = __atomic_sub_fetch(&p->inflight, (long)n, __ATOMIC_ACQ_REL);
+  if (left < LOW_WATER && __atomic_load_n(&p->paused_flag, __ATOMIC_ACQUIRE)) {
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&p->resume_posted, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+        post_op(p, 2, NULL, 0, NULL, NULL) != 0)
+      __atomic_store_n(&p->resume_posted, 0, __ATOMIC_RELEASE);
+  }
+}
+
+void osb_proc_retain(osb_proc *p) { proc_ref(p); }
 
 /* ---------------------------------------------------------------- start */
 

@@ -77,10 +77,17 @@ int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn don
 /* Kills the process group (DELETE /pty/{id}, confirmed by the server). done(NULL, 1) when it was running and is
  * now killed (on_exit reports killed), done(NULL, 0) when it had already exited. */
 int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud);
-/* Thread-safe. */
+/* Flow control, thread-safe: the consumer of on_output reports each batch's bytes (out_len + err_len) once it has
+ * processed them. Above 8 MiB handed out and not consumed, the process's socket stops being read (execd then stops
+ * reading the process's pipes, which blocks the writer); below 1 MiB it resumes. */
+void osb_proc_consumed(osb_proc *p, size_t n);
+/* Thread-safe reference counting (osb_proc_start's handle holds one). */
+void osb_proc_retain(osb_proc *p);
 void osb_proc_release(osb_proc *p);
 /* Processes alive in the table (started and not yet cleaned up), process-wide (all addon instances). */
 long osb_proc_count(void);
+/* Processes whose socket is paused by flow control, process-wide. */
+long osb_proc_paused_count(void);
 
 /* ---- exposed for tests ---- */
 /* Builds the wrapper script (malloc'd) for a command; NULL + err on bad input. nonce: 32 hex chars. */
