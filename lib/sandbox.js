@@ -323,8 +323,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (!id) throw new SandboxNotReadyError(this.id);
     let ep;
     try {
-      ep = await this.#lcCall(`get endpoint of port ${port} of sandbox ${id}`, lc => lc.endpoint(id, port, this.#cfg.useServerProxy));
-    } catch (err) {
+      ep = await this.#lc().endpoint(id, port, this.#cfg.useServerProxy);
+    } catch (e) {
+      // a 404 because our sandbox is gone resets the handle (typed error); other 4xx: the port cannot be exposed
+      const err = await this.#commandFailure(e, `get endpoint of port ${port} of sandbox ${id}`);
+      if (err instanceof OpenSandboxSandboxGoneError) throw err;
       if (err.kind === 'api' && err.status >= 400 && err.status < 500 && !(err.status === 401 || err.status === 403)) return null;
       throw err;
     }

@@ -114,6 +114,10 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       assert.equal(body, 'pong /hello?x=1');
       await s.processes.kill(server8.pid);
       await assert.rejects(s.networking.getPortUrl(0), /port must be an integer/);
+      // the sandbox deleted behind our back: a typed error, not a silent null
+      const id = s.opensandbox.sandboxId;
+      assert.equal((await fetch(`${server.baseUrl}/v1/sandboxes/${id}`, { method: 'DELETE' })).status, 204);
+      await assert.rejects(s.networking.getPortUrl(8123), err => err instanceof OpenSandboxSandboxGoneError && err.sandboxId === id);
     });
 
     it('through the server proxy the URL keeps its path prefix; header-routed endpoints give null', async () => {
