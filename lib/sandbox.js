@@ -54,6 +54,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #mounted = new Map(); // mount path -> { hostPath, readOnly } of the volumes the remote sandbox was created with
   #mountMismatch; // why the workspace mounts differ from the remote sandbox's (reconnect), or undefined
   #keepAlive;
+  #uploads = 0; // writeFiles calls in flight (activity for the keep-alive)
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
@@ -76,7 +77,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.networking = { getPortUrl: port => this.#getPortUrl(port) };
     this.#keepAlive = new KeepAlive({
       idleMs: cfg.idleTimeoutMinutes === undefined ? undefined : Math.round(cfg.idleTimeoutMinutes * 60000),
-      busy: () => this.#inflight.size > 0 || this.#runningProcesses() > 0,
+      busy: () => this.#inflight.size > 0 || this.#uploads > 0 || this.#runningProcesses() > 0,
       renew: at => this.#renewForKeepAlive(at),
       onError: err => this.logger.warn('OpenSandboxSandbox: keep-alive renew failed', { error: err.message }),
     });
@@ -301,11 +302,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
     const conn = this.#execdConnection();
     if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
     this.#lastUsedAt = new Date();
+    this.#uploads++;
+    this.#keepAlive.activity();
     try {
       await uploadFiles(conn, batch, { abortSignal: signal });
     } catch (e) {
       if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
       throw await this.#commandFailure(e, `write ${batch.paths.length} file(s)`);
+    } finally {
+      this.#uploads--;
+      this.#keepAlive.activity();
     }
   }
 
