@@ -406,6 +406,7 @@ describe('native API (C core) against the local server', function () {
         const err = await rejection(new Execd({ baseUrl: peer.url }).run({ command: 'x' }).result);
         assert.deepEqual([err.kind, err.code], ['protocol', 'MALFORMED_STREAM']);
         assert.match(err.message, /not JSON/);
+        await waitFor(() => peer.seen.some((r) => r.startsWith('DELETE /command?id=abc HTTP/1.1')), { message: 'no DELETE' });
       } finally {
         await peer.close();
       }
@@ -430,6 +431,8 @@ describe('native API (C core) against the local server', function () {
       try {
         const err = await rejection(new Execd({ baseUrl: peer.url, idleTimeoutMs: 300 }).run({ command: 'x' }).result);
         assert.deepEqual([err.kind, err.code], ['timeout', 'STREAM_IDLE']);
+        // the command execd started is stopped too
+        await waitFor(() => peer.seen.some((r) => r.startsWith('DELETE /command?id=abc HTTP/1.1')), { message: 'no DELETE' });
       } finally {
         await peer.close();
       }

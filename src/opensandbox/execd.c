@@ -403,6 +403,8 @@ static void settle_waiters(osb_exec_cmd *c) {
   }
 }
 
+static void send_delete(osb_exec_cmd *c);
+
 /* Ends the command: exactly one on_result. err NULL = success with the current state. */
 static void settle(osb_exec_cmd *c, const osb_error *err) {
   if (c->completed) return;
@@ -430,6 +432,9 @@ static void settle(osb_exec_cmd *c, const osb_error *err) {
   }
   settle_waiters(c);
   if (c->stream) osb_http_cancel(c->stream); /* close the stream: never wait for the idle tail */
+  /* Failed on our side (malformed or silent stream, cut connection) after execd started it: stop the remote
+   * command too, best effort (not while the engine shuts down). */
+  if (err && err->kind != OSB_KIND_CANCELLED && c->id && !c->final_seen) send_delete(c);
   maybe_teardown(c);
 }
 
