@@ -111,9 +111,9 @@ static void test_output_and_exit(void) {
   rec_init(&r);
   osb_proc *p = spawn(&r, "echo \"$GREETING\"; echo to-err >&2; printf 'no newline'; exit 42", 1, 0, -1);
   CHECK(p != NULL);
-  CHECK(latch_wait(&r.started, 1, 10000) && !r.start_failed);
+  CHECK(latch_wait(&r.started, 1, 20000) && !r.start_failed);
   CHECK(strchr(r.pid, '.') != NULL && strlen(r.pid) > 33);
-  CHECK(latch_wait(&r.exited, 1, 10000));
+  CHECK(latch_wait(&r.exited, 1, 20000));
   CHECK(r.exit_code == 42 && !r.killed && !r.timed_out && r.error_text[0] == 0);
   CHECK_STR(r.out.data, "hi 'there'\nno newline");
   CHECK_STR(r.err.data, "to-err\n");
@@ -126,20 +126,20 @@ static void test_stdin_and_kill(void) {
   rec r;
   rec_init(&r);
   osb_proc *p = spawn(&r, "head -1; echo after-head; sleep 30", 0, 0, -1);
-  CHECK(latch_wait(&r.started, 1, 10000) && !r.start_failed);
+  CHECK(latch_wait(&r.started, 1, 20000) && !r.start_failed);
   CHECK(osb_proc_write(p, "line one\nline two\n", 18, on_op, &r) == 0);
-  CHECK(latch_wait(&r.op, 1, 10000) && !r.op_failed);
+  CHECK(latch_wait(&r.op, 1, 20000) && !r.op_failed);
   char buf[256];
-  uint64_t deadline = uv_hrtime() + 10000000000ull;
+  uint64_t deadline = uv_hrtime() + 20000000000ull;
   while (!strstr(outs(&r, buf, sizeof buf), "after-head") && uv_hrtime() < deadline) uv_sleep(10);
   CHECK_STR(outs(&r, buf, sizeof buf), "line one\nafter-head\n");
   CHECK(osb_proc_kill(p, on_op, &r) == 0);
-  CHECK(latch_wait(&r.op, 2, 10000) && !r.op_failed && r.op_flag == 1);
-  CHECK(latch_wait(&r.exited, 1, 10000) && r.killed && r.exit_code == 137);
+  CHECK(latch_wait(&r.op, 2, 20000) && !r.op_failed && r.op_flag == 1);
+  CHECK(latch_wait(&r.exited, 1, 20000) && r.killed && r.exit_code == 137);
   CHECK(osb_proc_kill(p, on_op, &r) == 0); /* after exit: not killed again */
-  CHECK(latch_wait(&r.op, 3, 10000) && !r.op_failed && r.op_flag == 0);
+  CHECK(latch_wait(&r.op, 3, 20000) && !r.op_failed && r.op_flag == 0);
   CHECK(osb_proc_write(p, "x", 1, on_op, &r) == 0);
-  CHECK(latch_wait(&r.op, 4, 10000) && r.op_failed && !strcmp(r.op_code, "PROCESS_EXITED"));
+  CHECK(latch_wait(&r.op, 4, 20000) && r.op_failed && !strcmp(r.op_code, "PROCESS_EXITED"));
   osb_proc_release(p);
   rec_free(&r);
 }
@@ -148,7 +148,7 @@ static void test_timeout(void) {
   rec r;
   rec_init(&r);
   osb_proc *p = spawn(&r, "echo started; sleep 30", 1, 500, -1);
-  CHECK(latch_wait(&r.exited, 1, 10000));
+  CHECK(latch_wait(&r.exited, 1, 20000));
   CHECK(r.exit_code == 124 && r.timed_out && r.killed);
   CHECK_STR(r.out.data, "started\n");
   osb_proc_release(p);
@@ -161,9 +161,9 @@ static void test_reattach(void) {
   rec_init(&b);
   /* counts its runs in a file: a second run of the command would print run-2 */
   osb_proc *p = spawn(&a, "f=/tmp/osb-c-runs-$$-$RANDOM; echo x >> $f; echo run-$(wc -l < $f); read l; echo got-$l", 0, 0, -1);
-  CHECK(latch_wait(&a.started, 1, 10000) && !a.start_failed);
+  CHECK(latch_wait(&a.started, 1, 20000) && !a.start_failed);
   char buf[256];
-  uint64_t deadline = uv_hrtime() + 10000000000ull;
+  uint64_t deadline = uv_hrtime() + 20000000000ull;
   while (!strstr(outs(&a, buf, sizeof buf), "run-1") && uv_hrtime() < deadline) uv_sleep(10);
   /* a second client attaches by pid (takeover), replays from 0, sends stdin and sees the exit */
   osb_proc_opts o;
@@ -174,15 +174,15 @@ static void test_reattach(void) {
   char err[256] = "";
   osb_proc *q = osb_proc_start(E, W, &o, &CB, &b, err, sizeof err);
   CHECK(q != NULL);
-  CHECK(latch_wait(&b.started, 1, 10000) && !b.start_failed);
-  deadline = uv_hrtime() + 10000000000ull;
+  CHECK(latch_wait(&b.started, 1, 20000) && !b.start_failed);
+  deadline = uv_hrtime() + 20000000000ull;
   while (!strstr(outs(&b, buf, sizeof buf), "run-1") && uv_hrtime() < deadline) uv_sleep(10);
   CHECK(osb_proc_write(q, "hello\n", 6, on_op, &b) == 0);
-  CHECK(latch_wait(&b.exited, 1, 10000));
+  CHECK(latch_wait(&b.exited, 1, 20000));
   CHECK(b.exit_code == 0);
   CHECK_STR(b.out.data, "run-1\ngot-hello\n");
   /* the first client was taken over */
-  CHECK(latch_wait(&a.exited, 1, 10000) && a.exit_code == -1 && strstr(a.error_text, "took over"));
+  CHECK(latch_wait(&a.exited, 1, 20000) && a.exit_code == -1 && strstr(a.error_text, "took over"));
   osb_proc_release(p);
   osb_proc_release(q);
   rec_free(&a);
@@ -201,7 +201,7 @@ static void test_bad_input(void) {
   o.attach_pid = "0b5e6a8e-0000-4000-8000-000000000000.0123456789abcdef0123456789abcdef";
   osb_proc *p = osb_proc_start(E, W, &o, &CB, &r, err, sizeof err);
   CHECK(p != NULL);
-  CHECK(latch_wait(&r.started, 1, 10000) && r.start_failed);
+  CHECK(latch_wait(&r.started, 1, 20000) && r.start_failed);
   CHECK_STR(r.code, "PROCESS_NOT_FOUND");
   osb_proc_release(p);
   o.attach_pid = NULL;
@@ -230,7 +230,7 @@ static void test_many(void) {
   }
   int ok = 0;
   for (int i = 0; i < N; i++) {
-    if (!latch_wait(&rs[i].exited, 1, 30000)) continue;
+    if (!latch_wait(&rs[i].exited, 1, 60000)) continue;
     char want[32];
     snprintf(want, sizeof want, "p%d-200\n", i);
     size_t wl = strlen(want);
@@ -250,7 +250,7 @@ static void test_many(void) {
 }
 
 static void wait_idle(void) {
-  uint64_t deadline = uv_hrtime() + 10000000000ull;
+  uint64_t deadline = uv_hrtime() + 20000000000ull;
   osb_ws_stats ws;
   do {
     osb_ws_get_stats(W, &ws);
@@ -267,9 +267,9 @@ static void test_shutdown_with_running(void) {
   rec r;
   rec_init(&r);
   osb_proc *p = spawn(&r, "echo up; sleep 30", 1, 0, -1);
-  CHECK(latch_wait(&r.started, 1, 10000) && !r.start_failed);
+  CHECK(latch_wait(&r.started, 1, 20000) && !r.start_failed);
   char buf[64];
-  uint64_t deadline = uv_hrtime() + 10000000000ull;
+  uint64_t deadline = uv_hrtime() + 20000000000ull;
   while (!strstr(outs(&r, buf, sizeof buf), "up") && uv_hrtime() < deadline) uv_sleep(10);
   osb_engine_stop(E); /* settles the process */
   E = NULL;
