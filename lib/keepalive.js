@@ -1,6 +1,9 @@
 // Idle expiry for OpenSandboxSandbox (`idleTimeoutMinutes`): the remote sandbox expires `idleMs` after the last
-// activity. While commands or processes are active the expiry is renewed ahead of time on every tick, so a busy
-// sandbox never expires mid-task; when activity ends it is set once more to now + idleMs, so an idle one does.
+// activity. While commands or processes are active the expiry is renewed ahead of time on every tick (to now + idle
+// + one period), so a busy sandbox never expires mid-task; the first tick after the activity ended sets it to
+// now + idle. A command starting or ending renews only when less than idleMs is left, to now + idle + half a
+// period: an idle sandbox expires at least idleMs after its last activity (at most a period later), and
+// back-to-back commands cost at most one renewal per half period.
 // Expiry times are computed on the SERVER clock: the offset to the local clock is anchored on server timestamps
 // seen at known local instants (createdAt of our create, lastTransitionAt after our resume); without an anchor
 // the local clock is used.
@@ -18,6 +21,7 @@ export class KeepAlive {
   #running = false;
   #wasBusy = false;
   #chain = Promise.resolve();
+  #expiresAt; // the last expiry we set, server clock ms
 
   /** idleMs undefined disables everything. busy() -> boolean; renew(Date) -> Promise; onError(err). */
   constructor({ idleMs, busy, renew, onError }) {
@@ -53,7 +57,8 @@ export class KeepAlive {
     this.stop();
     this.#running = true;
     this.#wasBusy = this.#busy();
-    await this.#renewNow();
+    this.#expiresAt = undefined;
+    await this.#renew_(0, true);
     if (!this.#running) return;
     this.#timer = setInterval(() => this.#tick(), this.periodMs);
     this.#timer.unref?.();
@@ -67,22 +72,26 @@ export class KeepAlive {
 
   /** A command started or ended: the idle countdown restarts now. */
   activity() {
-    if (this.#running) this.#renewNow();
+    if (this.#running) this.#renew_(this.periodMs / 2, false);
   }
 
   #tick() {
     const busy = this.#busy();
-    if (busy || this.#wasBusy) this.#renewNow();
+    if (busy) this.#renew_(this.periodMs, true);
+    else if (this.#wasBusy) this.#renew_(0, true); // activity ended (seen at tick granularity): idle counts from now
     this.#wasBusy = busy;
   }
 
-  /** Renews to server-now + idle (+ one period while busy, so the next tick comes well before the expiry). */
-  #renewNow() {
+  /** Renews to server-now + idle + ahead; unless forced, only when less than idle is left. */
+  #renew_(ahead, force) {
     this.#chain = this.#chain.then(async () => {
       if (!this.#running) return;
-      const ahead = this.#busy() ? this.periodMs : 0;
+      const now = this.serverNow();
+      if (!force && this.#expiresAt !== undefined && this.#expiresAt >= now + this.#idleMs) return;
+      const at = now + this.#idleMs + ahead;
       try {
-        await this.#renew(new Date(this.serverNow() + this.#idleMs + ahead));
+        await this.#renew(new Date(at));
+        this.#expiresAt = at;
       } catch (err) {
         this.#onError?.(err);
       }

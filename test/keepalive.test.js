@@ -28,7 +28,7 @@ describe('KeepAlive', () => {
     assert.ok(Math.abs(k.serverNow() - (Date.now() + 3600000)) < 1000);
   });
 
-  it('renews while busy, once more when activity ends, never while idle', async () => {
+  it('renews while busy, once to now + idle when activity ends, never while idle', async () => {
     const renewals = [];
     const state = { busy: true };
     const k = make(state, renewals, 1500); // ticks every 500 ms
@@ -36,11 +36,34 @@ describe('KeepAlive', () => {
       await k.start();
       await waitFor(() => renewals.length >= 3, { timeoutMs: 5000, message: 'renewed while busy' });
       state.busy = false;
-      const n = renewals.length;
-      await waitFor(() => renewals.length === n + 1, { timeoutMs: 5000, message: 'one renewal when activity ends' });
+      const endedAt = Date.now();
+      // the first idle tick renews once more (idle counts from then), later idle ticks never
+      const busyRenewals = renewals.length;
+      await waitFor(() => renewals.length > busyRenewals && renewals.at(-1) >= endedAt + 1500 && renewals.at(-1) < endedAt + 1500 + 1000,
+        { timeoutMs: 3000, message: 'one renewal to now + idle when activity ends' });
+      await quietPeriod(100); // a busy renewal under way when activity ended may land before the idle one
       const settled = renewals.length;
       await quietPeriod(1200); // two idle ticks
       assert.equal(renewals.length, settled);
+    } finally {
+      k.stop();
+    }
+  });
+
+  it('activity renews only when less than idle is left, half a period ahead', async () => {
+    const renewals = [];
+    const k = make({ busy: false }, renewals, 60000); // period 20 s: no tick during the test
+    try {
+      const t0 = Date.now();
+      await k.start(); // to now + 60 s
+      assert.equal(renewals.length, 1);
+      await quietPeriod(5); // now less than idle is left
+      k.activity();
+      k.activity();
+      await waitFor(() => renewals.length === 2, { timeoutMs: 2000, message: 'first activity renews (less than idle left)' });
+      assert.ok(renewals[1] - t0 >= 60000 + 10000 && renewals[1] - t0 < 60000 + 10000 + 1000, `renewed ${renewals[1] - t0} ms ahead`);
+      await quietPeriod(100);
+      assert.equal(renewals.length, 2); // the second one found enough time left
     } finally {
       k.stop();
     }
