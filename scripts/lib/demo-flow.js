@@ -107,7 +107,8 @@ export async function runDemo({ print = console.log } = {}) {
     } else {
       print(`OpenSandbox server ${domain} (its [storage].allowed_host_paths must include ${mountDir})`);
     }
-    const sandbox = new OpenSandboxSandbox({ domain, image: process.env.MASTRA_DEMO_IMAGE || undefined });
+    // the programs need node: a node image on a real server (the local server runs the host's node and ignores it)
+    const sandbox = new OpenSandboxSandbox({ domain, image: process.env.MASTRA_DEMO_IMAGE || 'node:22-slim' });
     workspace = new Workspace({ sandbox, mounts: { [MOUNT]: new LocalFilesystem({ basePath: mountDir }) } });
     const realModel = process.env.MASTRA_DEMO_MODEL;
     const agent = new Agent({
