@@ -1,4 +1,4 @@
-// Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox and its typed errors.
+// Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox, its Editor provider, and its typed errors.
 export { OpenSandboxSandbox, MOUNTS_LABEL } from './sandbox.js';
 export { openSandboxProvider, sandboxProviders, openSandboxConfigSchema, validateStoredConfig } from './provider.js';
 export { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
