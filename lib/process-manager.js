@@ -146,6 +146,9 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
   constructor({ env, connection, ackWaitSeconds } = {}) {
     super({ env });
     if (connection !== undefined && typeof connection !== 'function') throw new TypeError('connection must be a function');
+    if (ackWaitSeconds !== undefined && (!Number.isInteger(ackWaitSeconds) || ackWaitSeconds < 1)) {
+      throw new TypeError('ackWaitSeconds must be an integer >= 1');
+    }
     this.#connection = connection;
     this.#ackWaitS = ackWaitSeconds ?? 600;
   }

@@ -272,6 +272,8 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     await assert.rejects(pm.spawn(''), /non-empty/);
     await assert.rejects(pm.spawn('true', { env: { 'BAD-NAME': 'x' } }), /not a valid shell identifier/);
     await assert.rejects(pm.spawn('true', { timeout: -1 }), /timeout/);
+    assert.throws(() => new pm.constructor({ ackWaitSeconds: 0 }), /ackWaitSeconds/);
+    assert.throws(() => new pm.constructor({ connection: 'http://x' }), /connection must be a function/);
   });
 
   it('every process is cleaned up: no process, WebSocket or operation left behind', async () => {
