@@ -237,6 +237,15 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.stdout.length, 256 + 200000);
   });
 
+  it('output that looks like the wrapper\'s markers (wrong nonce, cut short) passes through unchanged', async () => {
+    const fake = '\x1fOSB-EXIT:0123456789abcdef0123456789abcdef:0\x1f|\x1fOSB-ERR:x\x1f|\x1fOSB-RUN:\x1f|\x1fOSB-E';
+    const h = await pm.spawn(`printf '%s' "$FAKE"; printf '%s' "$FAKE" >&2`, { env: { FAKE: fake } });
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, fake);
+    assert.equal(r.stderr, fake);
+  });
+
   it('10 MB from one process with maxRetainedBytes 4096: callbacks get every byte, retention is bounded', async () => {
     const size = 10 * 1024 * 1024;
     let received = 0;
