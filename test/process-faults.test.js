@@ -225,6 +225,39 @@ describe('OpenSandboxProcessManager under faults', function () {
     }
   });
 
+  it('a process that ended with nobody attached, past its ack wait: reattach reports its status, never runs it again', async () => {
+    const logicalId = `reattach-late-${process.pid}-${Date.now()}`;
+    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId, 'ackwait'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
+    });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    assert.equal(await new Promise((resolve) => child.on('exit', resolve)), 0, out);
+    const info = JSON.parse(out.trim().split('\n').pop());
+    const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
+    try {
+      await sb._start();
+      // wait until execd reports the session ended (the wrapper stopped waiting for an ack)
+      const ep = await sb.opensandbox.endpoint(44772);
+      const sid = info.pid.split('.')[0];
+      await waitFor(async () => {
+        const res = await fetch(`http://${ep.endpoint}/pty/${sid}`, { headers: ep.headers });
+        return res.status === 200 && (await res.json()).running === false;
+      }, { message: 'session ended on execd' });
+      // connecting again makes execd start the session's command again: the wrapper finds its guard file
+      const h = await sb.processes.get(info.pid);
+      assert.ok(h);
+      const r = await h.wait();
+      assert.equal(r.exitCode, 9);
+      assert.equal(r.stdout, 'started\ndone\n');
+      const runs = await sb.executeCommand(`cat /tmp/${logicalId}.runs`);
+      assert.equal(runs.stdout, 'ran\n', 'the command ran exactly once');
+    } finally {
+      await sb._destroy();
+    }
+  });
+
   it('flow control: a slow JS consumer pauses the socket, the writer waits, nothing is lost', async () => {
     const cli = path.join(here, '..', 'scripts', 'dev-server', 'cli.js');
     const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
