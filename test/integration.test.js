@@ -122,14 +122,15 @@ describe('OpenSandboxSandbox Mastra integration', function () {
 
     it('through the server proxy the URL keeps its path prefix; header-routed endpoints give null', async () => {
       const s = make({ useServerProxy: true });
-      const proc = await s.processes.spawn(`node -e "require('http').createServer((q,r)=>r.end('via proxy')).listen(8124)"`);
+      // started detached by a plain command (the HTTP-only path through the proxy)
+      const started = await s.executeCommand(`setsid node -e "require('http').createServer((q,r)=>r.end('via proxy')).listen(8124)" >/dev/null 2>&1 </dev/null & echo started`);
+      assert.equal(started.stdout, 'started\n');
       const url = await s.networking.getPortUrl(8124);
       assert.equal(url, `http://${server.domain}/v1/sandboxes/${s.opensandbox.sandboxId}/proxy/8124`);
       assert.equal(await waitFor(async () => {
         const res = await fetch(`${url}/`);
         return res.status === 200 && (await res.text());
       }, { timeoutMs: 10000, message: 'reachable through the server proxy' }), 'via proxy');
-      await s.processes.kill(proc.pid);
 
       const headerServer = await startServer({ port: 0, endpointHeaders: true });
       try {
