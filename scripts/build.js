@@ -12,11 +12,14 @@ import { fileURLToPath } from 'node:url';
 const NAME = 'mastra-opensandbox';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-if (process.argv.includes('--list-sources')) {
+function listSources() {
   const dirs = ['src/core', 'src/opensandbox', 'src/binding'];
-  const files = dirs.flatMap((d) => (fs.existsSync(path.join(root, d)) ? fs.readdirSync(path.join(root, d)) : [])
-    .filter((f) => /\.(c|cc)$/.test(f)).sort().map((f) => `${d}/${f}`));
-  process.stdout.write(files.join(' ') + '\n');
+  return dirs.flatMap((d) => (fs.existsSync(path.join(root, d)) ? fs.readdirSync(path.join(root, d)) : [])
+    .filter((f) => /\.(c|cc)$/.test(f)).sort().map((f) => `${d}/${f}`)).join(' ');
+}
+
+if (process.argv.includes('--list-sources')) {
+  process.stdout.write(listSources() + '\n');
   process.exit(0);
 }
 
@@ -70,12 +73,17 @@ const npmBundled = [
 ];
 const gypJs = [process.env.npm_config_node_gyp, ...npmBundled].find((p) => p && fs.existsSync(p));
 const cmd = gypJs ? process.execPath : 'node-gyp';
-// `--incremental` (used by the test script) rebuilds only what changed once a build exists.
-const incremental = process.argv.includes('--incremental') && fs.existsSync(path.join(root, 'build', 'Makefile'));
+// `--incremental` (used by the test script) rebuilds only what changed once a build exists; a changed list of
+// source files (the gyp Makefile lists them) or a changed binding.gyp needs a full rebuild.
+const sourcesStamp = path.join(root, 'build', 'sources.stamp');
+const stampText = listSources() + '\n' + fs.readFileSync(path.join(root, 'binding.gyp'), 'utf8');
+const incremental = process.argv.includes('--incremental') && fs.existsSync(path.join(root, 'build', 'Makefile')) &&
+  fs.existsSync(sourcesStamp) && fs.readFileSync(sourcesStamp, 'utf8') === stampText;
 const args = [...(gypJs ? [gypJs] : []), incremental ? 'build' : 'rebuild', `--nodedir=${nodedir}`,
   `--target=${ver}`, '--jobs=max', ...(process.env.MASTRA_OPENSANDBOX_DEBUG ? ['--debug'] : [])];
 
 console.log(`${NAME}: node ${process.version} building with headers ${ver} from ${nodedir}`);
 const r = spawnSync(cmd, args, { stdio: 'inherit', cwd: root });
 if (r.error) fail(`could not run node-gyp (${r.error.message}); install npm >= 10 or node-gyp.`);
+if (r.status === 0) fs.writeFileSync(sourcesStamp, stampText);
 process.exit(r.status === null ? 1 : r.status);
