@@ -117,6 +117,15 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     }
   });
 
+  it('401 for a POST with a body and a wrong token, every time, through the execd proxy (regression: 502)', async () => {
+    const body = JSON.stringify({ command: 'echo never', padding: 'x'.repeat(256 * 1024) });
+    for (let i = 0; i < 20; i++) {
+      const r = await request(`${base}/command`, { method: 'POST', headers: { ...hdrs, 'X-EXECD-ACCESS-TOKEN': 'wrong' }, body });
+      assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
+      assert.deepEqual(r.json, { error: 'Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN' });
+    }
+  });
+
   it('the execd token is neither in the commands\' environment nor in any process\'s argv', async () => {
     const half = TOKEN.length >> 1;
     // a bracket expression: grep's own argv (visible in /proc while it runs) does not match the pattern

@@ -60,7 +60,13 @@ const UNAUTHORIZED = { error: 'Unauthorized: invalid or missing header X-EXECD-A
 
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, 'http://execd');
-  if (!authorized(req)) return sendJson(res, 401, UNAUTHORIZED);
+  if (!authorized(req)) {
+    // read the body first: answering while a proxy in front of us still writes it would reset the connection
+    req.on('error', () => res.destroy());
+    req.on('end', () => sendJson(res, 401, UNAUTHORIZED));
+    req.resume();
+    return;
+  }
   if (req.method === 'GET' && url.pathname === '/ping') return sendEmpty(res);
   for (const m of modules) {
     if (await m.handle(req, res, url)) return;
