@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 
-DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind python3-matplotlib)
+DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Driver of `make check`: starts the dev-server's execd standalone (node from PATH) on a free loopback port, runs
-# every C test under ASan/UBSan and under valgrind, the engine test under TSan, runs the fuzz target for a bounded number of runs, stops execd
+# every C test under ASan/UBSan and under valgrind, the threaded tests under TSan, runs the fuzz target for a bounded number of runs, stops execd
 # and prints the total as "N passed, N failed". Exit status 0 only when nothing failed.
 set -u
 cd "$(dirname "$0")"
@@ -67,7 +67,9 @@ for t in $(cd "$B/asan" && ls test_* | sort); do # every TESTS entry of the Make
   run "valgrind $t" $VG "$B/plain/$t"
 done
 
-[ -x "$B/tsan/test_engine" ] && run "tsan test_engine" env TSAN_OPTIONS=halt_on_error=1 "$B/tsan/test_engine"
+for t in "$B"/tsan/test_*; do
+  [ -x "$t" ] && run "tsan ${t##*/}" env TSAN_OPTIONS=halt_on_error=1 "$t"
+done
 
 if [ -x "$B/fuzz_events" ]; then
   mkdir -p "$B/fuzz-corpus"
