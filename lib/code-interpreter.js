@@ -2,14 +2,12 @@
 // contexts, cells streamed and bounded in C) and `createCodeInterpreterTools(sandbox, options)` (Mastra tools that
 // run code in per-language default contexts or explicit ones, stream output through the tool writer, give the
 // model a compact result and the application the full one through `onResult`).
-import { createRequire } from 'node:module';
 import { createTool } from '@mastra/core/tools';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
 import { z } from 'zod';
-import './native.js'; // loads the addon first, with a clear message when it is missing
+import { binding } from './native.js';
 import { OpenSandboxCancelledError, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
 
-const binding = createRequire(import.meta.url)('../build/Release/mastra_opensandbox.node');
 const EXECD_CONNECTION = Symbol.for('mastra-opensandbox.execdConnection');
 
 /** Every language execd's code interpreter knows (the server decides which kernels really exist). */

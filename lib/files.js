@@ -1,14 +1,10 @@
 // File upload for OpenSandboxSandbox.writeFiles: validates Mastra's SandboxFileInput list and sends all files in
 // one execd multipart request through the native upload (src/opensandbox/files.c), with a deadline and abort.
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { validateSandboxFileMode } from '@mastra/core/workspace';
-import './native.js'; // loads the addon with a clear message when it is missing
+import { binding } from './native.js';
 import { OpenSandboxOptionError } from './errors.js';
 
-const require = createRequire(import.meta.url);
-const binding = require(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'mastra_opensandbox.node'));
 
 /** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */
 export const execdMode = mode => Number(mode.toString(8));

@@ -24,7 +24,8 @@ function load() {
   }
 }
 
-const binding = load();
+/** The loaded addon, for the other lib/ modules that wrap its classes (process table, upload, code interpreter). */
+export const binding = load();
 
 function typeError(message) {
   const e = new TypeError(message);

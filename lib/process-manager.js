@@ -4,14 +4,10 @@
 // UTF-8 decoding, the handle's result shape, the tracked-process table. See docs/processes.md.
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { SandboxProcessManager, ProcessHandle } from '@mastra/core/workspace';
-import './native.js'; // loads the addon with a clear message when it is missing
+import { binding } from './native.js';
 import { fromNative } from './errors.js';
 
-const require = createRequire(import.meta.url);
-const binding = require(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'mastra_opensandbox.node'));
 
 export const DEFAULT_MAX_RETAINED_BYTES = 1024 * 1024;
 /** Exit code reported for a process whose exit status cannot be known (session gone, taken over, shutdown). */

@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
-# The whole test suite: the addon is rebuilt if its sources changed, the C tests run under
-# ASan/UBSan and valgrind, then mocha runs every JS test against the local OpenSandbox-compatible server.
+# The whole test suite: the addon is rebuilt if its sources changed, the C tests run under ASan/UBSan, valgrind and
+# TSan (plus a bounded fuzz run), the TypeScript examples are type-checked, then mocha runs every JS test against the
+# local OpenSandbox-compatible server. The last line sums everything up as "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MASTRA_TELEMETRY_DISABLED=1
-node scripts/build.js --incremental >/dev/null || { echo "addon build failed"; exit 1; }
+node scripts/build.js --incremental >/dev/null || { echo "addon build failed"; echo "0 passed, 1 failed"; exit 1; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
 c_rc=0
-if [ -f test/c/Makefile ]; then
-  make -s -C test/c check || c_rc=$?
-fi
+make -s -C test/c check 2>&1 | tee "$log" || c_rc=1
+c_pass=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log" | tail -1)
+c_fail=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log" | tail -1)
+
 ts_rc=0
 npx tsc -p examples || { echo "tsc -p examples (type check of the TypeScript examples) failed"; ts_rc=1; }
-npx mocha --reporter spec "test/**/*.test.js"
-js_rc=$?
-[ "$c_rc" -eq 0 ] && [ "$ts_rc" -eq 0 ] && [ "$js_rc" -eq 0 ]
+
+npx mocha --reporter spec "test/**/*.test.js" 2>&1 | tee "$log"
+js_rc=${PIPESTATUS[0]}
+js_pass=$(sed -n 's/^ *\([0-9][0-9]*\) passing.*/\1/p' "$log" | tail -1)
+js_fail=$(sed -n 's/^ *\([0-9][0-9]*\) failing.*/\1/p' "$log" | tail -1)
+js_skip=$(sed -n 's/^ *\([0-9][0-9]*\) pending.*/\1/p' "$log" | tail -1)
+
+passed=$(( ${c_pass:-0} + ${js_pass:-0} + (ts_rc == 0 ? 1 : 0) ))
+failed=$(( ${c_fail:-0} + ${js_fail:-0} + ts_rc ))
+# a runner that died without its own count still fails the suite
+[ "$c_rc" -ne 0 ] && [ "${c_fail:-0}" -eq 0 ] && failed=$((failed + 1))
+[ "$js_rc" -ne 0 ] && [ "${js_fail:-0}" -eq 0 ] && failed=$((failed + 1))
+echo
+echo "${passed} passed, ${failed} failed, ${js_skip:-0} skipped"
+[ "$failed" -eq 0 ]
