@@ -231,6 +231,22 @@ describe('dev-server execd files API', function () {
     assert.deepEqual(verbose.json, { '/workspace/q/b.txt': { replacedCount: 1 } });
   });
 
+  it('a parent directory that cannot be created is an error, not a hang (upload, mkdir, mv, PTY cwd; regression)', async () => {
+    const up = multipart([{ name: 'metadata', filename: 'metadata', data: '{"path":"/proc/nope/x.txt"}' }, { name: 'file', filename: 'x', data: 'X' }]);
+    const r1 = await raw('/files/upload', { method: 'POST', ...up, timeoutMs: 10000 });
+    assert.equal(r1.status, 500);
+    assert.equal(r1.json.code, 'RUNTIME_ERROR');
+    assert.equal(r1.json.message, 'error creating target directory /proc/nope. mkdir /proc/nope: no such file or directory');
+    const r2 = await raw('/directories', { method: 'POST', body: { '/proc/nope/a': { mode: 755 } }, timeoutMs: 10000 });
+    assert.deepEqual([r2.status, r2.json], [404, { code: 'FILE_NOT_FOUND', message: 'file not found. mkdir /proc/nope: no such file or directory' }]);
+    await sbx.files.writeFiles([{ path: '/workspace/mv-src.txt', data: 'm' }]);
+    const r3 = await raw('/files/mv', { method: 'POST', body: [{ src: '/workspace/mv-src.txt', dest: '/proc/nope/b/c.txt' }], timeoutMs: 10000 });
+    assert.deepEqual([r3.status, r3.json], [404, { code: 'FILE_NOT_FOUND', message: 'file not found. failed to create destination directory: mkdir /proc/nope: no such file or directory' }]);
+    const r4 = await raw('/pty', { method: 'POST', body: { cwd: '/proc/nope/d' }, timeoutMs: 10000 });
+    assert.equal(r4.status, 500, r4.text);
+    assert.match(r4.json.message, /work directory: ENOENT: no such file or directory, mkdir '\/proc\/nope'/);
+  });
+
   it('expands $VAR, ${VAR} and ~ in path parameters; an undefined variable is a 400', async () => {
     await sbx.files.writeFiles([{ path: '$HOME/env/x.txt', data: 'home' }]);
     assert.equal(await sh(sbx, 'cat /root/env/x.txt'), 'home');

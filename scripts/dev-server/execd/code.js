@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { HttpError, guard, readJson, sendEmpty, sendJson } from './http.js';
 import { Kernel, SUPPORTED_LANGUAGES } from './code-kernel.js';
 import { runShell } from './code-shell.js';
+import { mkdirpSync } from './mkdirp.js';
 
 const PING_INTERVAL_MS = 3000;
 
@@ -58,7 +59,7 @@ export function createRoutes(ctx) {
       throw new Error(`no kernel found for language ${JSON.stringify(language ?? '')} (supported: ${SUPPORTED_LANGUAGES.join(', ')})`);
     }
     const dir = cwd || defaultCwd();
-    fs.mkdirSync(dir, { recursive: true });
+    mkdirpSync(dir);
     const kernel = await Kernel.start(language, dir, env());
     const c = { id: randomBytes(16).toString('hex'), language, cwd: cwd || '', dir, kernel, count: 0, running: false, deleted: false };
     contexts.set(c.id, c);

@@ -11,6 +11,7 @@ import busboy from 'busboy';
 import { HttpError } from './http.js';
 import { expandAbsPath } from './files-paths.js';
 import { applyOwnership, applyPermission, osMessage, parseMode } from './files-info.js';
+import { mkdirp } from './mkdirp.js';
 
 const METADATA_LIMIT = 1024 * 1024;
 
@@ -109,7 +110,7 @@ function parseMetadata(buf) {
 
 /** mkdir -p that gives owner/group to the directories it created (not to existing ones). */
 export async function mkdirWithOwnership(dir, owner, group) {
-  const first = await fs.promises.mkdir(dir, { recursive: true });
+  const first = await mkdirp(dir);
   if (first === undefined || (!owner && !group)) return first;
   const rel = path.relative(first, dir);
   let cur = first;

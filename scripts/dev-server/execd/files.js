@@ -13,6 +13,7 @@ import { applyPermission, buildFileInfo, fileError, nameTables, osMessage, parse
 import { globToRegExp } from './files-glob.js';
 import { handleUpload, mkdirWithOwnership } from './files-upload.js';
 import { handleDownload } from './files-download.js';
+import { mkdirp } from './mkdirp.js';
 
 const BAD_BODY = 'error parsing request, MAYBE invalid body format.';
 
@@ -90,7 +91,7 @@ export function createRoutes(ctx) {
         throw fileError(err, `source path not found: ${src}: `);
       }
       try {
-        await fs.promises.mkdir(path.dirname(to), { recursive: true, mode: 0o755 });
+        await mkdirp(path.dirname(to), 0o755);
       } catch (err) {
         throw fileError(err, 'failed to create destination directory: ');
       }

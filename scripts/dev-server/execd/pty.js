@@ -13,6 +13,7 @@ import { HttpError, guard, readJson, sendEmpty, sendJson } from './http.js';
 import { expandPath } from './files-paths.js';
 import { PtySession } from './pty-session.js';
 import { PtyConnection } from './pty-conn.js';
+import { mkdirpSync } from './mkdirp.js';
 
 /** decodeURIComponent that never throws (a malformed escape just stays as it is). */
 function decode(s) {
@@ -51,7 +52,7 @@ export function createRoutes(ctx) {
     if (body.cwd) {
       cwd = path.resolve(defaultCwd(), expandPath(body.cwd));
       try {
-        fs.mkdirSync(cwd, { recursive: true });
+        mkdirpSync(cwd);
       } catch (err) {
         throw new HttpError(500, 'RUNTIME_ERROR', `error creating pty session: error creating PTY session work directory: ${err.message}`);
       }

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { HttpError, guard, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
+import { mkdirpSync } from './mkdirp.js';
 
 const PING_INTERVAL_MS = 3000;
 
@@ -43,7 +44,7 @@ export function createRoutes(ctx) {
     let cwd = body.cwd || ctx.workspace;
     if (body.cwd) {
       try {
-        fs.mkdirSync(body.cwd, { recursive: true });
+        mkdirpSync(body.cwd);
       } catch (err) {
         throw new HttpError(500, 'RUNTIME_ERROR', `error creating session: ${err.message}`);
       }
