@@ -234,6 +234,35 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     assert.equal(child.exitCode, 0);
   });
 
+  it('works from a checkout under /tmp, which the sandbox\'s own /tmp would hide (regression)', async () => {
+    // a copy of the package (scripts + execd's npm dependencies) in the system temp dir, run from there
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-checkout-'));
+    try {
+      fs.cpSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
+      fs.cpSync(path.join(root, 'scripts', 'dev-server'), path.join(copy, 'scripts', 'dev-server'), { recursive: true });
+      for (const dep of ['ws', 'busboy', 'streamsearch']) {
+        fs.cpSync(path.join(root, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true });
+      }
+      const cli = path.join(copy, 'scripts', 'dev-server', 'cli.js');
+      const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--data-dir', path.join(work, 'from-tmp')], { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        let out = '';
+        child.stdout.on('data', (d) => { out += d; });
+        const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
+        const cc = client({ baseUrl: `http://${domain}` });
+        const sb = await cc.create();
+        assert.equal(sb.status, 202, JSON.stringify(sb.json));
+        const r = await cc.run(sb, 'echo from-tmp-checkout; ls /tmp | grep -c osb-checkout-');
+        assert.deepEqual([r.out, r.exit], ['from-tmp-checkout\n1', 0]);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    } finally {
+      fs.rmSync(copy, { recursive: true, force: true });
+    }
+  });
+
   it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
     const data = path.join(work, 'killed');
     const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });

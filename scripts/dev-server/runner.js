@@ -90,14 +90,16 @@ export class SandboxProcess {
       else if (st.isDirectory()) a.push('--ro-bind', d, d);
     }
     a.push('--proc', '/proc', '--dev', '/dev');
+    a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
+    a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
+    // node and the package after the sandbox's own /tmp, /root, /workspace: a checkout under /tmp (as CI clones
+    // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start
     if (!underSystemDir(nodeDir)) a.push('--ro-bind', nodeDir, nodeDir);
     if (!underSystemDir(pkgDir)) a.push('--ro-bind', pkgDir, pkgDir);
     // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
     const within = (d, parent) => d === parent || d.startsWith(parent + '/');
     if (dataDir && [nodeDir, pkgDir, ...SYSTEM_DIRS].some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
-    a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
-    a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind' : '--bind', b.src, b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
     a.push('--remount-ro', '/', '--chdir', '/workspace');
