@@ -1,6 +1,7 @@
 /* Code interpreter client: execd's /code contexts and cell streams (see code.h). */
 #define _GNU_SOURCE
 #include "code.h"
+#include "conn.h"
 #include "lifecycle.h"
 #include "core/buf.h"
 #include "core/events.h"
@@ -17,128 +18,33 @@
 #define MAX_TRACEBACK_LINES 200
 
 struct osb_code {
-  char *base_url;
-  char **headers; /* "Name: value" */
-  char **secrets; /* header values */
-  size_t nheaders;
-  long timeout_ms, idle_ms;
-  char *ca_file; /* NULL = curl's default bundle */
+  osb_conn conn;
 };
 
 /* ---- client ---- */
 
-static void free_strv(char **v, size_t n) {
-  if (!v) return;
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
-}
-
-static char **dup_strv(char *const *v, size_t n) {
-  char **r = calloc(n + 1, sizeof *r);
-  if (!r) return NULL;
-  for (size_t i = 0; i < n; i++)
-    if (!(r[i] = strdup(v[i]))) {
-      free_strv(r, i);
-      return NULL;
-    }
-  return r;
-}
-
 void osb_code_free(osb_code *x) {
   if (!x) return;
-  free(x->base_url);
-  free_strv(x->headers, x->nheaders);
-  free_strv(x->secrets, x->nheaders);
-  free(x->ca_file);
+  osb_conn_clear(&x->conn);
   free(x);
 }
 
 int osb_code_set_ca_file(osb_code *x, const char *path, char *err, size_t errlen) {
-  if (osb_check_ca_file(path, err, errlen) != 0) return -1;
-  char *p = strdup(path);
-  if (!p) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  free(x->ca_file);
-  x->ca_file = p;
-  return 0;
+  return osb_conn_set_ca_file(&x->conn, path, err, errlen);
 }
 
 osb_code *osb_code_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
                        long idle_timeout_ms, char *err, size_t errlen) {
-  if (osb_check_base_url(base_url, err, errlen) != 0) return NULL;
-  for (size_t i = 0; i < nheaders; i++) {
-    if (osb_check_header(header_kv[2 * i], header_kv[2 * i + 1], err, errlen) != 0) return NULL;
-    if (strcasecmp(header_kv[2 * i], "OPEN-SANDBOX-API-KEY") == 0) {
-      snprintf(err, errlen, "the lifecycle API key must not be sent to execd");
-      return NULL;
-    }
-  }
   osb_code *x = calloc(1, sizeof *x);
-  if (!x) goto oom;
-  x->base_url = strdup(base_url);
-  x->headers = calloc(nheaders + 1, sizeof *x->headers);
-  x->secrets = calloc(nheaders + 1, sizeof *x->secrets);
-  if (!x->base_url || !x->headers || !x->secrets) goto oom;
-  for (size_t i = 0; i < nheaders; i++) {
-    const char *v = header_kv[2 * i + 1] ? header_kv[2 * i + 1] : "";
-    size_t n = strlen(header_kv[2 * i]) + strlen(v) + 3;
-    x->headers[i] = malloc(n);
-    x->secrets[i] = strdup(v);
-    x->nheaders = i + 1;
-    if (!x->headers[i] || !x->secrets[i]) goto oom;
-    snprintf(x->headers[i], n, "%s: %s", header_kv[2 * i], v);
+  if (!x) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
   }
-  size_t n = strlen(x->base_url);
-  while (n > 0 && x->base_url[n - 1] == '/') x->base_url[--n] = 0;
-  x->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
-  x->idle_ms = idle_timeout_ms > 0 ? idle_timeout_ms : 10000;
+  if (osb_conn_init(&x->conn, base_url, header_kv, nheaders, timeout_ms, idle_timeout_ms, err, errlen) != 0) {
+    free(x);
+    return NULL;
+  }
   return x;
-oom:
-  osb_code_free(x);
-  snprintf(err, errlen, "out of memory");
-  return NULL;
-}
-
-/* An operation's private copy of the client settings. */
-typedef struct {
-  char *base_url;
-  char **headers, **secrets;
-  size_t nheaders;
-  long timeout_ms, idle_ms;
-  char *ca_file;
-} conf;
-
-static int conf_copy(conf *c, const osb_code *x) {
-  memset(c, 0, sizeof *c);
-  c->base_url = strdup(x->base_url);
-  c->headers = dup_strv(x->headers, x->nheaders);
-  c->secrets = dup_strv(x->secrets, x->nheaders);
-  c->nheaders = x->nheaders;
-  c->timeout_ms = x->timeout_ms;
-  c->idle_ms = x->idle_ms;
-  c->ca_file = x->ca_file ? strdup(x->ca_file) : NULL;
-  return c->base_url && c->headers && c->secrets && (!x->ca_file || c->ca_file) ? 0 : -1;
-}
-
-static void conf_free(conf *c) {
-  free(c->base_url);
-  free_strv(c->headers, c->nheaders);
-  free_strv(c->secrets, c->nheaders);
-  free(c->ca_file);
-  memset(c, 0, sizeof *c);
-}
-
-/* The endpoint headers plus extra lines: a malloc'd array of borrowed pointers. */
-static const char **headers_with(const conf *c, const char *const *extra, size_t nextra, size_t *n) {
-  const char **h = calloc(c->nheaders + nextra + 1, sizeof *h);
-  if (!h) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < c->nheaders; i++) h[k++] = c->headers[i];
-  for (size_t i = 0; i < nextra; i++) h[k++] = extra[i];
-  *n = k;
-  return h;
 }
 
 static char *json_text(cJSON *doc) {
@@ -154,7 +60,7 @@ static char *json_text(cJSON *doc) {
 typedef enum { RES_ANY, RES_OBJECT, RES_ARRAY } res_mode;
 
 typedef struct {
-  conf cf;
+  osb_conn cf; /* the operation's own copy of the client's settings */
   char *method, *url, *body;
   long timeout_ms;
   res_mode mode;
@@ -163,7 +69,7 @@ typedef struct {
 } call;
 
 static void call_free(call *c) {
-  conf_free(&c->cf);
+  osb_conn_clear(&c->cf);
   free(c->method);
   free(c->url);
   free(c->body);
@@ -217,7 +123,7 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
   }
   static const char *const extra[] = {"Accept: application/json", "Content-Type: application/json"};
   size_t n = 0;
-  const char **h = headers_with(&c->cf, extra, c->body ? 2 : 1, &n);
+  const char **h = osb_conn_headers(&c->cf, extra, c->body ? 2 : 1, &n);
   osb_http_opts o;
   memset(&o, 0, sizeof o);
   o.method = c->method;
@@ -243,10 +149,10 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
 static int submit(osb_engine *e, const osb_code *x, const char *method, const char *path, const char *body,
                   long timeout_ms, res_mode mode, osb_code_done_fn done, void *ud, char *errbuf, size_t errlen) {
   call *c = calloc(1, sizeof *c);
-  if (!c || conf_copy(&c->cf, x) != 0) goto oom;
+  if (!c || osb_conn_copy(&c->cf, &x->conn) != 0) goto oom;
   osb_buf url;
   osb_buf_init(&url);
-  if (osb_buf_append_str(&url, x->base_url) || osb_buf_append_str(&url, path)) {
+  if (osb_buf_append_str(&url, x->conn.base_url) || osb_buf_append_str(&url, path)) {
     osb_buf_free(&url);
     goto oom;
   }
@@ -254,7 +160,7 @@ static int submit(osb_engine *e, const osb_code *x, const char *method, const ch
   c->method = strdup(method);
   c->body = body ? strdup(body) : NULL;
   if (!c->url || !c->method || (body && !c->body)) goto oom;
-  c->timeout_ms = timeout_ms > 0 ? timeout_ms : x->timeout_ms;
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : x->conn.timeout_ms;
   c->mode = mode;
   c->done = done;
   c->ud = ud;
@@ -354,7 +260,7 @@ struct osb_code_run {
   osb_active active;
   int refs; /* atomic */
   osb_engine *e;
-  conf cf;
+  osb_conn cf; /* the operation's own copy of the client's settings */
   char *body;
   long cell_timeout_ms;
   int64_t max_output, max_results;
@@ -382,7 +288,7 @@ struct osb_code_run {
 };
 
 static void run_free(osb_code_run *r) {
-  conf_free(&r->cf);
+  osb_conn_clear(&r->cf);
   free(r->body);
   osb_events_free(r->parser);
   osb_buf_free(&r->out);
@@ -394,7 +300,7 @@ static void run_free(osb_code_run *r) {
   free(r->status);
   free(r->ename);
   free(r->evalue);
-  free_strv(r->traceback, r->ntraceback);
+  osb_strv_free(r->traceback, r->ntraceback);
   while (r->waiters) {
     waiter *w = r->waiters;
     r->waiters = w->next;
@@ -516,7 +422,7 @@ static void send_interrupt(osb_code_run *r) {
   osb_buf url;
   osb_buf_init(&url);
   size_t n = 0;
-  const char **h = headers_with(&r->cf, NULL, 0, &n);
+  const char **h = osb_conn_headers(&r->cf, NULL, 0, &n);
   if (eid && h && osb_buf_appendf(&url, "%s/code?id=%s", r->cf.base_url, eid) == 0) {
     osb_http_opts o;
     memset(&o, 0, sizeof o);
@@ -610,7 +516,7 @@ static void keep_error(osb_code_run *r, const osb_event *ev) {
   r->has_error = 1;
   free(r->ename);
   free(r->evalue);
-  free_strv(r->traceback, r->ntraceback);
+  osb_strv_free(r->traceback, r->ntraceback);
   r->traceback = NULL;
   r->ntraceback = 0;
   r->ename = dup_or_empty(ev->ename);
@@ -750,7 +656,7 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
 
   static const char *const extra[] = {"Content-Type: application/json", "Accept: text/event-stream"};
   size_t n = 0;
-  const char **h = headers_with(&r->cf, extra, 2, &n);
+  const char **h = osb_conn_headers(&r->cf, extra, 2, &n);
   osb_buf url;
   osb_buf_init(&url);
   if (h && osb_buf_appendf(&url, "%s/code", r->cf.base_url) == 0) {
@@ -803,7 +709,7 @@ osb_code_run *osb_code_run_start(osb_engine *e, const osb_code *x, const osb_cod
   r->refs = 2; /* the caller's and the engine's */
   r->body = build_run_body(o);
   r->parser = osb_events_new(0, on_event, r);
-  if (!r->body || !r->parser || conf_copy(&r->cf, x) != 0) goto oom;
+  if (!r->body || !r->parser || osb_conn_copy(&r->cf, &x->conn) != 0) goto oom;
   if (osb_buf_append_str(&r->results, "[") != 0) goto oom;
   r->cell_timeout_ms = o->timeout_ms;
   r->max_output = o->max_output;

@@ -1,6 +1,7 @@
 /* execd client: /ping readiness and foreground /command streams (see execd.h). */
 #define _GNU_SOURCE
 #include "execd.h"
+#include "conn.h"
 #include "lifecycle.h"
 #include "core/buf.h"
 #include "core/events.h"
@@ -19,129 +20,33 @@
 #define DEFAULT_HIGH_WATER ((size_t)8 * 1024 * 1024)
 
 struct osb_exec {
-  char *base_url;
-  char **headers; /* "Name: value" */
-  char **secrets; /* header values, NULL-terminated */
-  size_t nheaders;
-  long timeout_ms, idle_ms;
-  char *ca_file;
+  osb_conn conn;
 };
 
 /* ---- client ---- */
 
-static char **dup_strv(char *const *v, size_t n) {
-  char **r = calloc(n + 1, sizeof *r);
-  if (!r) return NULL;
-  for (size_t i = 0; i < n; i++)
-    if (!(r[i] = strdup(v[i]))) {
-      for (size_t j = 0; j < i; j++) free(r[j]);
-      free(r);
-      return NULL;
-    }
-  return r;
-}
-
-static void free_strv(char **v, size_t n) {
-  if (!v) return;
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
-}
-
 void osb_exec_free(osb_exec *x) {
   if (!x) return;
-  free(x->base_url);
-  free_strv(x->headers, x->nheaders);
-  free_strv(x->secrets, x->nheaders);
-  free(x->ca_file);
+  osb_conn_clear(&x->conn);
   free(x);
 }
 
 int osb_exec_set_ca_file(osb_exec *x, const char *path, char *err, size_t errlen) {
-  if (osb_check_ca_file(path, err, errlen) != 0) return -1;
-  char *p = strdup(path);
-  if (!p) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  free(x->ca_file);
-  x->ca_file = p;
-  return 0;
+  return osb_conn_set_ca_file(&x->conn, path, err, errlen);
 }
 
 osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
                        long idle_timeout_ms, char *err, size_t errlen) {
-  if (osb_check_base_url(base_url, err, errlen) != 0) return NULL;
-  for (size_t i = 0; i < nheaders; i++) {
-    if (osb_check_header(header_kv[2 * i], header_kv[2 * i + 1], err, errlen) != 0) return NULL;
-    if (strcasecmp(header_kv[2 * i], "OPEN-SANDBOX-API-KEY") == 0) {
-      snprintf(err, errlen, "the lifecycle API key must not be sent to execd");
-      return NULL;
-    }
-  }
   osb_exec *x = calloc(1, sizeof *x);
-  if (!x) goto oom;
-  x->base_url = strdup(base_url);
-  x->headers = calloc(nheaders + 1, sizeof *x->headers);
-  x->secrets = calloc(nheaders + 1, sizeof *x->secrets);
-  if (!x->base_url || !x->headers || !x->secrets) goto oom;
-  for (size_t i = 0; i < nheaders; i++) {
-    const char *v = header_kv[2 * i + 1] ? header_kv[2 * i + 1] : "";
-    size_t n = strlen(header_kv[2 * i]) + strlen(v) + 3;
-    x->headers[i] = malloc(n);
-    x->secrets[i] = strdup(v);
-    x->nheaders = i + 1;
-    if (!x->headers[i] || !x->secrets[i]) goto oom;
-    snprintf(x->headers[i], n, "%s: %s", header_kv[2 * i], v);
+  if (!x) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
   }
-  size_t n = strlen(x->base_url);
-  while (n > 0 && x->base_url[n - 1] == '/') x->base_url[--n] = 0;
-  x->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
-  x->idle_ms = idle_timeout_ms > 0 ? idle_timeout_ms : 10000;
+  if (osb_conn_init(&x->conn, base_url, header_kv, nheaders, timeout_ms, idle_timeout_ms, err, errlen) != 0) {
+    free(x);
+    return NULL;
+  }
   return x;
-oom:
-  osb_exec_free(x);
-  snprintf(err, errlen, "out of memory");
-  return NULL;
-}
-
-/* A private copy of the client's request settings, owned by an operation. */
-typedef struct {
-  char *base_url;
-  char **headers, **secrets;
-  size_t nheaders;
-  long timeout_ms, idle_ms;
-  char *ca_file;
-} conf;
-
-static int conf_copy(conf *c, const osb_exec *x) {
-  memset(c, 0, sizeof *c);
-  c->base_url = strdup(x->base_url);
-  c->headers = dup_strv(x->headers, x->nheaders);
-  c->secrets = dup_strv(x->secrets, x->nheaders);
-  c->nheaders = x->nheaders;
-  c->timeout_ms = x->timeout_ms;
-  c->idle_ms = x->idle_ms;
-  c->ca_file = x->ca_file ? strdup(x->ca_file) : NULL;
-  return c->base_url && c->headers && c->secrets && (!x->ca_file || c->ca_file) ? 0 : -1;
-}
-
-static void conf_free(conf *c) {
-  free(c->base_url);
-  free_strv(c->headers, c->nheaders);
-  free_strv(c->secrets, c->nheaders);
-  free(c->ca_file);
-  memset(c, 0, sizeof *c);
-}
-
-/* Headers for a request: the endpoint's, plus extra lines. Returns a malloc'd array of borrowed pointers. */
-static const char **headers_with(const conf *c, const char *const *extra, size_t nextra, size_t *n) {
-  const char **h = calloc(c->nheaders + nextra + 1, sizeof *h);
-  if (!h) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < c->nheaders; i++) h[k++] = c->headers[i];
-  for (size_t i = 0; i < nextra; i++) h[k++] = extra[i];
-  *n = k;
-  return h;
 }
 
 /* ---- waitReady ---- */
@@ -149,7 +54,7 @@ static const char **headers_with(const conf *c, const char *const *extra, size_t
 typedef struct {
   osb_active active;
   osb_engine *e;
-  conf cf;
+  osb_conn cf; /* the operation's own copy of the client's settings */
   char *url;
   uint64_t deadline;
   long budget_ms;
@@ -164,7 +69,7 @@ typedef struct {
 
 static void ready_closed(uv_handle_t *h) {
   ready_op *r = h->data;
-  conf_free(&r->cf);
+  osb_conn_clear(&r->cf);
   free(r->url);
   free(r);
 }
@@ -228,7 +133,7 @@ static void ready_ping(ready_op *r) {
   }
   long remaining = (long)(r->deadline - now);
   size_t n = 0;
-  const char **h = headers_with(&r->cf, NULL, 0, &n);
+  const char **h = osb_conn_headers(&r->cf, NULL, 0, &n);
   osb_http_opts o;
   memset(&o, 0, sizeof o);
   o.method = "GET";
@@ -261,7 +166,7 @@ static void ready_job(osb_engine *e, void *arg, int shutdown) {
     osb_error err;
     osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
     r->done(r->ud, &err);
-    conf_free(&r->cf);
+    osb_conn_clear(&r->cf);
     free(r->url);
     free(r);
     return;
@@ -278,7 +183,7 @@ static void ready_job(osb_engine *e, void *arg, int shutdown) {
 int osb_exec_wait_ready(osb_engine *e, const osb_exec *x, long timeout_ms, osb_exec_done_fn done, void *ud,
                         char *errbuf, size_t errlen) {
   ready_op *r = calloc(1, sizeof *r);
-  if (!r || conf_copy(&r->cf, x) != 0) goto oom;
+  if (!r || osb_conn_copy(&r->cf, &x->conn) != 0) goto oom;
   size_t n = strlen(r->cf.base_url) + 8;
   r->url = malloc(n);
   if (!r->url) goto oom;
@@ -295,7 +200,7 @@ oom:
   snprintf(errbuf, errlen, "out of memory");
 fail:
   if (r) {
-    conf_free(&r->cf);
+    osb_conn_clear(&r->cf);
     free(r->url);
     free(r);
   }
@@ -314,7 +219,7 @@ struct osb_exec_cmd {
   osb_active active;
   int refs; /* atomic */
   osb_engine *e;
-  conf cf;
+  osb_conn cf; /* the operation's own copy of the client's settings */
   char *body;
   long client_timeout_ms;
   osb_exec_callbacks cb;
@@ -343,7 +248,7 @@ struct osb_exec_cmd {
 };
 
 static void cmd_free(osb_exec_cmd *c) {
-  conf_free(&c->cf);
+  osb_conn_clear(&c->cf);
   free(c->body);
   osb_events_free(c->parser);
   osb_tail_free(&c->out);
@@ -459,7 +364,7 @@ static void send_delete(osb_exec_cmd *c) {
   osb_buf url;
   osb_buf_init(&url);
   size_t n = 0;
-  const char **h = headers_with(&c->cf, NULL, 0, &n);
+  const char **h = osb_conn_headers(&c->cf, NULL, 0, &n);
   if (eid && h && osb_buf_appendf(&url, "%s/command?id=%s", c->cf.base_url, eid) == 0) {
     osb_http_opts o;
     memset(&o, 0, sizeof o);
@@ -663,7 +568,7 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
 
   static const char *const extra[] = {"Content-Type: application/json", "Accept: text/event-stream"};
   size_t n = 0;
-  const char **h = headers_with(&c->cf, extra, 2, &n);
+  const char **h = osb_conn_headers(&c->cf, extra, 2, &n);
   osb_buf url;
   osb_buf_init(&url);
   if (h && osb_buf_appendf(&url, "%s/command", c->cf.base_url) == 0) {
@@ -727,7 +632,7 @@ osb_exec_cmd *osb_exec_run(osb_engine *e, const osb_exec *x, const osb_exec_run_
   c->refs = 2; /* the caller's and the engine's */
   c->body = build_body(o);
   c->parser = osb_events_new(0, on_event, c);
-  if (!c->body || !c->parser || conf_copy(&c->cf, x) != 0) goto oom;
+  if (!c->body || !c->parser || osb_conn_copy(&c->cf, &x->conn) != 0) goto oom;
   c->high_water = o->output_high_water ? o->output_high_water : DEFAULT_HIGH_WATER;
   c->low_water = c->high_water / 4;
   osb_tail_init(&c->out, o->max_retained);

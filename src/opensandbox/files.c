@@ -10,14 +10,14 @@
 #include <cjson/cJSON.h>
 #include "core/buf.h"
 #include "core/http.h"
+#include "opensandbox/conn.h"
 
 struct osb_upload {
   int refs; /* atomic: the caller's and the engine's */
   osb_engine *engine;
+  osb_conn execd; /* base URL, endpoint header lines, secrets */
   char *url;
-  char **headers; /* "Name: value" lines, then the Content-Type line */
-  size_t nheaders;
-  char **secrets; /* NULL-terminated header values */
+  char content_type[128]; /* the multipart Content-Type header line */
   char *body;
   size_t body_len;
   long timeout_ms;
@@ -29,11 +29,7 @@ struct osb_upload {
 };
 
 static void upload_free(osb_upload *u) {
-  for (size_t i = 0; i < u->nheaders; i++) free(u->headers[i]);
-  free(u->headers);
-  if (u->secrets)
-    for (char **s = u->secrets; *s; s++) free(*s);
-  free(u->secrets);
+  osb_conn_clear(&u->execd);
   free(u->url);
   free(u->body);
   free(u);
@@ -57,7 +53,7 @@ static void on_http_done(void *ud, const osb_http_result *res) {
     return;
   }
   osb_error err;
-  osb_error_from_http(&err, res, (const char *const *)u->secrets, NULL);
+  osb_error_from_http(&err, res, (const char *const *)u->execd.secrets, NULL);
   finish(u, &err);
 }
 
@@ -74,17 +70,21 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
     finish(u, &err);
     return;
   }
+  const char *const extra[] = {u->content_type};
+  size_t nh = 0;
+  const char **h = osb_conn_headers(&u->execd, extra, 1, &nh);
   osb_http_opts o = {0};
   o.method = "POST";
   o.url = u->url;
-  o.headers = (const char *const *)u->headers;
-  o.nheaders = u->nheaders;
+  o.headers = h;
+  o.nheaders = nh;
   o.body = u->body;
   o.body_len = u->body_len;
   o.timeout_ms = u->timeout_ms;
   o.on_done = on_http_done;
   o.ud = u;
-  u->req = osb_http_start(e, &o);
+  u->req = h ? osb_http_start(e, &o) : NULL;
+  free(h);
   if (!u->req) {
     osb_error_set(&err, OSB_KIND_TRANSPORT, "ENOMEM", "out of memory starting the upload");
     finish(u, &err);
@@ -195,6 +195,10 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
   }
   osb_upload *u = calloc(1, sizeof *u);
   if (!u) goto oom;
+  if (osb_conn_init(&u->execd, base_url, header_kv, nheaders, 0, 0, errbuf, errlen) != 0) {
+    free(u);
+    return NULL;
+  }
   u->refs = 2;
   u->engine = e;
   u->done = done;
@@ -207,25 +211,12 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
   }
   char boundary[64] = "mastra-opensandbox-";
   for (size_t i = 0, o = strlen(boundary); i < sizeof rnd; i++, o += 2) snprintf(boundary + o, 3, "%02x", rnd[i]);
-  size_t blen = strlen(base_url);
-  while (blen && base_url[blen - 1] == '/') blen--;
+  size_t blen = strlen(u->execd.base_url);
   u->url = malloc(blen + sizeof "/files/upload");
-  u->headers = calloc(nheaders + 1, sizeof *u->headers);
-  u->secrets = calloc(nheaders + 1, sizeof *u->secrets);
-  if (!u->url || !u->headers || !u->secrets) goto oom_free;
-  memcpy(u->url, base_url, blen);
+  if (!u->url) goto oom_free;
+  memcpy(u->url, u->execd.base_url, blen);
   memcpy(u->url + blen, "/files/upload", sizeof "/files/upload");
-  for (size_t i = 0; i < nheaders; i++) {
-    const char *k = header_kv[2 * i], *v = header_kv[2 * i + 1];
-    size_t len = strlen(k) + strlen(v) + 3;
-    if (!(u->headers[i] = malloc(len)) || !(u->secrets[i] = strdup(v))) goto oom_free;
-    snprintf(u->headers[i], len, "%s: %s", k, v);
-    u->nheaders++;
-  }
-  char ct[128];
-  snprintf(ct, sizeof ct, "Content-Type: multipart/form-data; boundary=%s", boundary);
-  if (!(u->headers[u->nheaders] = strdup(ct))) goto oom_free;
-  u->nheaders++;
+  snprintf(u->content_type, sizeof u->content_type, "Content-Type: multipart/form-data; boundary=%s", boundary);
   u->body = build_body(files, n, boundary, &u->body_len, errbuf, errlen);
   if (!u->body) {
     upload_free(u);

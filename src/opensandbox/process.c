@@ -1,6 +1,7 @@
 /* The process table: execd PTY sessions in pipe mode driven by a wrapper script (see process.h). */
 #define _GNU_SOURCE
 #include "process.h"
+#include "conn.h"
 #include "lifecycle.h"
 #include "core/buf.h"
 #include "core/http.h"
@@ -49,12 +50,10 @@ struct osb_proc {
   osb_engine *e;
   osb_ws *ws;
   /* configuration (immutable) */
-  char *base_url, *ws_base;
-  char **headers;  /* "Name: value" for HTTP */
+  osb_conn execd;  /* base URL, HTTP header lines, secrets; timeout_ms = per HTTP request */
+  char *ws_base;
   char **hdr_kv;   /* name, value pairs for the WebSocket handshake */
-  char **secrets;  /* header values, NULL-terminated */
-  size_t nh;
-  long req_timeout, timeout_ms;
+  long timeout_ms;
   char *body;      /* POST /pty body (spawn) */
   int attach;
   uint64_t since;
@@ -106,18 +105,10 @@ static void drop_conn(osb_proc *p) {
   p->connected = 0;
 }
 
-static void free_strv(char **v, size_t n) {
-  if (!v) return;
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
-}
-
 static void proc_free(osb_proc *p) {
-  free(p->base_url);
   free(p->ws_base);
-  free_strv(p->headers, p->nh);
-  free_strv(p->hdr_kv, 2 * p->nh);
-  free_strv(p->secrets, p->nh);
+  osb_strv_free(p->hdr_kv, 2 * p->execd.nheaders);
+  osb_conn_clear(&p->execd);
   free(p->body);
   for (int i = 0; i < 2; i++) {
     osb_buf_free(&p->hold[i]);
@@ -217,24 +208,15 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   return osb_buf_steal(&b, NULL);
 }
 
-static const char **http_headers(osb_proc *p, const char *extra, size_t *n) {
-  const char **h = calloc(p->nh + 2, sizeof *h);
-  if (!h) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < p->nh; i++) h[k++] = p->headers[i];
-  if (extra) h[k++] = extra;
-  *n = k;
-  return h;
-}
-
 /* Starts an HTTP request on the engine; NULL on OOM. */
 static osb_http_req *http(osb_proc *p, const char *method, const char *path, const char *body, osb_http_done_fn done) {
   size_t n = 0;
-  const char **h = http_headers(p, body ? "Content-Type: application/json" : NULL, &n);
+  static const char *const json_type[] = {"Content-Type: application/json"};
+  const char **h = osb_conn_headers(&p->execd, json_type, body ? 1 : 0, &n);
   osb_buf url;
   osb_buf_init(&url);
   osb_http_req *r = NULL;
-  if (h && osb_buf_appendf(&url, "%s%s", p->base_url, path) == 0) {
+  if (h && osb_buf_appendf(&url, "%s%s", p->execd.base_url, path) == 0) {
     osb_http_opts o;
     memset(&o, 0, sizeof o);
     o.method = method;
@@ -244,7 +226,8 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
     o.body = body;
     o.body_len = body ? strlen(body) : 0;
     /* no transport retries here: the reconnect loop retries, and a sandbox that is gone must settle fast */
-    o.timeout_ms = strcmp(method, "POST") == 0 ? p->req_timeout : (p->req_timeout < 10000 ? p->req_timeout : 10000);
+    long t = p->execd.timeout_ms;
+    o.timeout_ms = strcmp(method, "POST") == 0 ? t : (t < 10000 ? t : 10000);
     o.on_done = done;
     o.ud = p;
     r = osb_http_start(p->e, &o);
@@ -441,7 +424,7 @@ static void settle(osb_proc *p, int code, int killed, int timed_out, const char 
 
 static void settle_failed(osb_proc *p, const char *fmt, const char *detail) {
   snprintf(p->error_text, sizeof p->error_text, fmt, detail ? detail : "");
-  osb_redact(p->error_text, sizeof p->error_text, (const char *const *)p->secrets);
+  osb_redact(p->error_text, sizeof p->error_text, (const char *const *)p->execd.secrets);
   settle(p, -1, 0, 0, p->error_text);
   cleanup(p);
 }
@@ -718,7 +701,7 @@ static void connect_ws(osb_proc *p) {
   }
   l->p = p;
   l->gen = ++p->gen;
-  osb_ws_conn *c = osb_ws_connect(p->ws, url, (const char *const *)p->hdr_kv, p->nh, &WS_CB, l, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(p->ws, url, (const char *const *)p->hdr_kv, p->execd.nheaders, &WS_CB, l, err, sizeof err);
   if (!c) {
     free(l);
     settle_failed(p, "cannot open the process's WebSocket: %s", err);
@@ -743,7 +726,7 @@ static void on_status_done(void *ud, const osb_http_result *res) {
   if (p->state == S_STARTING) { /* reattach */
     if (!ok) {
       osb_error err;
-      osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+      osb_error_from_http(&err, res, (const char *const *)p->execd.secrets, NULL);
       if (gone) osb_error_set(&err, OSB_KIND_API, "PROCESS_NOT_FOUND", "no process %s on execd", p->pid);
       err.status = res->status;
       p->cb.on_started(p->ud, &err, NULL);
@@ -794,7 +777,7 @@ static void on_create_done(void *ud, const osb_http_result *res) {
   osb_error err;
   cJSON *j = NULL;
   if (res->error != OSB_HTTP_OK || res->status < 200 || res->status >= 300) {
-    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+    osb_error_from_http(&err, res, (const char *const *)p->execd.secrets, NULL);
   } else {
     j = cJSON_ParseWithLength(res->body, res->body_len);
     const cJSON *sid = j ? cJSON_GetObjectItemCaseSensitive(j, "session_id") : NULL;
@@ -832,7 +815,7 @@ static void on_kill_done(void *ud, const osb_http_result *res) {
   int ok = res->error == OSB_HTTP_OK && ((res->status >= 200 && res->status < 300) || res->status == 404);
   if (!ok && p->state == S_RUNNING) {
     osb_error err;
-    osb_error_from_http(&err, res, (const char *const *)p->secrets, NULL);
+    osb_error_from_http(&err, res, (const char *const *)p->execd.secrets, NULL);
     p->kill_requested = 0;
     while (p->kill_waiters) {
       waiter *w = p->kill_waiters;
@@ -1045,21 +1028,19 @@ static int parse_pid(osb_proc *p, const char *pid) {
 
 osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
                          void *ud, char *errbuf, size_t errlen) {
-  if (osb_check_base_url(o->base_url, errbuf, errlen) != 0) return NULL;
-  for (size_t i = 0; i < o->nheaders; i++) {
-    if (osb_check_header(o->header_kv[2 * i], o->header_kv[2 * i + 1], errbuf, errlen) != 0) return NULL;
-    if (strcasecmp(o->header_kv[2 * i], "OPEN-SANDBOX-API-KEY") == 0) {
-      snprintf(errbuf, errlen, "the lifecycle API key must not be sent to execd");
-      return NULL;
-    }
-  }
+  osb_conn execd;
+  if (osb_conn_init(&execd, o->base_url, o->header_kv, o->nheaders, o->request_timeout_ms, 0, errbuf, errlen) != 0)
+    return NULL;
   osb_proc *p = calloc(1, sizeof *p);
-  if (!p) goto oom;
+  if (!p) {
+    osb_conn_clear(&execd);
+    goto oom;
+  }
+  p->execd = execd;
   p->refs = 2; /* caller + engine side */
   p->ws = ws;
   p->cb = *cb;
   p->ud = ud;
-  p->req_timeout = o->request_timeout_ms > 0 ? o->request_timeout_ms : 30000;
   p->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 0;
   for (int i = 0; i < 2; i++) osb_tail_init(&p->tail[i], o->max_retained);
   if (o->attach_pid) {
@@ -1087,28 +1068,17 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
   snprintf(p->pat_exit, sizeof p->pat_exit, "\x1fOSB-EXIT:%s:", p->nonce);
   snprintf(p->pat_err, sizeof p->pat_err, "\x1fOSB-ERR:%s\x1f", p->nonce);
   snprintf(p->pat_run, sizeof p->pat_run, "\x1fOSB-RUN:%s\x1f", p->nonce);
-  p->base_url = strdup(o->base_url);
-  if (!p->base_url) goto oom;
-  size_t bl = strlen(p->base_url);
-  while (bl > 0 && p->base_url[bl - 1] == '/') p->base_url[--bl] = 0;
+  size_t bl = strlen(p->execd.base_url);
   p->ws_base = malloc(bl + 2);
   if (!p->ws_base) goto oom;
   /* http://… -> ws://…, https://… -> wss://… */
-  snprintf(p->ws_base, bl + 2, "ws%s", p->base_url + 4);
-  p->nh = o->nheaders;
-  p->headers = calloc(p->nh + 1, sizeof(char *));
-  p->hdr_kv = calloc(2 * p->nh + 1, sizeof(char *));
-  p->secrets = calloc(p->nh + 1, sizeof(char *));
-  if (!p->headers || !p->hdr_kv || !p->secrets) goto oom;
-  for (size_t i = 0; i < p->nh; i++) {
-    const char *k = o->header_kv[2 * i], *v = o->header_kv[2 * i + 1] ? o->header_kv[2 * i + 1] : "";
-    size_t n = strlen(k) + strlen(v) + 3;
-    p->headers[i] = malloc(n);
-    p->hdr_kv[2 * i] = strdup(k);
-    p->hdr_kv[2 * i + 1] = strdup(v);
-    p->secrets[i] = strdup(v);
-    if (!p->headers[i] || !p->hdr_kv[2 * i] || !p->hdr_kv[2 * i + 1] || !p->secrets[i]) goto oom;
-    snprintf(p->headers[i], n, "%s: %s", k, v);
+  snprintf(p->ws_base, bl + 2, "ws%s", p->execd.base_url + 4);
+  p->hdr_kv = calloc(2 * o->nheaders + 1, sizeof(char *));
+  if (!p->hdr_kv) goto oom;
+  for (size_t i = 0; i < o->nheaders; i++) {
+    p->hdr_kv[2 * i] = strdup(o->header_kv[2 * i]);
+    p->hdr_kv[2 * i + 1] = strdup(p->execd.secrets[i]); /* the value ("" for NULL) */
+    if (!p->hdr_kv[2 * i] || !p->hdr_kv[2 * i + 1]) goto oom;
   }
   if (osb_engine_post(e, start_job, p) != 0) {
     snprintf(errbuf, errlen, "the native engine is shutting down");
