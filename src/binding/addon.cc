@@ -99,6 +99,31 @@ std::vector<const char*> CStrs(const std::vector<std::string>& v) {
   return r;
 }
 
+std::vector<std::string> ArgPairs(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  std::vector<std::string> v = ArgStrings(info, i, what);
+  if (v.size() % 2) ThrowType(info.Env(), (std::string(what) + " must be name/value pairs").c_str());
+  return v;
+}
+
+void PromiseDelivery::Run(Napi::Env env, Addon* addon) {
+  if (failed) deferred.Reject(MakeError(env, &err).Value());
+  else deferred.Resolve(Value(env));
+  addon->Settled(env);
+}
+
+void DeliverDone(void* ud, const osb_error* err) {
+  PromiseDelivery* d = static_cast<PromiseDelivery*>(ud);
+  d->Fail(err);
+  d->a->Deliver(d);
+}
+
+Napi::Object OutputBatch(Napi::Env env, const std::string& out, const std::string& err) {
+  Napi::Object o = Napi::Object::New(env);
+  if (!out.empty()) o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
+  if (!err.empty()) o.Set("stderr", Napi::String::New(env, err.data(), err.size()));
+  return o;
+}
+
 static Napi::Value Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Addon* a = GetAddon(env);

@@ -3,6 +3,8 @@
 #ifndef OSB_BINDING_ADDON_H
 #define OSB_BINDING_ADDON_H
 #include <napi.h>
+#include <string>
+#include <vector>
 extern "C" {
 #include "core/engine.h"
 #include "opensandbox/error.h"
@@ -39,6 +41,27 @@ struct Addon {
 };
 
 Addon* GetAddon(Napi::Env env);
+
+// A promise settled on the JS thread: rejected with the contract's Error when Fail() recorded one, else resolved
+// with Value() (undefined unless a subclass says otherwise). Settles the addon's pending count.
+struct PromiseDelivery : Delivery {
+  Napi::Promise::Deferred deferred;
+  Addon* a;
+  bool failed = false;
+  osb_error err{};
+  PromiseDelivery(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
+  void Fail(const osb_error* e) {  // any thread; e may be NULL (success)
+    if (!e) return;
+    failed = true;
+    err = *e;
+  }
+  virtual Napi::Value Value(Napi::Env env) { return env.Undefined(); }
+  void Run(Napi::Env env, Addon* addon) override;
+};
+// Engine-thread callback of the C "done(ud, err)" shape: ud is a PromiseDelivery, handed to the JS thread.
+void DeliverDone(void* ud, const osb_error* err);
+// An output batch as JS sees it: { stdout?, stderr? } with only the non-empty parts.
+Napi::Object OutputBatch(Napi::Env env, const std::string& out, const std::string& err);
 // The contract's Error: message + kind/status/code/requestId/attempts own properties.
 Napi::Error MakeError(Napi::Env env, const osb_error* e);
 // Throws a TypeError (synchronous argument errors).
@@ -55,5 +78,31 @@ long ArgLong(const Napi::CallbackInfo& info, size_t i, long def, const char* wha
 // An array of strings [k0, v0, k1, v1, ...] (or [s0, s1, ...]) into std::strings.
 std::vector<std::string> ArgStrings(const Napi::CallbackInfo& info, size_t i, const char* what);
 std::vector<const char*> CStrs(const std::vector<std::string>& v);
+// ArgStrings that must hold name/value pairs (TypeError "<what> must be name/value pairs" otherwise).
+std::vector<std::string> ArgPairs(const Napi::CallbackInfo& info, size_t i, const char* what);
+
+// The constructor of an execd client (Execd, CodeInterpreter): (baseUrl, headerKv[], requestTimeoutMs,
+// idleTimeoutMs, caFile|null). Every argument is read before the C client is made; bad input throws a TypeError
+// and leaves nothing allocated (a throwing constructor never runs the destructor).
+template <typename T>
+T* NewExecdClient(const Napi::CallbackInfo& info,
+                  T* (*make)(const char*, const char* const*, size_t, long, long, char*, size_t),
+                  int (*setCa)(T*, const char*, char*, size_t), void (*destroy)(T*)) {
+  std::string base = ArgString(info, 0, "baseUrl");
+  std::vector<std::string> kv = ArgPairs(info, 1, "headers");
+  long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
+  long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
+  bool hasCa = !ArgIsNullish(info, 4);
+  std::string ca = hasCa ? ArgString(info, 4, "caFile") : "";
+  auto hv = CStrs(kv);
+  char err[256] = "";
+  T* x = make(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
+  if (!x) ThrowType(info.Env(), err);
+  if (hasCa && setCa(x, ca.c_str(), err, sizeof err) != 0) {
+    destroy(x);
+    ThrowType(info.Env(), err);
+  }
+  return x;
+}
 
 #endif

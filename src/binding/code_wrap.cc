@@ -12,28 +12,16 @@ extern "C" {
 namespace {
 
 // Plain calls: resolve the JSON text ("" for empty bodies) or reject with the contract's Error.
-struct JsonDelivery : Delivery {
-  Napi::Promise::Deferred deferred;
-  bool failed = false;
-  osb_error err{};
+struct JsonDelivery : PromiseDelivery {
   std::string json;
-  Addon* a;
-  JsonDelivery(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
-  void Run(Napi::Env env, Addon* addon) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else deferred.Resolve(Napi::String::New(env, json));
-    addon->Settled(env);
-  }
+  using PromiseDelivery::PromiseDelivery;
+  Napi::Value Value(Napi::Env env) override { return Napi::String::New(env, json); }
 };
 
 void OnJson(void* ud, const osb_error* err, char* json) {
   JsonDelivery* d = static_cast<JsonDelivery*>(ud);
-  if (err) {
-    d->failed = true;
-    d->err = *err;
-  } else if (json) {
-    d->json = json;
-  }
+  d->Fail(err);
+  if (!err && json) d->json = json;
   free(json);
   d->a->Deliver(d);
 }
@@ -51,10 +39,7 @@ struct BatchDelivery : Delivery {
   std::string out, err;
   void Run(Napi::Env env, Addon*) override {
     if (rj->onBatch.IsEmpty()) return;
-    Napi::Object o = Napi::Object::New(env);
-    if (!out.empty()) o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
-    if (!err.empty()) o.Set("stderr", Napi::String::New(env, err.data(), err.size()));
-    rj->onBatch.Call({o});  // a throwing callback surfaces as an uncaught exception, like an event listener
+    rj->onBatch.Call({OutputBatch(env, out, err)});  // a throwing callback surfaces as an uncaught exception, like an event listener
   }
 };
 
@@ -112,19 +97,6 @@ struct ResultDelivery : Delivery {
   }
 };
 
-struct DoneDelivery : Delivery {  // interrupt of a run: resolve undefined or reject
-  Napi::Promise::Deferred deferred;
-  bool failed = false;
-  osb_error err{};
-  Addon* a;
-  DoneDelivery(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
-  void Run(Napi::Env env, Addon* addon) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else deferred.Resolve(env.Undefined());
-    addon->Settled(env);
-  }
-};
-
 // ---- engine-thread callbacks ----
 
 void OnOutput(void* ud, const char* out, size_t out_len, const char* err, size_t err_len) {
@@ -170,15 +142,6 @@ void OnResult(void* ud, const osb_error* err, const osb_code_result* r) {
   rj->a->Deliver(d);
 }
 
-void OnDone(void* ud, const osb_error* err) {
-  DoneDelivery* d = static_cast<DoneDelivery*>(ud);
-  if (err) {
-    d->failed = true;
-    d->err = *err;
-  }
-  d->a->Deliver(d);
-}
-
 void ReleaseRun(Napi::Env, osb_code_run* r) { osb_code_run_release(r); }
 
 // ---- CodeInterpreter ----
@@ -198,25 +161,13 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
   }
 
   // new CodeInterpreter(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
-  explicit CodeInterpreterWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CodeInterpreterWrap>(info) {
-    std::string base = ArgString(info, 0, "baseUrl");
-    std::vector<std::string> kv = ArgStrings(info, 1, "headers");
-    if (kv.size() % 2) ThrowType(info.Env(), "headers must be name/value pairs");
-    long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
-    long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
-    auto hv = CStrs(kv);
-    char err[256] = "";
-    x_ = osb_code_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
-    if (!x_) ThrowType(info.Env(), err);
-    if (!ArgIsNullish(info, 4)) {
-      std::string ca = ArgString(info, 4, "caFile");
-      if (osb_code_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) ThrowType(info.Env(), err);
-    }
-  }
+  explicit CodeInterpreterWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<CodeInterpreterWrap>(info),
+        x_(NewExecdClient(info, osb_code_new, osb_code_set_ca_file, osb_code_free)) {}
   ~CodeInterpreterWrap() override { osb_code_free(x_); }
 
  private:
-  osb_code* x_ = nullptr;
+  osb_code* x_;
 
   // Runs one plain call: start(engine, done, ud, errbuf) -> 0 / -1.
   template <typename Start>
@@ -323,9 +274,9 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
     Addon* a = GetAddon(env);
     if (info.Length() < 1 || !info[0].IsExternal()) ThrowType(env, "not a run handle");
     osb_code_run* r = info[0].As<Napi::External<osb_code_run>>().Data();
-    DoneDelivery* d = new DoneDelivery(env, a);
+    PromiseDelivery* d = new PromiseDelivery(env, a);
     Napi::Promise p = d->deferred.Promise();
-    if (!a->engine || osb_code_run_interrupt(a->engine, r, OnDone, d) != 0) {
+    if (!a->engine || osb_code_run_interrupt(a->engine, r, DeliverDone, d) != 0) {
       delete d;
       ThrowType(env, "the native engine is shutting down");
     }

@@ -31,10 +31,7 @@ struct BatchDelivery : Delivery {
       ~Ack() { osb_exec_output_consumed(a->engine, cj->cmd, n); }
     } ack{a, cj, out.size() + err.size()};
     if (cj->onBatch.IsEmpty()) return;
-    Napi::Object o = Napi::Object::New(env);
-    if (!out.empty()) o.Set("stdout", Napi::String::New(env, out.data(), out.size()));
-    if (!err.empty()) o.Set("stderr", Napi::String::New(env, err.data(), err.size()));
-    cj->onBatch.Call({o});  // a throwing callback surfaces as an uncaught exception, like an event listener
+    cj->onBatch.Call({OutputBatch(env, out, err)});  // a throwing callback surfaces as an uncaught exception, like an event listener
   }
 };
 
@@ -75,19 +72,6 @@ struct ResultDelivery : Delivery {
   }
 };
 
-struct DoneDelivery : Delivery {  // waitReady and cancel: resolve undefined or reject
-  Napi::Promise::Deferred deferred;
-  bool failed = false;
-  osb_error err{};
-  Addon* a;
-  DoneDelivery(Napi::Env env, Addon* addon) : deferred(Napi::Promise::Deferred::New(env)), a(addon) {}
-  void Run(Napi::Env env, Addon* addon) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else deferred.Resolve(env.Undefined());
-    addon->Settled(env);
-  }
-};
-
 // ---- engine-thread callbacks ----
 
 void OnOutput(void* ud, const char* out, size_t out_len, const char* err, size_t err_len) {
@@ -124,15 +108,6 @@ void OnResult(void* ud, const osb_error* err, const osb_exec_result* r) {
   cj->a->Deliver(d);
 }
 
-void OnDone(void* ud, const osb_error* err) {
-  DoneDelivery* d = static_cast<DoneDelivery*>(ud);
-  if (err) {
-    d->failed = true;
-    d->err = *err;
-  }
-  d->a->Deliver(d);
-}
-
 // ---- Command ----
 
 class CommandWrap : public Napi::ObjectWrap<CommandWrap> {
@@ -151,9 +126,9 @@ class CommandWrap : public Napi::ObjectWrap<CommandWrap> {
     Napi::Env env = info.Env();
     Addon* a = GetAddon(env);
     if (!cmd_) ThrowType(env, "not a command handle");
-    DoneDelivery* d = new DoneDelivery(env, a);
+    PromiseDelivery* d = new PromiseDelivery(env, a);
     Napi::Promise p = d->deferred.Promise();
-    if (!a->engine || osb_exec_cancel(a->engine, cmd_, OnDone, d) != 0) {
+    if (!a->engine || osb_exec_cancel(a->engine, cmd_, DeliverDone, d) != 0) {
       delete d;
       ThrowType(env, "the native engine is shutting down");
     }
@@ -172,40 +147,22 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
   }
 
   // new Execd(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
-  explicit ExecdWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ExecdWrap>(info) {
-    std::string base = ArgString(info, 0, "baseUrl");
-    std::vector<std::string> kv = ArgStrings(info, 1, "headers");
-    if (kv.size() % 2) ThrowType(info.Env(), "headers must be name/value pairs");
-    long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
-    long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
-    bool hasCa = !ArgIsNullish(info, 4);
-    std::string ca = hasCa ? ArgString(info, 4, "caFile") : "";  // every argument read before allocating
-    auto hv = CStrs(kv);
-    char err[256] = "";
-    x_ = osb_exec_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
-    if (!x_) ThrowType(info.Env(), err);
-    if (hasCa) {
-      if (osb_exec_set_ca_file(x_, ca.c_str(), err, sizeof err) != 0) {
-        osb_exec_free(x_);  // a throwing constructor never runs the destructor
-        x_ = nullptr;
-        ThrowType(info.Env(), err);
-      }
-    }
-  }
+  explicit ExecdWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<ExecdWrap>(info), x_(NewExecdClient(info, osb_exec_new, osb_exec_set_ca_file, osb_exec_free)) {}
   ~ExecdWrap() override { osb_exec_free(x_); }
 
  private:
-  osb_exec* x_ = nullptr;
+  osb_exec* x_;
 
   Napi::Value WaitReady(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Addon* a = GetAddon(env);
     long timeout = ArgLong(info, 0, 30000, "timeoutMs");
     osb_engine* e = a->Engine(env);
-    DoneDelivery* d = new DoneDelivery(env, a);
+    PromiseDelivery* d = new PromiseDelivery(env, a);
     Napi::Promise p = d->deferred.Promise();
     char err[256] = "";
-    if (osb_exec_wait_ready(e, x_, timeout, OnDone, d, err, sizeof err) != 0) {
+    if (osb_exec_wait_ready(e, x_, timeout, DeliverDone, d, err, sizeof err) != 0) {
       delete d;
       ThrowType(env, err);
     }
@@ -221,8 +178,7 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
     std::string command = ArgString(info, 0, "command");
     bool hasCwd = !ArgIsNullish(info, 1);
     std::string cwd = hasCwd ? ArgString(info, 1, "cwd") : "";
-    std::vector<std::string> envKv = ArgStrings(info, 2, "envs");
-    if (envKv.size() % 2) ThrowType(env, "envs must be name/value pairs");
+    std::vector<std::string> envKv = ArgPairs(info, 2, "envs");
     long timeout = ArgLong(info, 3, 0, "timeoutMs");
     long maxRetained = ArgLong(info, 4, 1048576, "maxRetainedBytes");
     if (!ArgIsNullish(info, 5) && !info[5].IsFunction()) ThrowType(env, "onOutput must be a function");

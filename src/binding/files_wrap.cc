@@ -8,34 +8,6 @@ extern "C" {
 
 namespace {
 
-struct UploadDone : Delivery {
-  Napi::Promise::Deferred deferred;
-  bool failed = false;
-  osb_error err{};
-  explicit UploadDone(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
-  void Run(Napi::Env env, Addon* a) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else deferred.Resolve(env.Undefined());
-    a->Settled(env);
-  }
-};
-
-struct Ctx {
-  Addon* a;
-  UploadDone* d;
-};
-
-// Engine thread.
-void OnDone(void* ud, const osb_error* err) {
-  Ctx* c = static_cast<Ctx*>(ud);
-  if (err) {
-    c->d->failed = true;
-    c->d->err = *err;
-  }
-  c->a->Deliver(c->d);
-  delete c;
-}
-
 struct Handle {
   osb_upload* u;
 };
@@ -43,8 +15,7 @@ struct Handle {
 Napi::Value Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string base = ArgString(info, 0, "baseUrl");
-  std::vector<std::string> headers = ArgStrings(info, 1, "headers");
-  if (headers.size() % 2) ThrowType(env, "headers must be name/value pairs");
+  std::vector<std::string> headers = ArgPairs(info, 1, "headers");
   std::vector<std::string> paths = ArgStrings(info, 2, "paths");
   if (info.Length() < 5 || !info[3].IsArray() || !info[4].IsArray()) ThrowType(env, "modes and buffers must be arrays");
   Napi::Array modes = info[3].As<Napi::Array>(), bufs = info[4].As<Napi::Array>();
@@ -60,15 +31,13 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   }
   Addon* a = GetAddon(env);
   osb_engine* e = a->Engine(env);
-  UploadDone* d = new UploadDone(env);
+  PromiseDelivery* d = new PromiseDelivery(env, a);
   Napi::Promise p = d->deferred.Promise();
-  Ctx* ctx = new Ctx{a, d};
   auto kv = CStrs(headers);
   char err[256] = "";
   osb_upload* u = osb_upload_start(e, base.c_str(), kv.data(), headers.size() / 2, files.data(), files.size(), timeout,
-                                   OnDone, ctx, err, sizeof err);
+                                   DeliverDone, d, err, sizeof err);
   if (!u) {
-    delete ctx;
     delete d;
     ThrowType(env, err);
   }

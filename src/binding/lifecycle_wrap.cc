@@ -9,36 +9,19 @@ extern "C" {
 
 namespace {
 
-struct LcCall : Delivery {
-  Napi::Promise::Deferred deferred;
-  bool failed = false;
-  osb_error err{};
+struct LcCall : PromiseDelivery {  // resolves the JSON text, or undefined without a body
   char* json = nullptr;
-  explicit LcCall(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
+  using PromiseDelivery::PromiseDelivery;
   ~LcCall() override { free(json); }
-  void Run(Napi::Env env, Addon* a) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else if (json) deferred.Resolve(Napi::String::New(env, json));
-    else deferred.Resolve(env.Undefined());
-    a->Settled(env);
-  }
-};
-
-struct Ctx {
-  Addon* a;
-  LcCall* call;
+  Napi::Value Value(Napi::Env env) override { return json ? Napi::String::New(env, json).As<Napi::Value>() : env.Undefined(); }
 };
 
 // Engine thread.
 void OnDone(void* ud, const osb_error* err, char* json) {
-  Ctx* c = static_cast<Ctx*>(ud);
-  if (err) {
-    c->call->failed = true;
-    c->call->err = *err;
-  }
-  c->call->json = json;
-  c->a->Deliver(c->call);
-  delete c;
+  LcCall* call = static_cast<LcCall*>(ud);
+  call->Fail(err);
+  call->json = json;
+  call->a->Deliver(call);
 }
 
 class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
@@ -82,12 +65,10 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     Napi::Env env = info.Env();
     Addon* a = GetAddon(env);
     osb_engine* e = a->Engine(env);
-    LcCall* call = new LcCall(env);
+    LcCall* call = new LcCall(env, a);
     Napi::Promise p = call->deferred.Promise();
-    Ctx* ctx = new Ctx{a, call};
     char err[256] = "";
-    if (submit(e, ctx, err, sizeof err) != 0) {
-      delete ctx;
+    if (submit(e, call, err, sizeof err) != 0) {
       delete call;
       ThrowType(env, err);
     }
@@ -97,13 +78,13 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
 
   Napi::Value Create(const Napi::CallbackInfo& info) {
     std::string body = ArgString(info, 0, "request");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_create(e, lc_, body.c_str(), OnDone, c, err, n);
     });
   }
   Napi::Value Get(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_get(e, lc_, id.c_str(), OnDone, c, err, n);
     });
   }
@@ -114,31 +95,31 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     if (meta.size() % 2) ThrowType(info.Env(), "metadata must be key/value pairs");
     long page = ArgLong(info, 2, 0, "page"), size = ArgLong(info, 3, 0, "pageSize");
     auto mv = CStrs(meta), sv = CStrs(states);
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_list(e, lc_, mv.data(), meta.size() / 2, sv.data(), sv.size(), page, size, OnDone, c, err, n);
     });
   }
   Napi::Value Delete(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_delete(e, lc_, id.c_str(), OnDone, c, err, n);
     });
   }
   Napi::Value Pause(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_pause(e, lc_, id.c_str(), OnDone, c, err, n);
     });
   }
   Napi::Value Resume(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_resume(e, lc_, id.c_str(), OnDone, c, err, n);
     });
   }
   Napi::Value Renew(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id"), at = ArgString(info, 1, "expiresAt");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_renew(e, lc_, id.c_str(), at.c_str(), OnDone, c, err, n);
     });
   }
@@ -146,13 +127,13 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     std::string id = ArgString(info, 0, "sandbox id");
     long port = ArgLong(info, 1, 0, "port");
     bool proxy = info.Length() > 2 && info[2].ToBoolean().Value();
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_endpoint(e, lc_, id.c_str(), port, proxy ? 1 : 0, OnDone, c, err, n);
     });
   }
   Napi::Value PatchMetadata(const Napi::CallbackInfo& info) {
     std::string id = ArgString(info, 0, "sandbox id"), patch = ArgString(info, 1, "patch");
-    return Start(info, [&](osb_engine* e, Ctx* c, char* err, size_t n) {
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_patch_metadata(e, lc_, id.c_str(), patch.c_str(), OnDone, c, err, n);
     });
   }

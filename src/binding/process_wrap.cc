@@ -93,17 +93,12 @@ struct ExitDelivery : Delivery {
   void Orphan() override { Release(pj, true); }
 };
 
-struct OpDelivery : Delivery {  // write / kill
-  Napi::Promise::Deferred deferred;
-  bool failed = false, boolean = false;
+struct OpDelivery : PromiseDelivery {  // write (undefined) / kill (boolean)
+  bool boolean = false;
   int flag = 0;
-  osb_error err{};
-  OpDelivery(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
-  void Run(Napi::Env env, Addon* a) override {
-    if (failed) deferred.Reject(MakeError(env, &err).Value());
-    else if (boolean) deferred.Resolve(Napi::Boolean::New(env, flag != 0));
-    else deferred.Resolve(env.Undefined());
-    a->Settled(env);
+  using PromiseDelivery::PromiseDelivery;
+  Napi::Value Value(Napi::Env env) override {
+    return boolean ? Napi::Boolean::New(env, flag != 0).As<Napi::Value>() : env.Undefined();
   }
 };
 
@@ -151,27 +146,9 @@ void OnExit(void* ud, const osb_proc_exit* x) {
 
 void OnOp(void* ud, const osb_error* err, int flag) {
   OpDelivery* d = static_cast<OpDelivery*>(ud);
-  if (err) {
-    d->failed = true;
-    d->err = *err;
-  }
+  d->Fail(err);
   d->flag = flag;
-}
-
-}  // namespace
-
-namespace {
-
-struct OpCtx {  // what OnOp needs to hand the delivery over
-  OpDelivery* d;
-  Addon* a;
-};
-
-void OnOpCtx(void* ud, const osb_error* err, int flag) {
-  OpCtx* c = static_cast<OpCtx*>(ud);
-  OnOp(c->d, err, flag);
-  c->a->Deliver(c->d);
-  delete c;
+  d->a->Deliver(d);
 }
 
 class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
@@ -202,15 +179,13 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
         ThrowType(env, "stdin data must be a string or a Buffer");
       }
     }
-    OpDelivery* d = new OpDelivery(env);
+    OpDelivery* d = new OpDelivery(env, a);
     d->boolean = kill;
     Napi::Promise pr = d->deferred.Promise();
-    OpCtx* c = new OpCtx{d, a};
     int rc = !a->engine ? -1
-             : kill     ? osb_proc_kill(p_, OnOpCtx, c)
-                        : osb_proc_write(p_, data.data(), data.size(), OnOpCtx, c);
+             : kill     ? osb_proc_kill(p_, OnOp, d)
+                        : osb_proc_write(p_, data.data(), data.size(), OnOp, d);
     if (rc != 0) {
-      delete c;
       delete d;
       ThrowType(env, "the native engine is shutting down");
     }
@@ -227,16 +202,14 @@ Napi::Value ProcessStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Addon* a = GetAddon(env);
   std::string base = ArgString(info, 0, "baseUrl");
-  std::vector<std::string> hkv = ArgStrings(info, 1, "headers");
-  if (hkv.size() % 2) ThrowType(env, "headers must be name/value pairs");
+  std::vector<std::string> hkv = ArgPairs(info, 1, "headers");
   long reqTimeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
   long maxRetained = ArgLong(info, 3, 1048576, "maxRetainedBytes");
   bool hasCmd = !ArgIsNullish(info, 4);
   std::string command = hasCmd ? ArgString(info, 4, "command") : "";
   bool hasCwd = !ArgIsNullish(info, 5);
   std::string cwd = hasCwd ? ArgString(info, 5, "cwd") : "";
-  std::vector<std::string> ekv = ArgStrings(info, 6, "env");
-  if (ekv.size() % 2) ThrowType(env, "env must be name/value pairs");
+  std::vector<std::string> ekv = ArgPairs(info, 6, "env");
   bool stdinIgnore = info.Length() > 7 && info[7].ToBoolean().Value();
   long timeout = ArgLong(info, 8, 0, "timeoutMs");
   long ackWait = ArgLong(info, 9, 0, "ackWaitS");
