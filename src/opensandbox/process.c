@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "process.h"
 #include "conn.h"
+#include "ptyframe.h"
 #include "lifecycle.h"
 #include "core/buf.h"
 #include "core/http.h"
@@ -58,7 +59,6 @@ struct osb_proc {
   int attach;
   uint64_t since;
   char sid[128], nonce[33], pid[176];
-  char pat_exit[64], pat_err[64], pat_run[64];
   osb_proc_callbacks cb;
   void *ud;
   /* engine-thread state */
@@ -71,8 +71,7 @@ struct osb_proc {
   osb_http_req *req;    /* POST / GET status / DELETE (cleanup) */
   osb_http_req *del;    /* DELETE for kill/timeout */
   uint64_t received;    /* bytes of the merged output stream seen */
-  osb_buf hold[2];      /* scanner holdback per stream (0 = stdout, 1 = stderr) */
-  int got_exit, got_err, marker_code;
+  osb_pty_markers mk;   /* the wrapper's markers: patterns, held-back prefixes, what arrived */
   osb_tail tail[2];
   osb_buf batch[2];
   uv_timer_t flush_timer, timeout_timer, retry_timer;
@@ -111,7 +110,6 @@ static void proc_free(osb_proc *p) {
   osb_conn_clear(&p->execd);
   free(p->body);
   for (int i = 0; i < 2; i++) {
-    osb_buf_free(&p->hold[i]);
     osb_buf_free(&p->batch[i]);
     osb_tail_free(&p->tail[i]);
   }
@@ -266,91 +264,14 @@ static void emit(osb_proc *p, int which, const char *s, size_t n) {
   else if (!uv_is_active((uv_handle_t *)&p->flush_timer)) uv_timer_start(&p->flush_timer, on_flush_timer, FLUSH_MS, 0);
 }
 
-/* Fixed marker pat at s: 1 whole, 0 proper prefix, -1 no. */
-static int match_fixed(const char *pat, const char *s, size_t n) {
-  size_t l = strlen(pat);
-  if (memcmp(s, pat, n < l ? n : l) != 0) return -1;
-  return n < l ? 0 : 1;
-}
-
-/* 1: a whole marker at s (length, kind 1 = exit with code, 2 = stderr end, 3 = command started); 0: s is a
- * proper prefix of one; -1: no marker. */
-static int match_marker(const osb_proc *p, const char *s, size_t n, size_t *mlen, int *kind, int *code) {
-  size_t xl = strlen(p->pat_exit);
-  int r_err = match_fixed(p->pat_err, s, n), r_run = match_fixed(p->pat_run, s, n), r_exit = -1;
-  if (r_err == 1 || r_run == 1) {
-    *kind = r_err == 1 ? 2 : 3;
-    *mlen = strlen(r_err == 1 ? p->pat_err : p->pat_run);
-    return 1;
-  }
-  if (memcmp(s, p->pat_exit, n < xl ? n : xl) == 0) {
-    if (n < xl) r_exit = 0;
-    else {
-      size_t i = xl;
-      if (i < n && s[i] == '-') i++;
-      size_t d0 = i;
-      while (i < n && i - d0 < 11 && isdigit((unsigned char)s[i])) i++;
-      if (i == n) r_exit = i - d0 < 11 ? 0 : -1;
-      else if (s[i] == 0x1f && i > d0) {
-        char num[16];
-        size_t l = i - xl;
-        memcpy(num, s + xl, l);
-        num[l] = 0;
-        *code = atoi(num);
-        *mlen = i + 1;
-        *kind = 1;
-        return 1;
-      }
-    }
-  }
-  return (r_err == 0 || r_run == 0 || r_exit == 0) ? 0 : -1;
-}
-
 static void try_finish(osb_proc *p);
+
+static void emit_cb(void *ud, int which, const char *s, size_t n) { emit(ud, which, s, n); }
 
 /* Feeds bytes of one stream through the marker scanner. */
 static void scan(osb_proc *p, int which, const char *data, size_t n) {
-  osb_buf *h = &p->hold[which];
-  const char *s = data;
-  size_t len = n;
-  osb_buf tmp;
-  osb_buf_init(&tmp);
-  if (h->len) {
-    osb_buf_append(&tmp, h->data, h->len);
-    osb_buf_append(&tmp, data, n);
-    osb_buf_reset(h);
-    s = tmp.data;
-    len = tmp.len;
-  }
-  size_t from = 0, i = 0;
-  while (i < len) {
-    const char *q = memchr(s + i, 0x1f, len - i);
-    if (!q) break;
-    size_t j = (size_t)(q - s), mlen = 0;
-    int kind = 0, code = 0;
-    int r = match_marker(p, s + j, len - j, &mlen, &kind, &code);
-    if (r == 1) {
-      emit(p, which, s + from, j - from);
-      if (kind == 1) {
-        p->got_exit = 1;
-        p->marker_code = code;
-      } else if (kind == 2) {
-        p->got_err = 1;
-      }
-      from = i = j + mlen;
-      continue;
-    }
-    if (r == 0) {
-      emit(p, which, s + from, j - from);
-      osb_buf_append(h, s + j, len - j);
-      from = i = len;
-      break;
-    }
-    i = j + 1;
-  }
-  emit(p, which, s + from, len - from);
-  osb_buf_free(&tmp);
-  if (p->got_exit && p->got_err) try_finish(p);
+  osb_pty_markers_scan(&p->mk, which, data, n, emit_cb, p);
+  if (p->mk.got_exit && p->mk.got_err) try_finish(p);
 }
 
 /* ---------------------------------------------------------------- lifecycle of one process */
@@ -394,14 +315,7 @@ static void fail_stdin(osb_proc *p, int all) {
 /* The one on_exit. error_text != NULL: no status known. */
 static void settle(osb_proc *p, int code, int killed, int timed_out, const char *error_text) {
   if (p->state == S_SETTLED) return;
-  for (int i = 0; i < 2; i++) { /* an unfinished marker prefix is output after all */
-    if (p->hold[i].len) {
-      osb_buf h = p->hold[i];
-      osb_buf_init(&p->hold[i]);
-      emit(p, i, h.data, h.len);
-      osb_buf_free(&h);
-    }
-  }
+  for (int i = 0; i < 2; i++) osb_pty_markers_flush(&p->mk, i, emit_cb, p); /* a marker prefix is output after all */
   flush(p);
   p->state = S_SETTLED;
   uv_timer_stop(&p->timeout_timer);
@@ -485,7 +399,7 @@ static void on_drain_timer(uv_timer_t *t) { drain_done(t->data); }
 static void try_finish(osb_proc *p) {
   if (p->state == S_SETTLED || p->kill_requested) return;
   send_line(p, "\nOSB-ACK:%s\n");
-  settle(p, p->marker_code, 0, 0, NULL);
+  settle(p, p->mk.exit_code, 0, 0, NULL);
   p->draining = 1;
   uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
 }
@@ -563,57 +477,46 @@ typedef struct {
 } ws_event;
 
 static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
-  if (binary) {
-    if (n == 0) return;
-    unsigned t = (unsigned char)d[0];
-    if (t == 0x01 || t == 0x02) {
-      p->received += n - 1;
-      scan(p, t == 0x02, d + 1, n - 1);
-    } else if (t == 0x03 && n >= 9) {
-      uint64_t off = 0;
-      for (int i = 1; i <= 8; i++) off = (off << 8) | (unsigned char)d[i];
-      const char *b = d + 9;
-      size_t len = n - 9;
-      if (off + len <= p->received) return;
-      size_t skip = off < p->received ? (size_t)(p->received - off) : 0;
-      if (off > p->received) p->tail[0].dropped += off - p->received; /* overwritten in execd's ring */
-      p->received = off + len;
-      scan(p, 0, b + skip, len - skip);
+  osb_pty_frame f;
+  switch (osb_pty_frame_parse(binary, d, n, &f)) {
+    case OSB_PTY_STDOUT:
+    case OSB_PTY_STDERR:
+      p->received += f.len;
+      scan(p, f.kind == OSB_PTY_STDERR, f.data, f.len);
+      break;
+    case OSB_PTY_REPLAY: { /* a gap was overwritten in execd's ring */
+      size_t skip = osb_pty_replay_skip(&p->received, f.offset, f.len, &p->tail[0].dropped);
+      if (skip < f.len) scan(p, 0, f.data + skip, f.len - skip);
+      break;
     }
-    return;
+    case OSB_PTY_CONNECTED:
+      p->connected = 1;
+      p->reconnects = 0;
+      p->retry_since = 0;
+      /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
+       * the command has not started yet, so start it now. Once started, the wrapper prints a RUN marker. */
+      if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
+      if (p->go_pending) {
+        p->go_pending = 0;
+        send_line(p, "OSB-GO:%s\n");
+      }
+      flush_stdin(p);
+      break;
+    case OSB_PTY_EXIT:
+      if (p->draining) drain_done(p);
+      else if (p->state == S_RUNNING && !p->kill_requested) {
+        /* ended without the markers: the wrapper itself was killed (e.g. the whole group got a signal) */
+        settle(p, f.exit_code < 0 ? KILLED_EXIT : f.exit_code, 0, 0, NULL);
+        p->draining = 1;
+        drain_done(p);
+      }
+      break;
+    case OSB_PTY_ERROR:
+      snprintf(p->error_text, sizeof p->error_text, "execd: %s: %s", f.error_code, f.error_text);
+      break;
+    default:
+      break;
   }
-  cJSON *j = cJSON_ParseWithLength(d, n);
-  const cJSON *type = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
-  const char *t = cJSON_IsString(type) ? type->valuestring : "";
-  if (!strcmp(t, "connected")) {
-    p->connected = 1;
-    p->reconnects = 0;
-    p->retry_since = 0;
-    /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
-     * the command has not started yet, so start it now. Once started, the wrapper prints a RUN marker. */
-    if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
-    if (p->go_pending) {
-      p->go_pending = 0;
-      send_line(p, "OSB-GO:%s\n");
-    }
-    flush_stdin(p);
-  } else if (!strcmp(t, "exit")) {
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "exit_code");
-    int code = cJSON_IsNumber(c) ? c->valueint : -1;
-    if (p->draining) drain_done(p);
-    else if (p->state == S_RUNNING && !p->kill_requested) {
-      /* ended without the markers: the wrapper itself was killed (e.g. the whole group got a signal) */
-      settle(p, code < 0 ? KILLED_EXIT : code, 0, 0, NULL);
-      p->draining = 1;
-      drain_done(p);
-    }
-  } else if (!strcmp(t, "error")) {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "error");
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "code");
-    snprintf(p->error_text, sizeof p->error_text, "execd: %s: %s", cJSON_IsString(c) ? c->valuestring : "error",
-             cJSON_IsString(m) ? m->valuestring : "");
-  }
-  cJSON_Delete(j);
 }
 
 static void reconnect_later(osb_proc *p);
@@ -1065,9 +968,7 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
     free(w);
     if (!p->body) goto oom;
   }
-  snprintf(p->pat_exit, sizeof p->pat_exit, "\x1fOSB-EXIT:%s:", p->nonce);
-  snprintf(p->pat_err, sizeof p->pat_err, "\x1fOSB-ERR:%s\x1f", p->nonce);
-  snprintf(p->pat_run, sizeof p->pat_run, "\x1fOSB-RUN:%s\x1f", p->nonce);
+  osb_pty_markers_init(&p->mk, p->nonce);
   size_t bl = strlen(p->execd.base_url);
   p->ws_base = malloc(bl + 2);
   if (!p->ws_base) goto oom;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Driver of `make check`: starts the dev-server's execd standalone (node from PATH) on a free loopback port, runs
-# every C test under ASan/UBSan and under valgrind, the threaded tests under TSan, runs the fuzz target for a bounded number of runs, stops execd
+# every C test under ASan/UBSan and under valgrind, the threaded tests under TSan, runs the fuzz targets for a bounded number of runs, stops execd
 # and prints the total as "N passed, N failed". Exit status 0 only when nothing failed.
 set -u
 cd "$(dirname "$0")"
@@ -71,20 +71,26 @@ for t in "$B"/tsan/test_*; do
   [ -x "$t" ] && run "tsan ${t##*/}" env TSAN_OPTIONS=halt_on_error=1 "$t"
 done
 
-if [ -x "$B/fuzz_events" ]; then
-  mkdir -p "$B/fuzz-corpus"
-  out=$("$B/fuzz_events" -runs="$FUZZ_RUNS" -max_len=4096 "$B/fuzz-corpus" corpus 2>&1)
+# fuzz <target> <seed corpus>: a bounded run (new inputs go to build/, the committed seeds are only read).
+fuzz() {
+  local t=$1 seeds=$2 out
+  if [ ! -x "$B/$t" ]; then
+    echo "[$t] skipped: clang's libFuzzer runtime is missing (see $B/$t-build.log)"
+    return
+  fi
+  mkdir -p "$B/$t-corpus"
+  out=$("$B/$t" -runs="$FUZZ_RUNS" -max_len=4096 "$B/$t-corpus" "$seeds" 2>&1)
   if [ $? -eq 0 ]; then
     passed=$((passed + 1))
-    echo "[fuzz] $FUZZ_RUNS runs: $(printf '%s\n' "$out" | grep -o 'cov: [0-9]*' | tail -1), no crash"
+    echo "[$t] $FUZZ_RUNS runs: $(printf '%s\n' "$out" | grep -o 'cov: [0-9]*' | tail -1), no crash"
   else
     failed=$((failed + 1))
     printf '%s\n' "$out" | tail -40
-    echo "[fuzz] FAILED"
+    echo "[$t] FAILED"
   fi
-else
-  echo "[fuzz] skipped: clang's libFuzzer runtime is missing (see $B/fuzz-build.log)"
-fi
+}
+fuzz fuzz_events corpus
+fuzz fuzz_process corpus-process
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,10 +1,12 @@
 /* Unit tests of the pure C modules: byte buffers, tail retention, the execd event-stream parser (every case,
- * every chunk boundary) and the HTTP error mapping (bodies, 422 summaries, redaction). No network. */
+ * every chunk boundary), the HTTP error mapping (bodies, 422 summaries, redaction) and the PTY WebSocket frame and
+ * marker parser (every split of a marker stream). No network. */
 #include <stdlib.h>
 #include "harness.h"
 #include "core/buf.h"
 #include "core/events.h"
 #include "opensandbox/error.h"
+#include "opensandbox/ptyframe.h"
 
 static void test_buf(void) {
   osb_buf b;
@@ -245,6 +247,112 @@ static void test_error_mapping(void) {
   CHECK_STR(osb_kind_name(OSB_KIND_PROTOCOL), "protocol");
 }
 
+/* ---- PTY frames and markers (ptyframe.c) ---- */
+
+#define PTY_NONCE "0123456789abcdef0123456789abcdef"
+
+static void test_pty_frames(void) {
+  osb_pty_frame f;
+  CHECK(osb_pty_frame_parse(1, "\x01hi", 3, &f) == OSB_PTY_STDOUT && f.len == 2 && !memcmp(f.data, "hi", 2));
+  CHECK(osb_pty_frame_parse(1, "\x02" "err", 4, &f) == OSB_PTY_STDERR && f.len == 3);
+  CHECK(osb_pty_frame_parse(1, "\x01", 1, &f) == OSB_PTY_STDOUT && f.len == 0);
+  const char rep[] = "\x03\x00\x00\x00\x00\x00\x01\x02\x03" "abc";
+  CHECK(osb_pty_frame_parse(1, rep, sizeof rep - 1, &f) == OSB_PTY_REPLAY);
+  CHECK(f.offset == 0x010203 && f.len == 3 && !memcmp(f.data, "abc", 3));
+  CHECK(osb_pty_frame_parse(1, rep, 8, &f) == OSB_PTY_IGNORED); /* offset cut short */
+  CHECK(osb_pty_frame_parse(1, "", 0, &f) == OSB_PTY_IGNORED);
+  CHECK(osb_pty_frame_parse(1, "\x07x", 2, &f) == OSB_PTY_IGNORED);
+  const char *t = "{\"type\":\"connected\"}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_CONNECTED);
+  t = "{\"type\":\"exit\",\"exit_code\":3}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_EXIT && f.exit_code == 3);
+  t = "{\"type\":\"exit\"}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_EXIT && f.exit_code == -1);
+  t = "{\"type\":\"error\",\"code\":\"GONE\",\"error\":\"no session\"}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_ERROR);
+  CHECK_STR(f.error_code, "GONE");
+  CHECK_STR(f.error_text, "no session");
+  t = "{\"type\":\"error\"}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_ERROR);
+  CHECK_STR(f.error_code, "error");
+  CHECK_STR(f.error_text, "");
+  t = "{\"type\":\"pong\"}";
+  CHECK(osb_pty_frame_parse(0, t, strlen(t), &f) == OSB_PTY_PONG);
+  CHECK(osb_pty_frame_parse(0, "{\"type\":", 8, &f) == OSB_PTY_IGNORED);
+  CHECK(osb_pty_frame_parse(0, "[1]", 3, &f) == OSB_PTY_IGNORED);
+}
+
+static void test_pty_replay(void) {
+  uint64_t received = 10, gap = 0;
+  CHECK(osb_pty_replay_skip(&received, 4, 6, &gap) == 6 && received == 10 && gap == 0); /* all seen */
+  CHECK(osb_pty_replay_skip(&received, 6, 8, &gap) == 4 && received == 14 && gap == 0); /* overlap */
+  CHECK(osb_pty_replay_skip(&received, 20, 5, &gap) == 0 && received == 25 && gap == 6); /* ring overwrote 6 */
+  CHECK(osb_pty_replay_skip(&received, 25, 0, &gap) == 0 && received == 25);
+}
+
+typedef struct {
+  char out[2][512];
+  size_t n[2];
+} pty_sink;
+
+static void pty_emit(void *ud, int which, const char *s, size_t n) {
+  pty_sink *k = ud;
+  if (k->n[which] + n < sizeof k->out[which]) memcpy(k->out[which] + k->n[which], s, n);
+  k->n[which] += n;
+}
+
+/* Feeds stream in chunks of `step` bytes (stdout), flushes, and returns the output as a string in k. */
+static size_t pty_feed(osb_pty_markers *m, pty_sink *k, const char *stream, size_t len, size_t step) {
+  size_t stripped = 0;
+  for (size_t off = 0; off < len; off += step)
+    stripped += osb_pty_markers_scan(m, 0, stream + off, len - off < step ? len - off : step, pty_emit, k);
+  osb_pty_markers_flush(m, 0, pty_emit, k);
+  k->out[0][k->n[0]] = 0;
+  return stripped;
+}
+
+static void test_pty_markers_every_split(void) {
+  const char *run = "\x1fOSB-RUN:" PTY_NONCE "\x1f", *ex = "\x1fOSB-EXIT:" PTY_NONCE ":-7\x1f";
+  char stream[256];
+  int n = snprintf(stream, sizeof stream, "%sbefore\n%safter", run, ex);
+  for (size_t step = 1; step <= (size_t)n; step++) {
+    osb_pty_markers m;
+    osb_pty_markers_init(&m, PTY_NONCE);
+    pty_sink k;
+    memset(&k, 0, sizeof k);
+    size_t stripped = pty_feed(&m, &k, stream, (size_t)n, step);
+    CHECK_STR(k.out[0], "before\nafter");
+    CHECK(stripped == strlen(run) + strlen(ex));
+    CHECK(m.got_run && m.got_exit && !m.got_err && m.exit_code == -7);
+  }
+}
+
+static void test_pty_markers_not_markers(void) {
+  osb_pty_markers m;
+  osb_pty_markers_init(&m, PTY_NONCE);
+  pty_sink k;
+  memset(&k, 0, sizeof k);
+  /* another nonce, a bare 0x1f, a 12-digit status, a status without digits: all output as they are */
+  const char *s = "\x1fOSB-ERR:ffffffffffffffffffffffffffffffff\x1f|\x1f|\x1fOSB-EXIT:" PTY_NONCE
+                  ":123456789012\x1f|\x1fOSB-EXIT:" PTY_NONCE ":-\x1f";
+  CHECK(pty_feed(&m, &k, s, strlen(s), 5) == 0);
+  CHECK_STR(k.out[0], s);
+  CHECK(!m.got_err && !m.got_exit && !m.got_run);
+  /* a marker prefix at the end of the stream is held back, then output by the flush */
+  osb_pty_markers_init(&m, PTY_NONCE);
+  memset(&k, 0, sizeof k);
+  CHECK(osb_pty_markers_scan(&m, 1, "x\x1fOSB-ERR:0123", 14, pty_emit, &k) == 0);
+  CHECK(k.n[1] == 1 && m.hold_len[1] == 13);
+  osb_pty_markers_flush(&m, 1, pty_emit, &k);
+  CHECK(k.n[1] == 14 && m.hold_len[1] == 0 && !memcmp(k.out[1], "x\x1fOSB-ERR:0123", 14));
+  /* a held prefix that turns out not to be one: its bytes come out in order, the marker after it is stripped */
+  osb_pty_markers_init(&m, PTY_NONCE);
+  memset(&k, 0, sizeof k);
+  CHECK(osb_pty_markers_scan(&m, 1, "a\x1fOSB-", 6, pty_emit, &k) == 0);
+  size_t stripped = osb_pty_markers_scan(&m, 1, "\x1fOSB-ERR:" PTY_NONCE "\x1fz", 43, pty_emit, &k);
+  CHECK(stripped == 42 && m.got_err && k.n[1] == 7 && !memcmp(k.out[1], "a\x1fOSB-z", 7));
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   RUN(test_buf);
@@ -253,5 +361,9 @@ int main(void) {
   RUN(test_events_errors);
   RUN(test_events_stop);
   RUN(test_error_mapping);
+  RUN(test_pty_frames);
+  RUN(test_pty_replay);
+  RUN(test_pty_markers_every_split);
+  RUN(test_pty_markers_not_markers);
   return t_summary();
 }
