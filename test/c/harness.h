@@ -1,8 +1,9 @@
-/* Minimal test harness for the standalone C tests: CHECK counts failures, RUN runs a test function, and a
- * cross-thread latch lets the main thread wait (with a deadline) for callbacks that run on the engine thread. */
+/* Minimal test harness for the standalone C tests: CHECK counts failures, RUN runs a test function, t_peers reads
+ * the network peers run.sh provides, and a cross-thread latch lets the main thread wait (with a deadline) for callbacks that run on the engine thread. */
 #ifndef OSB_TEST_HARNESS_H
 #define OSB_TEST_HARNESS_H
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
@@ -37,6 +38,20 @@ static int t_passed, t_failed, t_cur_failed;
 __attribute__((unused)) static int t_summary(void) {
   printf("%d passed, %d failed\n", t_passed, t_failed);
   return t_failed ? 1 : 0;
+}
+
+/* The peers of the network tests, set by run.sh: EXECD_URL (the local execd) and, when closed_url is given,
+ * CLOSED_PORT (a loopback port nothing listens on) as a URL. Returns 1, or prints why with a failing summary line
+ * and returns 0. */
+__attribute__((unused)) static int t_peers(const char **execd, char *closed_url, size_t cap) {
+  *execd = getenv("EXECD_URL");
+  const char *closed = getenv("CLOSED_PORT");
+  if (!*execd || (closed_url && !closed)) {
+    printf("EXECD_URL / CLOSED_PORT not set (run through run.sh)\n0 passed, 1 failed\n");
+    return 0;
+  }
+  if (closed_url) snprintf(closed_url, cap, "http://127.0.0.1:%s", closed);
+  return 1;
 }
 
 typedef struct {

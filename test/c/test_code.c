@@ -316,13 +316,7 @@ static void test_shutdown_with_running(void) {
 }
 
 int main(void) {
-  EXECD = getenv("EXECD_URL");
-  const char *closed = getenv("CLOSED_PORT");
-  if (!EXECD || !closed) {
-    printf("EXECD_URL / CLOSED_PORT not set (run through run.sh)\n0 passed, 1 failed\n");
-    return 1;
-  }
-  snprintf(CLOSED, sizeof CLOSED, "http://127.0.0.1:%s", closed);
+  if (!t_peers(&EXECD, CLOSED, sizeof CLOSED)) return 1;
   char err[256];
   E = osb_engine_start(err, sizeof err);
   X = osb_code_new(EXECD, NULL, 0, 20000, 10000, err, sizeof err);

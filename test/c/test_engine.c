@@ -439,13 +439,7 @@ static void test_exec_shutdown_in_flight(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  EXECD = getenv("EXECD_URL");
-  const char *closed = getenv("CLOSED_PORT");
-  if (!EXECD || !closed) {
-    printf("EXECD_URL and CLOSED_PORT must be set (run through run.sh)\n");
-    return 2;
-  }
-  snprintf(CLOSED_URL, sizeof CLOSED_URL, "http://127.0.0.1:%s", closed);
+  if (!t_peers(&EXECD, CLOSED_URL, sizeof CLOSED_URL)) return 1;
   RUN(test_engine_idle_start_stop);
   RUN(test_http_keepalive);
   RUN(test_http_retry_then_transport_error);

@@ -142,13 +142,7 @@ static void test_cancel_and_shutdown(void) {
 }
 
 int main(void) {
-  EXECD = getenv("EXECD_URL");
-  const char *closed = getenv("CLOSED_PORT");
-  if (!EXECD || !closed) {
-    printf("EXECD_URL / CLOSED_PORT not set (run through run.sh)\n0 passed, 1 failed\n");
-    return 1;
-  }
-  snprintf(CLOSED, sizeof CLOSED, "http://127.0.0.1:%s", closed);
+  if (!t_peers(&EXECD, CLOSED, sizeof CLOSED)) return 1;
   snprintf(DIR_, sizeof DIR_, "/tmp/osb-test-files-XXXXXX");
   if (!mkdtemp(DIR_)) return 1;
   RUN(test_many_files);

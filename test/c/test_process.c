@@ -281,11 +281,7 @@ static void test_shutdown_with_running(void) {
 }
 
 int main(void) {
-  EXECD = getenv("EXECD_URL");
-  if (!EXECD) {
-    printf("EXECD_URL not set (run through run.sh)\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!t_peers(&EXECD, NULL, 0)) return 1;
   char err[256];
   E = osb_engine_start(err, sizeof err);
   W = osb_ws_start(err, sizeof err);
