@@ -8,7 +8,7 @@
 // Status codes and messages follow the real execd's controller (codeinterpreting.go).
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { HttpError, guard, readJson, sendEmpty, sendJson } from './http.js';
+import { HttpError, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
 import { Kernel, SUPPORTED_LANGUAGES } from './code-kernel.js';
 import { runShell } from './code-shell.js';
 import { mkdirpSync } from './mkdirp.js';
@@ -171,15 +171,7 @@ export function createRoutes(ctx) {
   // ---- POST /code ---------------------------------------------------------------------------------------
 
   function openStream(res) {
-    res.writeHead(200, {
-      'Content-Type': 'text/event-stream',
-      'Cache-Control': 'no-cache',
-      Connection: 'keep-alive',
-      'X-Accel-Buffering': 'no',
-    });
-    res.flushHeaders();
-    streams.add(res);
-    res.on('close', () => streams.delete(res));
+    openEventStream(res, streams);
     const write = (ev) => {
       if (!res.destroyed && !res.writableEnded) res.write(eventJson(ev));
     };

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
-import { HttpError, guard, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
 
 const PING_INTERVAL_MS = 3000;
@@ -201,18 +201,6 @@ export function createRoutes(ctx) {
     res.write(JSON.stringify(out) + '\n\n');
   }
 
-  function openStream(res) {
-    res.writeHead(200, {
-      'Content-Type': 'text/event-stream',
-      'Cache-Control': 'no-cache',
-      Connection: 'keep-alive',
-      'X-Accel-Buffering': 'no',
-    });
-    res.flushHeaders();
-    streams.add(res);
-    res.on('close', () => streams.delete(res));
-  }
-
   function endStream(res) {
     // execd keeps the response open for its graceful-shutdown tail after the final event
     const t = setTimeout(() => {
@@ -250,7 +238,7 @@ export function createRoutes(ctx) {
     } catch (e) {
       startError = e;
     }
-    openStream(res);
+    openEventStream(res, streams);
     writeEvent(res, { type: 'init', text: rec?.id ?? crypto.randomBytes(16).toString('hex') });
     writeEvent(res, { type: 'ping', text: 'pong' });
     if (startError) {

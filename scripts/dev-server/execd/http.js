@@ -23,6 +23,19 @@ export function sendError(res, status, code, message) {
   sendJson(res, status, { code, message });
 }
 
+/**
+ * Starts a `text/event-stream` answer as execd sends it (no buffering by proxies), headers flushed at once. With a
+ * registry (a Set), res is in it until the connection closes.
+ */
+export function openEventStream(res, registry) {
+  res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
+  res.flushHeaders();
+  if (registry) {
+    registry.add(res);
+    res.on('close', () => registry.delete(res));
+  }
+}
+
 /** 200 with Content-Length: 0, as execd answers when there is nothing to return. */
 export function sendEmpty(res, status = 200) {
   res.writeHead(status, { 'Content-Length': 0 });

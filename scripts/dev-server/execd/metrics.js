@@ -2,7 +2,7 @@
 // of one JSON object + "\n" about every 2 s). Values come from /proc, so inside a sandbox they describe the host.
 import fs from 'node:fs';
 import os from 'node:os';
-import { guard, sendJson } from './http.js';
+import { guard, openEventStream, sendJson } from './http.js';
 
 const SAMPLE_MS = 1000;
 const WATCH_INTERVAL_MS = 2000;
@@ -49,13 +49,10 @@ export function createRoutes() {
       if (req.method !== 'GET') return false;
       if (url.pathname === '/metrics') return guard(res, async () => sendJson(res, 200, await sample())).then(() => true);
       if (url.pathname === '/metrics/watch') {
-        res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
-        res.flushHeaders();
-        watchers.add(res);
+        openEventStream(res, watchers);
         let stopped = false;
         res.on('close', () => {
           stopped = true;
-          watchers.delete(res);
         });
         (async () => {
           while (!stopped) {

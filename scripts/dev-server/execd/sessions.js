@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { HttpError, guard, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
 import { mkdirpSync } from './mkdirp.js';
 
@@ -83,8 +83,7 @@ export function createRoutes(ctx) {
     }
     const s = sessions.get(id);
     if (!s) throw new HttpError(500, 'RUNTIME_ERROR', `error running in session: session ${id} not found`);
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
-    res.flushHeaders();
+    openEventStream(res);
     const write = (obj) => {
       if (!res.destroyed && !res.writableEnded) res.write(JSON.stringify(obj) + '\n\n');
     };
