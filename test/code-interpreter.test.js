@@ -9,7 +9,6 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { execFileSync } from 'node:child_process';
-import { spawn } from 'node:child_process';
 import { Agent } from '@mastra/core/agent';
 import { ToolStream } from '@mastra/core/tools';
 import { startServer } from '../scripts/dev-server/index.js';
@@ -25,6 +24,7 @@ import {
 } from '../lib/index.js';
 import { stats } from '../lib/native.js';
 import { waitFor } from './helpers/poll.js';
+import { runNodeCode } from './helpers/run-node.js';
 import { createScriptedModel } from './helpers/scripted-model.js';
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -244,14 +244,7 @@ describe('code interpreter client', function () {
       const script = (body) => `import { CodeInterpreter } from ${JSON.stringify(lib)};
         const ci = new CodeInterpreter(${JSON.stringify(sandbox[EXECD_CONNECTION]())});
         ${body}`;
-      const runNode = (code) => new Promise((resolve, reject) => {
-        const p = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'pipe'] });
-        let out = '';
-        p.stdout.on('data', (d) => { out += d; });
-        p.stderr.on('data', (d) => { out += d; });
-        const t = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`child did not exit: ${out}`)); }, 20000);
-        p.on('exit', (code, signal) => { clearTimeout(t); resolve({ code, signal, out }); });
-      });
+      const runNode = (code) => runNodeCode(code, { timeoutMs: 20000 });
       const idle = await runNode(script("const r = await ci.run({ code: '40 + 2', language: 'python' }).result; console.log(r.results[0].text);"));
       assert.deepEqual([idle.code, idle.signal, idle.out.trim()], [0, null, '42']);
       const busy = await runNode(script("ci.run({ code: 'echo up; sleep 20', language: 'bash' }, () => process.exit(7));"));

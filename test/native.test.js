@@ -14,6 +14,7 @@ import { startServer } from '../scripts/dev-server/index.js';
 import { Lifecycle, Execd, stats } from '../lib/native.js';
 import { waitFor } from './helpers/poll.js';
 import { request } from './helpers/raw.js';
+import { runNodeCode } from './helpers/run-node.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const API_KEY = 'test-key-5f1e2d3c4b5a';
@@ -486,14 +487,7 @@ describe('native API (C core) against the local server', function () {
         const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
         await ex.waitReady(10000);
         ${body}`;
-      const runNode = (code) => new Promise((resolve, reject) => {
-        const p = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'pipe'] });
-        let out = '';
-        p.stdout.on('data', (d) => { out += d; });
-        p.stderr.on('data', (d) => { out += d; });
-        const t = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`child did not exit: ${out}`)); }, 20000);
-        p.on('exit', (code, signal) => { clearTimeout(t); resolve({ code, signal, out }); });
-      });
+      const runNode = (code) => runNodeCode(code, { timeoutMs: 20000 });
       const idle = await runNode(script(`const r = await ex.run({ command: 'echo hi' }).result; console.log(r.stdout.trim());`));
       assert.deepEqual([idle.code, idle.signal, idle.out.trim()], [0, null, 'hi']);
       const busy = await runNode(script(`ex.run({ command: 'sleep 20' }); setTimeout(() => process.exit(7), 100);`));
