@@ -61,7 +61,7 @@ typedef enum { RES_ANY, RES_OBJECT, RES_ARRAY } res_mode;
 
 typedef struct {
   osb_conn cf; /* the operation's own copy of the client's settings */
-  char *method, *url, *body;
+  char *method, *path, *body; /* path: after the base URL, escaped */
   long timeout_ms;
   res_mode mode;
   osb_code_done_fn done;
@@ -71,7 +71,7 @@ typedef struct {
 static void call_free(call *c) {
   osb_conn_clear(&c->cf);
   free(c->method);
-  free(c->url);
+  free(c->path);
   free(c->body);
   free(c);
 }
@@ -122,23 +122,16 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
     return;
   }
   static const char *const extra[] = {"Accept: application/json", "Content-Type: application/json"};
-  size_t n = 0;
-  const char **h = osb_conn_headers(&c->cf, extra, c->body ? 2 : 1, &n);
   osb_http_opts o;
   memset(&o, 0, sizeof o);
   o.method = c->method;
-  o.url = c->url;
-  o.headers = h;
-  o.nheaders = n;
   o.body = c->body;
   o.body_len = c->body ? strlen(c->body) : 0;
   o.timeout_ms = c->timeout_ms;
   o.retry_connect = strcmp(c->method, "GET") == 0;
-  o.ca_file = c->cf.ca_file;
   o.on_done = call_on_done;
   o.ud = c;
-  osb_http_req *r = h ? osb_http_start(e, &o) : NULL;
-  free(h);
+  osb_http_req *r = osb_conn_start(e, &c->cf, &o, extra, c->body ? 2 : 1, "%s", c->path);
   if (!r) {
     osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
     call_complete(c, &err, NULL);
@@ -150,16 +143,10 @@ static int submit(osb_engine *e, const osb_code *x, const char *method, const ch
                   long timeout_ms, res_mode mode, osb_code_done_fn done, void *ud, char *errbuf, size_t errlen) {
   call *c = calloc(1, sizeof *c);
   if (!c || osb_conn_copy(&c->cf, &x->conn) != 0) goto oom;
-  osb_buf url;
-  osb_buf_init(&url);
-  if (osb_buf_append_str(&url, x->conn.base_url) || osb_buf_append_str(&url, path)) {
-    osb_buf_free(&url);
-    goto oom;
-  }
-  c->url = osb_buf_steal(&url, NULL);
+  c->path = strdup(path);
   c->method = strdup(method);
   c->body = body ? strdup(body) : NULL;
-  if (!c->url || !c->method || (body && !c->body)) goto oom;
+  if (!c->path || !c->method || (body && !c->body)) goto oom;
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : x->conn.timeout_ms;
   c->mode = mode;
   c->done = done;
@@ -419,26 +406,16 @@ static void send_interrupt(osb_code_run *r) {
   if (r->del_sent || !r->id || r->settled) return;
   r->del_sent = 1;
   char *eid = osb_url_escape(r->id);
-  osb_buf url;
-  osb_buf_init(&url);
-  size_t n = 0;
-  const char **h = osb_conn_headers(&r->cf, NULL, 0, &n);
-  if (eid && h && osb_buf_appendf(&url, "%s/code?id=%s", r->cf.base_url, eid) == 0) {
+  if (eid) {
     osb_http_opts o;
     memset(&o, 0, sizeof o);
     o.method = "DELETE";
-    o.url = url.data;
-    o.headers = h;
-    o.nheaders = n;
     o.timeout_ms = r->cf.timeout_ms;
-    o.ca_file = r->cf.ca_file;
     o.on_done = on_delete_done;
     o.ud = r;
-    r->del = osb_http_start(r->e, &o);
+    r->del = osb_conn_start(r->e, &r->cf, &o, NULL, 0, "/code?id=%s", eid);
   }
   free(eid);
-  free(h);
-  osb_buf_free(&url);
   uv_timer_stop(&r->deadline_timer);
   uv_timer_start(&r->deadline_timer, on_deadline, INTERRUPT_GRACE_MS, 0);
   if (!r->del) {
@@ -655,28 +632,16 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
   r->start_ms = osb_engine_now(e);
 
   static const char *const extra[] = {"Content-Type: application/json", "Accept: text/event-stream"};
-  size_t n = 0;
-  const char **h = osb_conn_headers(&r->cf, extra, 2, &n);
-  osb_buf url;
-  osb_buf_init(&url);
-  if (h && osb_buf_appendf(&url, "%s/code", r->cf.base_url) == 0) {
-    osb_http_opts o;
-    memset(&o, 0, sizeof o);
-    o.method = "POST";
-    o.url = url.data;
-    o.headers = h;
-    o.nheaders = n;
-    o.body = r->body;
-    o.body_len = strlen(r->body);
-    o.idle_timeout_ms = r->cf.idle_ms;
-    o.ca_file = r->cf.ca_file;
-    o.on_data = on_stream_data;
-    o.on_done = on_stream_done;
-    o.ud = r;
-    r->stream = osb_http_start(e, &o);
-  }
-  free(h);
-  osb_buf_free(&url);
+  osb_http_opts o;
+  memset(&o, 0, sizeof o);
+  o.method = "POST";
+  o.body = r->body;
+  o.body_len = strlen(r->body);
+  o.idle_timeout_ms = r->cf.idle_ms;
+  o.on_data = on_stream_data;
+  o.on_done = on_stream_done;
+  o.ud = r;
+  r->stream = osb_conn_start(e, &r->cf, &o, extra, 2, "/code");
   if (!r->stream) {
     settle_error(r, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
     return;

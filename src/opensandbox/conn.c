@@ -2,6 +2,9 @@
 #define _GNU_SOURCE
 #include "conn.h"
 #include "lifecycle.h"
+#include "core/buf.h"
+
+#include <stdarg.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,4 +104,31 @@ const char **osb_conn_headers(const osb_conn *c, const char *const *extra, size_
   for (size_t i = 0; i < nextra; i++) h[k++] = extra[i];
   *n = k;
   return h;
+}
+
+osb_http_req *osb_conn_start(osb_engine *e, const osb_conn *c, osb_http_opts *o, const char *const *extra,
+                             size_t nextra, const char *path_fmt, ...) {
+  osb_buf url;
+  osb_buf_init(&url);
+  size_t n = 0;
+  const char **h = osb_conn_headers(c, extra, nextra, &n);
+  osb_http_req *r = NULL;
+  va_list ap;
+  va_start(ap, path_fmt);
+  char *path = NULL;
+  int ok = vasprintf(&path, path_fmt, ap) >= 0;
+  va_end(ap);
+  if (h && ok && osb_buf_append_str(&url, c->base_url) == 0 && osb_buf_append_str(&url, path) == 0) {
+    o->url = url.data;
+    o->headers = h;
+    o->nheaders = n;
+    o->ca_file = c->ca_file;
+    r = osb_http_start(e, o);
+    o->url = NULL; /* copied by the HTTP layer; ours are freed below */
+    o->headers = NULL;
+  }
+  if (ok) free(path);
+  free(h);
+  osb_buf_free(&url);
+  return r;
 }

@@ -6,6 +6,8 @@
 #ifndef OSB_CONN_H
 #define OSB_CONN_H
 #include <stddef.h>
+#include "core/engine.h"
+#include "core/http.h"
 
 typedef struct {
   char *base_url;   /* http(s)://host:port[/prefix], trailing '/' removed */
@@ -31,6 +33,12 @@ void osb_conn_clear(osb_conn *c);
 /* The endpoint header lines plus nextra extra lines, in that order: a malloc'd, NULL-terminated array of
  * borrowed pointers (free the array only); *n = its length. NULL on OOM. */
 const char **osb_conn_headers(const osb_conn *c, const char *const *extra, size_t nextra, size_t *n);
+
+/* Starts a request on the engine thread (call it there): the URL is base_url followed by the formatted path, the
+ * headers the endpoint's plus nextra extra lines, with the CA file; method, body, timeouts and callbacks come from
+ * *o (its url, headers, nheaders and ca_file are set here). Returns the request, or NULL when out of memory. */
+osb_http_req *osb_conn_start(osb_engine *e, const osb_conn *c, osb_http_opts *o, const char *const *extra,
+                             size_t nextra, const char *path_fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* String vectors: a deep copy of n strings (NULL-terminated; NULL on OOM), and freeing n of them and the array. */
 char **osb_strv_dup(char *const *v, size_t n);

@@ -55,7 +55,6 @@ typedef struct {
   osb_active active;
   osb_engine *e;
   osb_conn cf; /* the operation's own copy of the client's settings */
-  char *url;
   uint64_t deadline;
   long budget_ms;
   uv_timer_t timer;
@@ -70,7 +69,6 @@ typedef struct {
 static void ready_closed(uv_handle_t *h) {
   ready_op *r = h->data;
   osb_conn_clear(&r->cf);
-  free(r->url);
   free(r);
 }
 
@@ -132,20 +130,13 @@ static void ready_ping(ready_op *r) {
     return;
   }
   long remaining = (long)(r->deadline - now);
-  size_t n = 0;
-  const char **h = osb_conn_headers(&r->cf, NULL, 0, &n);
   osb_http_opts o;
   memset(&o, 0, sizeof o);
   o.method = "GET";
-  o.url = r->url;
-  o.headers = h;
-  o.nheaders = n;
-  o.ca_file = r->cf.ca_file;
   o.timeout_ms = remaining < r->cf.timeout_ms ? remaining : r->cf.timeout_ms;
   o.on_done = ready_on_ping;
   o.ud = r;
-  r->req = h ? osb_http_start(r->e, &o) : NULL;
-  free(h);
+  r->req = osb_conn_start(r->e, &r->cf, &o, NULL, 0, "/ping");
   if (!r->req) {
     osb_error err;
     osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
@@ -167,7 +158,6 @@ static void ready_job(osb_engine *e, void *arg, int shutdown) {
     osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
     r->done(r->ud, &err);
     osb_conn_clear(&r->cf);
-    free(r->url);
     free(r);
     return;
   }
@@ -184,10 +174,6 @@ int osb_exec_wait_ready(osb_engine *e, const osb_exec *x, long timeout_ms, osb_e
                         char *errbuf, size_t errlen) {
   ready_op *r = calloc(1, sizeof *r);
   if (!r || osb_conn_copy(&r->cf, &x->conn) != 0) goto oom;
-  size_t n = strlen(r->cf.base_url) + 8;
-  r->url = malloc(n);
-  if (!r->url) goto oom;
-  snprintf(r->url, n, "%s/ping", r->cf.base_url);
   r->budget_ms = timeout_ms > 0 ? timeout_ms : 30000;
   r->done = done;
   r->ud = ud;
@@ -201,7 +187,6 @@ oom:
 fail:
   if (r) {
     osb_conn_clear(&r->cf);
-    free(r->url);
     free(r);
   }
   return -1;
@@ -361,26 +346,16 @@ static void send_delete(osb_exec_cmd *c) {
   if (c->delete_sent || !c->id) return;
   c->delete_sent = 1;
   char *eid = osb_url_escape(c->id);
-  osb_buf url;
-  osb_buf_init(&url);
-  size_t n = 0;
-  const char **h = osb_conn_headers(&c->cf, NULL, 0, &n);
-  if (eid && h && osb_buf_appendf(&url, "%s/command?id=%s", c->cf.base_url, eid) == 0) {
+  if (eid) {
     osb_http_opts o;
     memset(&o, 0, sizeof o);
     o.method = "DELETE";
-    o.url = url.data;
-    o.headers = h;
-    o.nheaders = n;
-    o.ca_file = c->cf.ca_file;
     o.timeout_ms = c->cf.timeout_ms;
     o.on_done = on_delete_done;
     o.ud = c;
-    c->del = osb_http_start(c->e, &o);
+    c->del = osb_conn_start(c->e, &c->cf, &o, NULL, 0, "/command?id=%s", eid);
   }
   free(eid);
-  free(h);
-  osb_buf_free(&url);
   if (!c->del) settle(c, NULL); /* out of memory: at least settle */
 }
 
@@ -567,28 +542,16 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
   c->exec_time = -1;
 
   static const char *const extra[] = {"Content-Type: application/json", "Accept: text/event-stream"};
-  size_t n = 0;
-  const char **h = osb_conn_headers(&c->cf, extra, 2, &n);
-  osb_buf url;
-  osb_buf_init(&url);
-  if (h && osb_buf_appendf(&url, "%s/command", c->cf.base_url) == 0) {
-    osb_http_opts o;
-    memset(&o, 0, sizeof o);
-    o.method = "POST";
-    o.url = url.data;
-    o.headers = h;
-    o.nheaders = n;
-    o.ca_file = c->cf.ca_file;
-    o.body = c->body;
-    o.body_len = strlen(c->body);
-    o.idle_timeout_ms = c->cf.idle_ms;
-    o.on_data = on_stream_data;
-    o.on_done = on_stream_done;
-    o.ud = c;
-    c->stream = osb_http_start(e, &o);
-  }
-  free(h);
-  osb_buf_free(&url);
+  osb_http_opts o;
+  memset(&o, 0, sizeof o);
+  o.method = "POST";
+  o.body = c->body;
+  o.body_len = strlen(c->body);
+  o.idle_timeout_ms = c->cf.idle_ms;
+  o.on_data = on_stream_data;
+  o.on_done = on_stream_done;
+  o.ud = c;
+  c->stream = osb_conn_start(e, &c->cf, &o, extra, 2, "/command");
   if (!c->stream) {
     settle_error(c, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
     return;

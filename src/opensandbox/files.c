@@ -16,7 +16,6 @@ struct osb_upload {
   int refs; /* atomic: the caller's and the engine's */
   osb_engine *engine;
   osb_conn execd; /* base URL, endpoint header lines, secrets */
-  char *url;
   char content_type[128]; /* the multipart Content-Type header line */
   char *body;
   size_t body_len;
@@ -30,7 +29,6 @@ struct osb_upload {
 
 static void upload_free(osb_upload *u) {
   osb_conn_clear(&u->execd);
-  free(u->url);
   free(u->body);
   free(u);
 }
@@ -71,20 +69,14 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
     return;
   }
   const char *const extra[] = {u->content_type};
-  size_t nh = 0;
-  const char **h = osb_conn_headers(&u->execd, extra, 1, &nh);
   osb_http_opts o = {0};
   o.method = "POST";
-  o.url = u->url;
-  o.headers = h;
-  o.nheaders = nh;
   o.body = u->body;
   o.body_len = u->body_len;
   o.timeout_ms = u->timeout_ms;
   o.on_done = on_http_done;
   o.ud = u;
-  u->req = h ? osb_http_start(e, &o) : NULL;
-  free(h);
+  u->req = osb_conn_start(e, &u->execd, &o, extra, 1, "/files/upload");
   if (!u->req) {
     osb_error_set(&err, OSB_KIND_TRANSPORT, "ENOMEM", "out of memory starting the upload");
     finish(u, &err);
@@ -211,11 +203,6 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
   }
   char boundary[64] = "mastra-opensandbox-";
   for (size_t i = 0, o = strlen(boundary); i < sizeof rnd; i++, o += 2) snprintf(boundary + o, 3, "%02x", rnd[i]);
-  size_t blen = strlen(u->execd.base_url);
-  u->url = malloc(blen + sizeof "/files/upload");
-  if (!u->url) goto oom_free;
-  memcpy(u->url, u->execd.base_url, blen);
-  memcpy(u->url + blen, "/files/upload", sizeof "/files/upload");
   snprintf(u->content_type, sizeof u->content_type, "Content-Type: multipart/form-data; boundary=%s", boundary);
   u->body = build_body(files, n, boundary, &u->body_len, errbuf, errlen);
   if (!u->body) {
@@ -228,8 +215,6 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
     return NULL;
   }
   return u;
-oom_free:
-  upload_free(u);
 oom:
   snprintf(errbuf, errlen, "out of memory starting the upload");
   return NULL;

@@ -208,31 +208,18 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
 
 /* Starts an HTTP request on the engine; NULL on OOM. */
 static osb_http_req *http(osb_proc *p, const char *method, const char *path, const char *body, osb_http_done_fn done) {
-  size_t n = 0;
   static const char *const json_type[] = {"Content-Type: application/json"};
-  const char **h = osb_conn_headers(&p->execd, json_type, body ? 1 : 0, &n);
-  osb_buf url;
-  osb_buf_init(&url);
-  osb_http_req *r = NULL;
-  if (h && osb_buf_appendf(&url, "%s%s", p->execd.base_url, path) == 0) {
-    osb_http_opts o;
-    memset(&o, 0, sizeof o);
-    o.method = method;
-    o.url = url.data;
-    o.headers = h;
-    o.nheaders = n;
-    o.body = body;
-    o.body_len = body ? strlen(body) : 0;
-    /* no transport retries here: the reconnect loop retries, and a sandbox that is gone must settle fast */
-    long t = p->execd.timeout_ms;
-    o.timeout_ms = strcmp(method, "POST") == 0 ? t : (t < 10000 ? t : 10000);
-    o.on_done = done;
-    o.ud = p;
-    r = osb_http_start(p->e, &o);
-  }
-  free(h);
-  osb_buf_free(&url);
-  return r;
+  osb_http_opts o;
+  memset(&o, 0, sizeof o);
+  o.method = method;
+  o.body = body;
+  o.body_len = body ? strlen(body) : 0;
+  /* no transport retries here: the reconnect loop retries, and a sandbox that is gone must settle fast */
+  long t = p->execd.timeout_ms;
+  o.timeout_ms = strcmp(method, "POST") == 0 ? t : (t < 10000 ? t : 10000);
+  o.on_done = done;
+  o.ud = p;
+  return osb_conn_start(p->e, &p->execd, &o, json_type, body ? 1 : 0, "%s", path);
 }
 
 /* ---------------------------------------------------------------- output */
