@@ -105,6 +105,24 @@ std::vector<std::string> ArgPairs(const Napi::CallbackInfo& info, size_t i, cons
   return v;
 }
 
+osb_conn* NewExecdClient(const Napi::CallbackInfo& info) {
+  std::string base = ArgString(info, 0, "baseUrl");
+  std::vector<std::string> kv = ArgPairs(info, 1, "headers");
+  long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
+  long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
+  bool hasCa = !ArgIsNullish(info, 4);
+  std::string ca = hasCa ? ArgString(info, 4, "caFile") : "";
+  auto hv = CStrs(kv);
+  char err[256] = "";
+  osb_conn* x = osb_conn_new(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
+  if (!x) ThrowType(info.Env(), err);
+  if (hasCa && osb_conn_set_ca_file(x, ca.c_str(), err, sizeof err) != 0) {
+    osb_conn_free(x);
+    ThrowType(info.Env(), err);
+  }
+  return x;
+}
+
 void PromiseDelivery::Run(Napi::Env env, Addon* addon) {
   if (failed) deferred.Reject(MakeError(env, &err).Value());
   else deferred.Resolve(Value(env));

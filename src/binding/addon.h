@@ -7,6 +7,7 @@
 #include <vector>
 extern "C" {
 #include "core/engine.h"
+#include "opensandbox/conn.h"
 #include "opensandbox/error.h"
 }
 
@@ -81,28 +82,9 @@ std::vector<const char*> CStrs(const std::vector<std::string>& v);
 // ArgStrings that must hold name/value pairs (TypeError "<what> must be name/value pairs" otherwise).
 std::vector<std::string> ArgPairs(const Napi::CallbackInfo& info, size_t i, const char* what);
 
-// The constructor of an execd client (Execd, CodeInterpreter): (baseUrl, headerKv[], requestTimeoutMs,
-// idleTimeoutMs, caFile|null). Every argument is read before the C client is made; bad input throws a TypeError
-// and leaves nothing allocated (a throwing constructor never runs the destructor).
-template <typename T>
-T* NewExecdClient(const Napi::CallbackInfo& info,
-                  T* (*make)(const char*, const char* const*, size_t, long, long, char*, size_t),
-                  int (*setCa)(T*, const char*, char*, size_t), void (*destroy)(T*)) {
-  std::string base = ArgString(info, 0, "baseUrl");
-  std::vector<std::string> kv = ArgPairs(info, 1, "headers");
-  long timeout = ArgLong(info, 2, 30000, "requestTimeoutMs");
-  long idle = ArgLong(info, 3, 10000, "idleTimeoutMs");
-  bool hasCa = !ArgIsNullish(info, 4);
-  std::string ca = hasCa ? ArgString(info, 4, "caFile") : "";
-  auto hv = CStrs(kv);
-  char err[256] = "";
-  T* x = make(base.c_str(), hv.data(), kv.size() / 2, timeout, idle, err, sizeof err);
-  if (!x) ThrowType(info.Env(), err);
-  if (hasCa && setCa(x, ca.c_str(), err, sizeof err) != 0) {
-    destroy(x);
-    ThrowType(info.Env(), err);
-  }
-  return x;
-}
+// The C client of an execd wrapper (Execd, CodeInterpreter) from its constructor arguments (baseUrl, headerKv[],
+// requestTimeoutMs, idleTimeoutMs, caFile|null). Every argument is read before the client is made; bad input throws
+// a TypeError and leaves nothing allocated (a throwing constructor never runs the destructor).
+osb_conn* NewExecdClient(const Napi::CallbackInfo& info);
 
 #endif

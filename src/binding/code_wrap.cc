@@ -163,8 +163,8 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
   // new CodeInterpreter(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
   explicit CodeInterpreterWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<CodeInterpreterWrap>(info),
-        x_(NewExecdClient(info, osb_code_new, osb_code_set_ca_file, osb_code_free)) {}
-  ~CodeInterpreterWrap() override { osb_code_free(x_); }
+        x_(NewExecdClient(info)) {}
+  ~CodeInterpreterWrap() override { osb_conn_free(x_); }
 
  private:
   osb_code* x_;

@@ -148,8 +148,8 @@ class ExecdWrap : public Napi::ObjectWrap<ExecdWrap> {
 
   // new Execd(baseUrl, headerKv: string[], requestTimeoutMs, idleTimeoutMs, caFile|null)
   explicit ExecdWrap(const Napi::CallbackInfo& info)
-      : Napi::ObjectWrap<ExecdWrap>(info), x_(NewExecdClient(info, osb_exec_new, osb_exec_set_ca_file, osb_exec_free)) {}
-  ~ExecdWrap() override { osb_exec_free(x_); }
+      : Napi::ObjectWrap<ExecdWrap>(info), x_(NewExecdClient(info)) {}
+  ~ExecdWrap() override { osb_conn_free(x_); }
 
  private:
   osb_exec* x_;

@@ -17,36 +17,6 @@
 #define INTERRUPT_GRACE_MS 10000 /* after DELETE /code?id=: how long the stream may take to end */
 #define MAX_TRACEBACK_LINES 200
 
-struct osb_code {
-  osb_conn conn;
-};
-
-/* ---- client ---- */
-
-void osb_code_free(osb_code *x) {
-  if (!x) return;
-  osb_conn_clear(&x->conn);
-  free(x);
-}
-
-int osb_code_set_ca_file(osb_code *x, const char *path, char *err, size_t errlen) {
-  return osb_conn_set_ca_file(&x->conn, path, err, errlen);
-}
-
-osb_code *osb_code_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
-                       long idle_timeout_ms, char *err, size_t errlen) {
-  osb_code *x = calloc(1, sizeof *x);
-  if (!x) {
-    snprintf(err, errlen, "out of memory");
-    return NULL;
-  }
-  if (osb_conn_init(&x->conn, base_url, header_kv, nheaders, timeout_ms, idle_timeout_ms, err, errlen) != 0) {
-    free(x);
-    return NULL;
-  }
-  return x;
-}
-
 static char *json_text(cJSON *doc) {
   char *s = doc ? cJSON_PrintUnformatted(doc) : NULL;
   if (!s) return NULL;
@@ -142,12 +112,12 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
 static int submit(osb_engine *e, const osb_code *x, const char *method, const char *path, const char *body,
                   long timeout_ms, res_mode mode, osb_code_done_fn done, void *ud, char *errbuf, size_t errlen) {
   call *c = calloc(1, sizeof *c);
-  if (!c || osb_conn_copy(&c->cf, &x->conn) != 0) goto oom;
+  if (!c || osb_conn_copy(&c->cf, x) != 0) goto oom;
   c->path = strdup(path);
   c->method = strdup(method);
   c->body = body ? strdup(body) : NULL;
   if (!c->path || !c->method || (body && !c->body)) goto oom;
-  c->timeout_ms = timeout_ms > 0 ? timeout_ms : x->conn.timeout_ms;
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : x->timeout_ms;
   c->mode = mode;
   c->done = done;
   c->ud = ud;
@@ -674,7 +644,7 @@ osb_code_run *osb_code_run_start(osb_engine *e, const osb_code *x, const osb_cod
   r->refs = 2; /* the caller's and the engine's */
   r->body = build_run_body(o);
   r->parser = osb_events_new(0, on_event, r);
-  if (!r->body || !r->parser || osb_conn_copy(&r->cf, &x->conn) != 0) goto oom;
+  if (!r->body || !r->parser || osb_conn_copy(&r->cf, x) != 0) goto oom;
   if (osb_buf_append_str(&r->results, "[") != 0) goto oom;
   r->cell_timeout_ms = o->timeout_ms;
   r->max_output = o->max_output;

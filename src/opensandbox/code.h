@@ -13,18 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/engine.h"
+#include "opensandbox/conn.h"
 #include "opensandbox/error.h"
 
-typedef struct osb_code osb_code;
+/* The client is an execd connection: make it with osb_conn_new (header_kv: 2*nheaders strings, copied;
+ * timeout_ms: deadline of plain requests, default 30000; idle_timeout_ms: stream watchdog, default 10000), trust a
+ * CA bundle with osb_conn_set_ca_file, free it with osb_conn_free. */
+typedef struct osb_conn osb_code;
 typedef struct osb_code_run osb_code_run;
-
-/* header_kv: 2*nheaders strings (name, value), copied. timeout_ms: deadline of plain requests (default
- * 30000); idle_timeout_ms: cell stream watchdog (default 10000). NULL + err on bad input. */
-osb_code *osb_code_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
-                       long idle_timeout_ms, char *err, size_t errlen);
-void osb_code_free(osb_code *x);
-/* https: trust the PEM CA bundle at path (copied). Returns 0, or -1 (message) when not readable. */
-int osb_code_set_ca_file(osb_code *x, const char *path, char *err, size_t errlen);
 
 /* Called once on the engine thread. Success: err NULL and json = the response body (malloc'd, NUL-terminated,
  * owned by the callee; "" when the server answered with an empty body). Failure: err set (borrowed), json NULL. */

@@ -70,6 +70,26 @@ oom:
   return -1;
 }
 
+osb_conn *osb_conn_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
+                       long idle_ms, char *err, size_t errlen) {
+  osb_conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  if (osb_conn_init(c, base_url, header_kv, nheaders, timeout_ms, idle_ms, err, errlen) != 0) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void osb_conn_free(osb_conn *c) {
+  if (!c) return;
+  osb_conn_clear(c);
+  free(c);
+}
+
 int osb_conn_set_ca_file(osb_conn *c, const char *path, char *err, size_t errlen) {
   if (osb_check_ca_file(path, err, errlen) != 0) return -1;
   char *p = strdup(path);

@@ -9,7 +9,7 @@
 #include "core/engine.h"
 #include "core/http.h"
 
-typedef struct {
+typedef struct osb_conn {
   char *base_url;   /* http(s)://host:port[/prefix], trailing '/' removed */
   char **headers;   /* nheaders "Name: value" lines, NULL-terminated */
   char **secrets;   /* the nheaders header values, NULL-terminated (for osb_redact / osb_error_from_http) */
@@ -24,6 +24,11 @@ typedef struct {
  * the defaults 30000 / 10000. Returns 0, or -1 with err set and c left empty. */
 int osb_conn_init(osb_conn *c, const char *base_url, const char *const *header_kv, size_t nheaders,
                   long timeout_ms, long idle_ms, char *err, size_t errlen);
+/* The same on the heap (osb_conn_free): NULL + err on bad input. The execd and code interpreter clients are
+ * osb_conn values (execd.h, code.h). */
+osb_conn *osb_conn_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
+                       long idle_ms, char *err, size_t errlen);
+void osb_conn_free(osb_conn *c);
 /* https: trust the PEM CA bundle at path (copied). Returns 0, or -1 (message) when not readable. */
 int osb_conn_set_ca_file(osb_conn *c, const char *path, char *err, size_t errlen);
 /* A deep copy for an operation. Returns 0, or -1 on OOM (dst left empty). */

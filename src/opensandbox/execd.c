@@ -19,36 +19,6 @@
 #define SERVER_TIMEOUT_GRACE_MS 1000 /* execd's own timeout: a backstop behind ours */
 #define DEFAULT_HIGH_WATER ((size_t)8 * 1024 * 1024)
 
-struct osb_exec {
-  osb_conn conn;
-};
-
-/* ---- client ---- */
-
-void osb_exec_free(osb_exec *x) {
-  if (!x) return;
-  osb_conn_clear(&x->conn);
-  free(x);
-}
-
-int osb_exec_set_ca_file(osb_exec *x, const char *path, char *err, size_t errlen) {
-  return osb_conn_set_ca_file(&x->conn, path, err, errlen);
-}
-
-osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
-                       long idle_timeout_ms, char *err, size_t errlen) {
-  osb_exec *x = calloc(1, sizeof *x);
-  if (!x) {
-    snprintf(err, errlen, "out of memory");
-    return NULL;
-  }
-  if (osb_conn_init(&x->conn, base_url, header_kv, nheaders, timeout_ms, idle_timeout_ms, err, errlen) != 0) {
-    free(x);
-    return NULL;
-  }
-  return x;
-}
-
 /* ---- waitReady ---- */
 
 typedef struct {
@@ -173,7 +143,7 @@ static void ready_job(osb_engine *e, void *arg, int shutdown) {
 int osb_exec_wait_ready(osb_engine *e, const osb_exec *x, long timeout_ms, osb_exec_done_fn done, void *ud,
                         char *errbuf, size_t errlen) {
   ready_op *r = calloc(1, sizeof *r);
-  if (!r || osb_conn_copy(&r->cf, &x->conn) != 0) goto oom;
+  if (!r || osb_conn_copy(&r->cf, x) != 0) goto oom;
   r->budget_ms = timeout_ms > 0 ? timeout_ms : 30000;
   r->done = done;
   r->ud = ud;
@@ -595,7 +565,7 @@ osb_exec_cmd *osb_exec_run(osb_engine *e, const osb_exec *x, const osb_exec_run_
   c->refs = 2; /* the caller's and the engine's */
   c->body = build_body(o);
   c->parser = osb_events_new(0, on_event, c);
-  if (!c->body || !c->parser || osb_conn_copy(&c->cf, &x->conn) != 0) goto oom;
+  if (!c->body || !c->parser || osb_conn_copy(&c->cf, x) != 0) goto oom;
   c->high_water = o->output_high_water ? o->output_high_water : DEFAULT_HIGH_WATER;
   c->low_water = c->high_water / 4;
   osb_tail_init(&c->out, o->max_retained);

@@ -9,18 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/engine.h"
+#include "opensandbox/conn.h"
 #include "opensandbox/error.h"
 
-typedef struct osb_exec osb_exec;
+/* The client is an execd connection: make it with osb_conn_new (header_kv: 2*nheaders strings, copied;
+ * timeout_ms: deadline of plain requests, default 30000; idle_timeout_ms: stream watchdog, default 10000), trust a
+ * CA bundle with osb_conn_set_ca_file, free it with osb_conn_free. */
+typedef struct osb_conn osb_exec;
 typedef struct osb_exec_cmd osb_exec_cmd;
-
-/* header_kv: 2*nheaders strings (name, value), copied. timeout_ms: per-request deadline (default 30000);
- * idle_timeout_ms: stream watchdog (default 10000, at least 2x execd's 3 s ping). NULL + err on bad input. */
-osb_exec *osb_exec_new(const char *base_url, const char *const *header_kv, size_t nheaders, long timeout_ms,
-                       long idle_timeout_ms, char *err, size_t errlen);
-void osb_exec_free(osb_exec *x);
-/* https: trust the PEM CA bundle at path (copied). Returns 0, or -1 (message) when not readable. */
-int osb_exec_set_ca_file(osb_exec *x, const char *path, char *err, size_t errlen);
 
 /* err NULL = success. Called once, on the engine thread; err is borrowed. */
 typedef void (*osb_exec_done_fn)(void *ud, const osb_error *err);

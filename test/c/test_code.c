@@ -268,17 +268,17 @@ static void test_errors(void) {
   CHECK(osb_code_run_start(E, X, &o, &CB, NULL, err, sizeof err) == NULL && strstr(err, "language"));
   CHECK(osb_code_get_context(E, X, "", on_json, NULL, err, sizeof err) == -1);
   const char *bad[] = {"OPEN-SANDBOX-API-KEY", "k"};
-  CHECK(osb_code_new(EXECD, bad, 1, 0, 0, err, sizeof err) == NULL && strstr(err, "API key"));
-  CHECK(osb_code_new("ftp://x", NULL, 0, 0, 0, err, sizeof err) == NULL);
+  CHECK(osb_conn_new(EXECD, bad, 1, 0, 0, err, sizeof err) == NULL && strstr(err, "API key"));
+  CHECK(osb_conn_new("ftp://x", NULL, 0, 0, 0, err, sizeof err) == NULL);
   /* nothing listens: a transport error, no hang */
-  osb_code *closed = osb_code_new(CLOSED, NULL, 0, 2000, 2000, err, sizeof err);
+  osb_code *closed = osb_conn_new(CLOSED, NULL, 0, 2000, 2000, err, sizeof err);
   cell t;
   cell_init(&t);
   osb_code_run *h = start(closed, &t, NULL, "1", 0, -1, -1);
   CHECK(h && latch_wait(&t.done, 1, 10000) && t.failed && t.e.kind == OSB_KIND_TRANSPORT);
   osb_code_run_release(h);
   cell_free(&t);
-  osb_code_free(closed);
+  osb_conn_free(closed);
 }
 
 static void test_release_early(void) {
@@ -319,7 +319,7 @@ int main(void) {
   if (!t_peers(&EXECD, CLOSED, sizeof CLOSED)) return 1;
   char err[256];
   E = osb_engine_start(err, sizeof err);
-  X = osb_code_new(EXECD, NULL, 0, 20000, 10000, err, sizeof err);
+  X = osb_conn_new(EXECD, NULL, 0, 20000, 10000, err, sizeof err);
   if (!E || !X) {
     printf("start: %s\n0 passed, 1 failed\n", err);
     return 1;
@@ -331,6 +331,6 @@ int main(void) {
   RUN(test_errors);
   RUN(test_release_early);
   RUN(test_shutdown_with_running);
-  osb_code_free(X);
+  osb_conn_free(X);
   return t_summary();
 }

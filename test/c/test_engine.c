@@ -215,7 +215,7 @@ static void on_cancel_done(void *ud, const osb_error *err) {
 static void test_exec_run(void) {
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   run_call c;
   osb_exec_cmd *h = run_cmd(e, x, &c, "echo \"$GREETING\"; pwd; echo oops >&2; echo; printf tail; exit 3", "/tmp", 0, -1);
   CHECK(latch_wait(&c.l, 1, 10000));
@@ -242,14 +242,14 @@ static void test_exec_run(void) {
   CHECK(c.out_dropped == c.streamed_len - 100);
   osb_exec_cmd_release(h);
   latch_destroy(&c.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
   osb_engine_stop(e);
 }
 
 static void test_exec_timeout_and_cancel(void) {
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   run_call c;
   osb_exec_cmd *h = run_cmd(e, x, &c, "echo a; sleep 20", NULL, 300, -1);
   CHECK(latch_wait(&c.l, 1, 10000));
@@ -270,7 +270,7 @@ static void test_exec_timeout_and_cancel(void) {
   osb_exec_cmd_release(h);
   latch_destroy(&cl);
   latch_destroy(&c.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
   osb_engine_stop(e);
 }
 
@@ -278,7 +278,7 @@ static void test_exec_concurrent(void) {
   enum { N = 20 };
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   static run_call calls[N];
   osb_exec_cmd *h[N];
   char cmd[N][64];
@@ -295,7 +295,7 @@ static void test_exec_concurrent(void) {
     osb_exec_cmd_release(h[i]);
     latch_destroy(&calls[i].l);
   }
-  osb_exec_free(x);
+  osb_conn_free(x);
   osb_engine_stop(e);
 }
 
@@ -325,7 +325,7 @@ static void flow_result(void *ud, const osb_error *err, const osb_exec_result *r
 static void test_exec_flow_control(void) {
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   flow_call f;
   memset(&f, 0, sizeof f);
   latch_init(&f.l);
@@ -354,7 +354,7 @@ static void test_exec_flow_control(void) {
   CHECK(s.paused == 0);
   osb_exec_cmd_release(h);
   latch_destroy(&f.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
   osb_engine_stop(e);
 }
 
@@ -381,15 +381,15 @@ static void on_lc(void *ud, const osb_error *err, char *json) {
 static void test_ready_and_lifecycle_errors(void) {
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   done_call d = {0};
   latch_init(&d.l);
   CHECK(osb_exec_wait_ready(e, x, 5000, on_ready, &d, err, sizeof err) == 0);
   CHECK(latch_wait(&d.l, 1, 10000) && !d.failed);
   latch_destroy(&d.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
 
-  x = osb_exec_new(CLOSED_URL, NULL, 0, 5000, 5000, err, sizeof err);
+  x = osb_conn_new(CLOSED_URL, NULL, 0, 5000, 5000, err, sizeof err);
   memset(&d, 0, sizeof d);
   latch_init(&d.l);
   CHECK(osb_exec_wait_ready(e, x, 500, on_ready, &d, err, sizeof err) == 0);
@@ -397,12 +397,12 @@ static void test_ready_and_lifecycle_errors(void) {
   CHECK(d.err.kind == OSB_KIND_TIMEOUT);
   CHECK_STR(d.err.code, "READY_TIMEOUT");
   latch_destroy(&d.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
 
   static const char *const hdr[] = {"OPEN-SANDBOX-API-KEY", "k"};
-  CHECK(osb_exec_new(EXECD, hdr, 1, 0, 0, err, sizeof err) == NULL);
+  CHECK(osb_conn_new(EXECD, hdr, 1, 0, 0, err, sizeof err) == NULL);
   static const char *const bad[] = {"X-Token", "a\r\nInjected: 1"};
-  CHECK(osb_exec_new(EXECD, bad, 1, 0, 0, err, sizeof err) == NULL);
+  CHECK(osb_conn_new(EXECD, bad, 1, 0, 0, err, sizeof err) == NULL);
 
   /* execd has no lifecycle routes: its 404 {code,message} maps like the lifecycle server's */
   osb_lc *lc = osb_lc_new(EXECD, "sekrit", 5000, err, sizeof err);
@@ -425,7 +425,7 @@ static void test_ready_and_lifecycle_errors(void) {
 static void test_exec_shutdown_in_flight(void) {
   char err[256];
   osb_engine *e = osb_engine_start(err, sizeof err);
-  osb_exec *x = osb_exec_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
+  osb_exec *x = osb_conn_new(EXECD, NULL, 0, 5000, 5000, err, sizeof err);
   run_call c;
   osb_exec_cmd *h = run_cmd(e, x, &c, "sleep 0.3", NULL, 0, -1);
   osb_engine_stop(e);
@@ -434,7 +434,7 @@ static void test_exec_shutdown_in_flight(void) {
   CHECK_STR(c.err.code, "SHUTDOWN");
   osb_exec_cmd_release(h);
   latch_destroy(&c.l);
-  osb_exec_free(x);
+  osb_conn_free(x);
 }
 
 int main(void) {
