@@ -16,8 +16,20 @@ import { OpenSandboxSandbox } from '../lib/index.js';
 import { OpenSandboxProcessManager } from '../lib/process-manager.js';
 import { stats } from '../lib/native.js';
 import { waitFor } from './helpers/poll.js';
+import { runNode } from './helpers/run-node.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+
+// Runs helpers/process-child.js in a child Node (spawns a process in the sandbox with this logical id, prints
+// {"pid"} and exits without stopping anything; mode: see the helper) and returns what it printed.
+async function spawnInChild(domain, logicalId, mode) {
+  const { code, out } = await runNode(path.join(here, 'helpers', 'process-child.js'), {
+    args: [domain, logicalId, ...(mode ? [mode] : [])],
+    timeoutMs: 30000,
+  });
+  assert.equal(code, 0, out);
+  return JSON.parse(out.split('\n').filter((l) => l.startsWith('{"pid"')).pop());
+}
 const lines = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}\n`).join('');
 
 /**
@@ -171,15 +183,7 @@ describe('OpenSandboxProcessManager under faults', function () {
 
   it('processes survive the client: a child Node process spawns and exits, this one reattaches by pid', async () => {
     const logicalId = `reattach-${process.pid}-${Date.now()}`;
-    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
-    });
-    let out = '';
-    child.stdout.on('data', (d) => { out += d; });
-    const code = await new Promise((resolve) => child.on('exit', resolve));
-    assert.equal(code, 0, out);
-    const info = JSON.parse(out.trim().split('\n').pop());
+    const info = await spawnInChild(server.domain, logicalId);
     const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
     try {
       assert.deepEqual(await sb._start(), { outcome: 'connected' });
@@ -204,14 +208,7 @@ describe('OpenSandboxProcessManager under faults', function () {
 
   it('a process whose first client died before it started is started by the reattaching client', async () => {
     const logicalId = `reattach-early-${process.pid}-${Date.now()}`;
-    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId, 'early'], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
-    });
-    let out = '';
-    child.stdout.on('data', (d) => { out += d; });
-    assert.equal(await new Promise((resolve) => child.on('exit', resolve)), 0, out);
-    const info = JSON.parse(out.trim().split('\n').pop());
+    const info = await spawnInChild(server.domain, logicalId, 'early');
     const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
     try {
       await sb._start();
@@ -227,14 +224,7 @@ describe('OpenSandboxProcessManager under faults', function () {
 
   it('a process that ended with nobody attached, past its ack wait: reattach reports its status, never runs it again', async () => {
     const logicalId = `reattach-late-${process.pid}-${Date.now()}`;
-    const child = spawn(process.execPath, [path.join(here, 'helpers', 'process-child.js'), server.domain, logicalId, 'ackwait'], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, MASTRA_TELEMETRY_DISABLED: '1' },
-    });
-    let out = '';
-    child.stdout.on('data', (d) => { out += d; });
-    assert.equal(await new Promise((resolve) => child.on('exit', resolve)), 0, out);
-    const info = JSON.parse(out.trim().split('\n').pop());
+    const info = await spawnInChild(server.domain, logicalId, 'ackwait');
     const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
     try {
       await sb._start();

@@ -1,4 +1,4 @@
-// Test helper: runs a Node script file (runNode) or an inline ES module (runNodeCode) in a child Node (no
+// Test helper: runs a Node script file with arguments (runNode) or an inline ES module (runNodeCode) in a child Node (no
 // OPEN_SANDBOX_DOMAIN, telemetry off) with a deadline; resolves { code, signal, out } with stdout and stderr merged.
 // A child that does not finish is killed and the call rejects.
 import { spawn } from 'node:child_process';
@@ -22,8 +22,8 @@ function run(args, what, { timeoutMs = 60000, env = {} } = {}) {
   });
 }
 
-export function runNode(file, opts) {
-  return run([file], file, opts);
+export function runNode(file, { args = [], ...opts } = {}) {
+  return run([file, ...args], file, opts);
 }
 
 export function runNodeCode(code, opts) {
