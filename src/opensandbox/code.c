@@ -64,23 +64,14 @@ static void call_on_done(void *ud, const osb_http_result *res) {
     int ok = c->mode == RES_OBJECT ? cJSON_IsObject(doc) : cJSON_IsArray(doc);
     cJSON_Delete(doc);
     if (!ok) {
-      osb_error_set(&err, OSB_KIND_PROTOCOL, "UNEXPECTED_RESPONSE", "unexpected response: body is not a JSON %s (HTTP %ld)",
-                    c->mode == RES_OBJECT ? "object" : "array", res->status);
-      err.status = res->status;
-      err.attempts = res->attempts;
+      osb_error_unexpected(&err, res, c->mode == RES_OBJECT ? "body is not a JSON object" : "body is not a JSON array",
+                           NULL);
       call_complete(c, &err, NULL);
       return;
     }
   }
-  char *json = malloc(res->body_len + 1);
-  if (!json) {
-    osb_error_set(&err, OSB_KIND_PROTOCOL, "OUT_OF_MEMORY", "out of memory");
-    call_complete(c, &err, NULL);
-    return;
-  }
-  memcpy(json, res->body, res->body_len);
-  json[res->body_len] = 0;
-  call_complete(c, NULL, json);
+  char *json = osb_body_text(res, &err);
+  call_complete(c, json ? NULL : &err, json);
 }
 
 static void call_job(osb_engine *e, void *arg, int shutdown) {

@@ -2,6 +2,7 @@
 #include "error.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <cjson/cJSON.h>
@@ -147,4 +148,23 @@ void osb_error_from_http(osb_error *e, const osb_http_result *res, const char *c
   cJSON_Delete(doc);
   osb_redact(e->message, sizeof e->message, secrets);
   osb_redact(e->code, sizeof e->code, secrets);
+}
+
+void osb_error_unexpected(osb_error *e, const osb_http_result *res, const char *why, const char *fallback_request_id) {
+  osb_error_set(e, OSB_KIND_PROTOCOL, "UNEXPECTED_RESPONSE", "unexpected response: %s (HTTP %ld)", why, res->status);
+  e->status = res->status;
+  e->attempts = res->attempts;
+  const char *rid = res->request_id ? res->request_id : fallback_request_id;
+  snprintf(e->request_id, sizeof e->request_id, "%s", rid ? rid : "");
+}
+
+char *osb_body_text(const osb_http_result *res, osb_error *e) {
+  char *s = malloc(res->body_len + 1);
+  if (!s) {
+    osb_error_set(e, OSB_KIND_PROTOCOL, "OUT_OF_MEMORY", "out of memory");
+    return NULL;
+  }
+  if (res->body_len) memcpy(s, res->body, res->body_len);
+  s[res->body_len] = 0;
+  return s;
 }

@@ -38,6 +38,13 @@ void osb_error_set(osb_error *e, osb_kind kind, const char *code, const char *fm
 void osb_error_from_http(osb_error *e, const osb_http_result *res, const char *const *secrets,
                          const char *fallback_request_id);
 
+/* A 2xx answer whose body is not what the API promises: protocol kind, UNEXPECTED_RESPONSE,
+ * "unexpected response: <why> (HTTP <status>)", with the status, attempts and X-Request-ID (else fallback). */
+void osb_error_unexpected(osb_error *e, const osb_http_result *res, const char *why, const char *fallback_request_id);
+
+/* The body of an answer as a malloc'd NUL-terminated string, or NULL with e set (OUT_OF_MEMORY). */
+char *osb_body_text(const osb_http_result *res, osb_error *e);
+
 /* Replaces every occurrence of each secret (non-empty, NULL-terminated list) in s (size cap) with "***". */
 void osb_redact(char *s, size_t cap, const char *const *secrets);
 

@@ -167,23 +167,12 @@ static void on_http_done(void *ud, const osb_http_result *res) {
     why = "endpoint response has no \"endpoint\" string";
   cJSON_Delete(doc);
   if (why) {
-    osb_error_set(&err, OSB_KIND_PROTOCOL, "UNEXPECTED_RESPONSE", "unexpected response: %s (HTTP %ld)", why,
-                  res->status);
-    err.status = res->status;
-    err.attempts = res->attempts;
-    snprintf(err.request_id, sizeof err.request_id, "%s", res->request_id ? res->request_id : c->request_id);
+    osb_error_unexpected(&err, res, why, c->request_id);
     complete(c, &err, NULL);
     return;
   }
-  char *json = malloc(res->body_len + 1);
-  if (!json) {
-    osb_error_set(&err, OSB_KIND_PROTOCOL, "OUT_OF_MEMORY", "out of memory");
-    complete(c, &err, NULL);
-    return;
-  }
-  memcpy(json, res->body, res->body_len);
-  json[res->body_len] = 0;
-  complete(c, NULL, json);
+  char *json = osb_body_text(res, &err);
+  complete(c, json ? NULL : &err, json);
 }
 
 static void run_call(osb_engine *e, void *arg, int shutdown) {
