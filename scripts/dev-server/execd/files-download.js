@@ -46,14 +46,18 @@ export function parseRange(header, size) {
   return null;
 }
 
-/** Lines [offset, offset+limit) of a file, 1-based, terminators kept, read in chunks (bytes, not decoded). */
-async function serveLines(res, file, offset, limit) {
-  let handle;
+/** Opens file for reading; failures become execd's file errors. */
+async function openFile(file) {
   try {
-    handle = await fs.promises.open(file, 'r');
+    return await fs.promises.open(file, 'r');
   } catch (err) {
     throw fileError(err);
   }
+}
+
+/** Lines [offset, offset+limit) of a file, 1-based, terminators kept, read in chunks (bytes, not decoded). */
+async function serveLines(res, file, offset, limit) {
+  const handle = await openFile(file);
   try {
     const out = [];
     const buf = Buffer.allocUnsafe(256 * 1024);
@@ -103,12 +107,7 @@ export async function handleDownload(req, res, url, workspace) {
     return serveLines(res, file, Number(offsetStr), Number(limitStr));
   }
 
-  let handle;
-  try {
-    handle = await fs.promises.open(file, 'r');
-  } catch (err) {
-    throw fileError(err);
-  }
+  const handle = await openFile(file);
   try {
     const st = await handle.stat();
     if (st.isDirectory()) throw new HttpError(400, 'INVALID_FILE', `path is a directory: ${file}`);
