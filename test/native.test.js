@@ -494,6 +494,27 @@ describe('native API (C core) against the local server', function () {
       assert.deepEqual([busy.code, busy.signal], [7, null]);
     });
 
+    it('terminating workers while their output is being delivered never aborts the process (regression)', async () => {
+      // deliveries queued for a worker whose JS can no longer run used to throw out of the threadsafe-function
+      // callback and abort the whole process ("terminate called after throwing an instance of 'Napi::Error'")
+      const native = pathToFileURL(path.join(root, 'lib/native.js')).href;
+      const child = await runNodeCode(`
+        import { Worker } from 'node:worker_threads';
+        for (let i = 0; i < 15; i++) {
+          // an ES module like its parent (the worker inherits --input-type=module)
+          const w = new Worker(\`import { parentPort } from 'node:worker_threads';
+            const { Execd } = await import(${JSON.stringify(native)});
+            const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+            for (let j = 0; j < 5; j++) ex.run({ command: 'seq 1 2000; sleep 5' }, () => {}).result.catch(() => {});
+            ex.run({ command: 'echo go' }, () => parentPort.postMessage('out')).result.catch(() => {});\`, { eval: true });
+          await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
+          await new Promise((r) => setTimeout(r, i % 5));
+          await w.terminate();
+        }
+        console.log('all workers terminated');`, { timeoutMs: 60000 });
+      assert.deepEqual([child.code, child.signal, child.out.trim()], [0, null, 'all workers terminated']);
+    });
+
     it('works in worker_threads, and a terminated worker leaves the main addon usable', async () => {
       const { Worker } = await import('node:worker_threads');
       const code = `const { parentPort } = require('node:worker_threads');
