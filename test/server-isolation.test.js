@@ -55,6 +55,20 @@ function client(server) {
   };
 }
 
+/** Starts the dev-server CLI (`cli` script, data dir) in a child process; resolves { child, cc } once it printed its domain. */
+async function startCli(cli, dataDir) {
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  try {
+    const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
+    return { child, cc: client({ baseUrl: `http://${domain}` }) };
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+}
+
 describe('dev-server sandbox isolation (bubblewrap)', function () {
   this.timeout(60000);
   let server;
@@ -191,13 +205,9 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
 
   it('the CLI deletes its sandboxes and exits 0 on SIGTERM', async () => {
     const data = path.join(work, 'termed');
-    const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const { child, cc } = await startCli(CLI, data);
     try {
-      let out = '';
-      child.stdout.on('data', (d) => { out += d; });
       const exited = new Promise((r) => child.on('exit', (code) => r(code)));
-      const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
-      const cc = client({ baseUrl: `http://${domain}` });
       const sb = await cc.create();
       await cc.run(sb, 'sleep 998', { background: true });
       const pids = descendants(child.pid);
@@ -245,12 +255,8 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
         fs.cpSync(path.join(root, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true });
       }
       const cli = path.join(copy, 'scripts', 'dev-server', 'cli.js');
-      const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--data-dir', path.join(work, 'from-tmp')], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const { child, cc } = await startCli(cli, path.join(work, 'from-tmp'));
       try {
-        let out = '';
-        child.stdout.on('data', (d) => { out += d; });
-        const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
-        const cc = client({ baseUrl: `http://${domain}` });
         const sb = await cc.create();
         assert.equal(sb.status, 202, JSON.stringify(sb.json));
         const r = await cc.run(sb, 'echo from-tmp-checkout; ls /tmp | grep -c osb-checkout-');
@@ -264,13 +270,8 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
   });
 
   it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
-    const data = path.join(work, 'killed');
-    const child = spawn(process.execPath, [CLI, '--port', '0', '--quiet', '--data-dir', data], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const { child, cc } = await startCli(CLI, path.join(work, 'killed'));
     try {
-      let out = '';
-      child.stdout.on('data', (d) => { out += d; });
-      const domain = await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 15000, message: 'cli prints its domain' });
-      const cc = client({ baseUrl: `http://${domain}` });
       const sb = await cc.create();
       await cc.run(sb, 'sleep 999', { background: true });
       const pids = descendants(child.pid);
