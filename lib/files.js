@@ -6,6 +6,18 @@ import { binding } from './native.js';
 import { OpenSandboxOptionError } from './errors.js';
 
 
+/**
+ * execd expands environment variables in every file path it is given (Go's os.ExpandEnv, no escape: `$HOME`,
+ * `${HOME}`, `$$`; an undefined variable is a 500): a path with `$` cannot be addressed exactly, so every file
+ * operation of this package refuses it up front (the one place that decides; writeFiles and OpenSandboxFilesystem
+ * call it). `option` names the argument in the error.
+ */
+export function assertExactPath(p, option = 'path') {
+  if (typeof p === 'string' && p.includes('$')) {
+    throw new OpenSandboxOptionError(option, `path ${JSON.stringify(p)} contains "$": execd expands environment variables in file paths, so it cannot be addressed exactly (rename it, or write it with executeCommand)`);
+  }
+}
+
 /** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */
 export const execdMode = mode => Number(mode.toString(8));
 
@@ -23,6 +35,7 @@ export function normalizeFiles(files, cwd) {
     if (typeof f.path !== 'string' || f.path === '' || f.path.includes('\0')) {
       throw new OpenSandboxOptionError('files', `item ${i}: path must be a non-empty string`);
     }
+    assertExactPath(f.path, 'files');
     let content = f.content;
     if (typeof content === 'string') content = Buffer.from(content, 'utf8');
     else if (content instanceof Uint8Array) content = Buffer.isBuffer(content) ? content : Buffer.from(content.buffer, content.byteOffset, content.byteLength);

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Workspace, LocalFilesystem, SandboxAbortError, supportsNetworking } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxSandboxGoneError, MOUNTS_LABEL } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError, OpenSandboxSandboxGoneError, MOUNTS_LABEL } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 
@@ -66,6 +66,11 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       await assert.rejects(s.writeFiles([{ path: 'x', content: 'x', mode: 0o1000 }]), /mode/i);
       await assert.rejects(s.writeFiles([{ path: 'x', content: 42 }]), /content must be a string or a Buffer/);
       await assert.rejects(s.writeFiles('nope'), /expected an array/);
+      // execd would expand $USD (500) or $HOME (silently another file): refused before any request, naming the path
+      for (const p of ['price$USD.txt', 'x$HOME.txt', '/workspace/${HOME}/a', 'a$$.txt']) {
+        await assert.rejects(s.writeFiles([{ path: 'ok.txt', content: 'o' }, { path: p, content: 'x' }]), err =>
+          err instanceof OpenSandboxOptionError && err.option === 'files' && err.message.includes(JSON.stringify(p)));
+      }
       const ac = new AbortController();
       ac.abort();
       await assert.rejects(s.writeFiles([{ path: 'x', content: 'x' }], { abortSignal: ac.signal }), SandboxAbortError);
