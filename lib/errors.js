@@ -11,6 +11,7 @@
 //      ├─ OpenSandboxTransportError     connect/reset/TLS/DNS failure, or a stream cut (attempts)
 //      ├─ OpenSandboxTimeoutError       one of our deadlines elapsed (timeoutMs)
 //      ├─ OpenSandboxProtocolError      malformed response or event stream
+//      ├─ OpenSandboxSnapshotError      a snapshot capture failed (snapshotId, state, reason) or a template build failed
 //      └─ OpenSandboxCancelledError     the operation was cancelled (abort signal)
 import { SandboxError } from '@mastra/core/workspace';
 
@@ -87,6 +88,17 @@ export class OpenSandboxProtocolError extends OpenSandboxError {
   constructor(message, details) {
     super(message, details.code || 'PROTOCOL', { kind: 'protocol', ...details });
     this.name = 'OpenSandboxProtocolError';
+  }
+}
+
+export class OpenSandboxSnapshotError extends OpenSandboxError {
+  constructor(message, details = {}) {
+    super(message, details.code || 'SNAPSHOT_FAILED', { kind: 'snapshot', ...details });
+    this.name = 'OpenSandboxSnapshotError';
+    this.snapshotId = details.snapshotId;
+    this.state = details.state;
+    this.reason = details.reason;
+    this.serverMessage = details.serverMessage;
   }
 }
 

@@ -14,6 +14,7 @@ export {
   OpenSandboxTimeoutError,
   OpenSandboxProtocolError,
   OpenSandboxCancelledError,
+  OpenSandboxSnapshotError,
 } from './errors.js';
 export {
   CodeInterpreter,

@@ -106,6 +106,19 @@ export class Lifecycle {
     stringPairs(patch, 'metadata patch', { allowNull: true });
     return parse(await this.#n.patchMetadata(id, JSON.stringify(patch)));
   }
+  async createSnapshot(sandboxId, { name } = {}) {
+    return parse(await this.#n.createSnapshot(sandboxId, optionalString(name, 'name')));
+  }
+  async getSnapshot(id) {
+    return parse(await this.#n.getSnapshot(id));
+  }
+  async listSnapshots({ sandboxId, states, page, pageSize } = {}) {
+    if (states !== undefined && !Array.isArray(states)) throw typeError('states must be an array of strings');
+    return parse(await this.#n.listSnapshots(optionalString(sandboxId, 'sandboxId'), states ?? [], page ?? 0, pageSize ?? 0));
+  }
+  async deleteSnapshot(id) {
+    await this.#n.deleteSnapshot(id);
+  }
 }
 
 /** execd client for one resolved endpoint. */

@@ -12,6 +12,7 @@ import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSand
 import { parseResources } from './resources.js';
 import { normalizeFiles, uploadFiles } from './files.js';
 import { KeepAlive } from './keepalive.js';
+import { SnapshotClient } from './snapshots.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
 export const MOUNTS_LABEL = 'mastra.ai/mounts';
@@ -538,6 +539,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       renew: at => call('renew sandbox', (lc, id) => lc.renew(id, renewTime(at))),
       endpoint: (port, useServerProxy = self.#cfg.useServerProxy) => call('get endpoint of sandbox', (lc, id) => lc.endpoint(id, port, useServerProxy)),
       patchMetadata: patch => call('patch metadata of sandbox', (lc, id) => lc.patchMetadata(id, patch)),
+      ...snapshotHandle(self.#snapshotClient(), need),
     };
   }
 
@@ -561,6 +563,10 @@ export class OpenSandboxSandbox extends MastraSandbox {
       this.#lifecycleClient = new Lifecycle({ baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs });
     }
     return this.#lifecycleClient;
+  }
+
+  #snapshotClient() {
+    return new SnapshotClient((operation, fn) => this.#lcCall(operation, fn));
   }
 
   #secrets() {
@@ -778,6 +784,22 @@ function mountsHash(mounted) {
   if (mounted.size === 0) return undefined;
   const list = [...mounted].sort(([a], [b]) => (a < b ? -1 : 1)).map(([p, m]) => [p, m.hostPath, m.readOnly]);
   return createHash('sha256').update(JSON.stringify(list)).digest('hex').slice(0, 16);
+}
+
+/** Snapshot calls of the raw handle; `need()` is the remote id of this sandbox (throws when not started). */
+function snapshotHandle(snaps, need) {
+  return {
+    /** Snapshot of this sandbox; `{ wait: true }` resolves once it is Ready (deadline timeoutMs, abortSignal). */
+    createSnapshot: async ({ name, wait = false, timeoutMs, abortSignal } = {}) => {
+      const id = need();
+      return wait ? snaps.capture(id, name, { timeoutMs, abortSignal }) : snaps.create(id, name);
+    },
+    getSnapshot: id => snaps.get(id),
+    /** One page of GET /snapshots ({ items, pagination }); every sandbox's unless `sandboxId` is given. */
+    listSnapshots: (query = {}) => snaps.list(query),
+    deleteSnapshot: id => snaps.delete(id),
+    waitForSnapshot: (id, { timeoutMs, abortSignal } = {}) => snaps.waitReady(id, { timeoutMs, abortSignal }),
+  };
 }
 
 function renewTime(at) {

@@ -119,6 +119,30 @@ describe('native API (C core) against the local server', function () {
       assert.equal((await lc.get(sb.id)).status.state, 'Running');
     });
 
+    it('snapshots: create resolves the 202 Snapshot, get polls it to Ready, list filters and pages, delete', async () => {
+      const created = await lc.createSnapshot(sb.id, { name: 'native snap' });
+      assert.deepEqual([created.sandboxId, created.name, created.status.state], [sb.id, 'native snap', 'Creating']);
+      let snap = created;
+      for (let i = 0; i < 150 && snap.status.state === 'Creating'; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        snap = await lc.getSnapshot(created.id);
+      }
+      assert.equal(snap.status.state, 'Ready');
+      const unnamed = await lc.createSnapshot(sb.id);
+      assert.equal('name' in unnamed, false);
+      const list = await lc.listSnapshots({ sandboxId: sb.id, states: ['Ready', 'Creating', 'Failed'], page: 1, pageSize: 1 });
+      assert.deepEqual(list.items.map((i) => i.id), [unnamed.id]);
+      assert.deepEqual(list.pagination, { page: 1, pageSize: 1, totalItems: 2, totalPages: 2, hasNextPage: true });
+      assert.deepEqual((await lc.listSnapshots({ sandboxId: 'a&sandboxId=b' })).items, []);
+      for (let i = 0; i < 150 && (await lc.getSnapshot(unnamed.id)).status.state === 'Creating'; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(await lc.deleteSnapshot(unnamed.id), undefined);
+      assert.equal(await lc.deleteSnapshot(created.id), undefined);
+      const err = await rejection(lc.getSnapshot(created.id));
+      assert.deepEqual([err.kind, err.status, err.code], ['api', 404, 'SNAPSHOT::NOT_FOUND']);
+      await assert.rejects(lc.createSnapshot(sb.id, { name: '' }), { name: 'TypeError', message: 'snapshot name must not be empty' });
+      await assert.rejects(lc.getSnapshot(''), { name: 'TypeError', message: 'snapshot id must be a non-empty string' });
+    });
+
     it('maps a 404 body {code,message} with the X-Request-ID', async () => {
       const err = await rejection(lc.get('00000000-0000-4000-8000-000000000000'));
       assert.equal(err.kind, 'api');

@@ -12,7 +12,10 @@ export interface DevServerOptions {
   allowedHostPaths?: string[];
   /** 'bwrap' (default): bubblewrap-isolated sandboxes; 'none': plain child processes. */
   isolation?: 'bwrap' | 'none';
-  /** Where sandbox directories and named volumes live. Default: a fresh temporary directory, removed by close(). */
+  /**
+   * Where sandbox directories, named volumes and snapshots live. Default: a fresh temporary directory, removed by
+   * close(). With a dataDir given, close() removes only the sandboxes: snapshots survive a restart on it.
+   */
   dataDir?: string;
   /** When set, execd requests need X-EXECD-ACCESS-TOKEN. */
   execdAccessToken?: string;
@@ -22,6 +25,11 @@ export interface DevServerOptions {
   endpointHeaders?: boolean;
   /** Larger sandbox `timeout`s are rejected (400 SANDBOX::INVALID_TIMEOUT). */
   maxSandboxTimeoutSeconds?: number;
+  /**
+   * Total bytes the snapshots' data may occupy on disk; a capture that would exceed it ends Failed (reason
+   * snapshot_capture_failed). Default: no limit.
+   */
+  maxSnapshotBytes?: number;
   /** How long execd keeps a /command stream open after its final event. Default 1000 (like the real execd). */
   commandTailMs?: number;
   /** Reproduce the PTY API's exit race. Default false. */

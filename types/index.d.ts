@@ -108,6 +108,22 @@ export interface OpenSandboxRemoteSandbox {
   [key: string]: unknown;
 }
 
+/** A snapshot as the lifecycle server returns it (`GET /snapshots/{id}`). */
+export interface OpenSandboxSnapshot {
+  id: string;
+  /** The sandbox it was captured from (which may be gone). */
+  sandboxId: string;
+  name?: string;
+  /** state: 'Creating' | 'Ready' | 'Failed' | 'Deleting' (new states may appear). */
+  status: { state: string; reason?: string; message?: string; lastTransitionAt?: string };
+  createdAt: string;
+}
+
+export interface OpenSandboxSnapshotPage {
+  items: OpenSandboxSnapshot[];
+  pagination: { page: number; pageSize: number; totalItems: number; totalPages: number; hasNextPage: boolean };
+}
+
 /** The raw OpenSandbox handle of a started sandbox (`sandbox.opensandbox`). */
 export interface OpenSandboxHandle {
   readonly sandboxId: string | undefined;
@@ -126,6 +142,18 @@ export interface OpenSandboxHandle {
   renew(at: Date | string | number): Promise<{ expiresAt: string }>;
   endpoint(port: number, useServerProxy?: boolean): Promise<{ endpoint: string; headers?: Record<string, string> }>;
   patchMetadata(patch: Record<string, string | null>): Promise<OpenSandboxRemoteSandbox>;
+  /**
+   * Snapshot of this sandbox (it must be started). Resolves the accepted snapshot (state 'Creating'), or with
+   * `wait: true` the Ready one (OpenSandboxSnapshotError when it fails; timeoutMs default 300000).
+   */
+  createSnapshot(options?: { name?: string; wait?: boolean; timeoutMs?: number; abortSignal?: AbortSignal }): Promise<OpenSandboxSnapshot>;
+  /** Polls a snapshot until Ready (OpenSandboxSnapshotError when Failed, OpenSandboxTimeoutError after timeoutMs). */
+  waitForSnapshot(snapshotId: string, options?: { timeoutMs?: number; abortSignal?: AbortSignal }): Promise<OpenSandboxSnapshot>;
+  getSnapshot(snapshotId: string): Promise<OpenSandboxSnapshot>;
+  /** One page of every snapshot on the server (snapshots outlive sandboxes); filter by source sandbox and states. */
+  listSnapshots(query?: { sandboxId?: string; states?: string[]; page?: number; pageSize?: number }): Promise<OpenSandboxSnapshotPage>;
+  /** 404 (OpenSandboxNotFoundError) when it does not exist; 409 while it is still Creating. */
+  deleteSnapshot(snapshotId: string): Promise<void>;
 }
 
 export declare class OpenSandboxSandbox extends MastraSandbox {
@@ -163,7 +191,7 @@ export declare const LOGICAL_ID_LABEL: 'mastra.ai/sandbox-id';
 /** `<16 hex of sha256(id)>-<readable part>`, at most 63 chars of the Kubernetes label charset. */
 export declare function encodeLogicalId(id: string): string;
 
-export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'internal';
+export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'snapshot' | 'internal';
 
 export declare class OpenSandboxError extends SandboxError {
   readonly kind?: OpenSandboxErrorKind;
@@ -196,6 +224,15 @@ export declare class OpenSandboxTimeoutError extends OpenSandboxError {
 }
 export declare class OpenSandboxProtocolError extends OpenSandboxError {}
 export declare class OpenSandboxCancelledError extends OpenSandboxError {}
+/** A snapshot capture failed on the server (state 'Failed'), or a template build failed. */
+export declare class OpenSandboxSnapshotError extends OpenSandboxError {
+  readonly snapshotId?: string;
+  readonly state?: string;
+  /** The snapshot's status.reason (e.g. 'snapshot_capture_failed'). */
+  readonly reason?: string;
+  /** The snapshot's status.message. */
+  readonly serverMessage?: string;
+}
 
 export * from './code-interpreter.js';
 export * from './process-manager.js';

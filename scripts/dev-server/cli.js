@@ -7,7 +7,7 @@ import { startServer } from './index.js';
 
 const USAGE = `usage: dev-server [--port N] [--host H] [--api-key KEY] [--allowed-host-path DIR]... [--isolation bwrap|none]
                   [--data-dir DIR] [--execd-access-token TOK] [--execd-endpoint direct|proxy] [--endpoint-headers]
-                  [--max-sandbox-timeout-seconds N] [--command-tail-ms N] [--pty-exit-race] [--quiet]
+                  [--max-sandbox-timeout-seconds N] [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--quiet]
   The API key may also come from OPENSANDBOX_SERVER_API_KEY.`;
 
 let args;
@@ -24,6 +24,7 @@ try {
       'execd-endpoint': { type: 'string', default: 'direct' },
       'endpoint-headers': { type: 'boolean', default: false },
       'max-sandbox-timeout-seconds': { type: 'string' },
+      'max-snapshot-bytes': { type: 'string' },
       'command-tail-ms': { type: 'string', default: '1000' },
       'pty-exit-race': { type: 'boolean', default: false },
       quiet: { type: 'boolean', default: false },
@@ -61,6 +62,7 @@ try {
     execdEndpoint: args['execd-endpoint'],
     endpointHeaders: args['endpoint-headers'],
     maxSandboxTimeoutSeconds: int('max-sandbox-timeout-seconds', args['max-sandbox-timeout-seconds']),
+    maxSnapshotBytes: int('max-snapshot-bytes', args['max-snapshot-bytes']),
     commandTailMs: int('command-tail-ms', args['command-tail-ms']),
     ptyExitRace: args['pty-exit-race'],
     log: args.quiet ? false : (line) => console.log(`${new Date().toISOString()} ${line}`),

@@ -7,13 +7,14 @@ import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
+import { Snapshots } from './snapshots.js';
 import { findBwrap, probeBwrap } from './runner.js';
-import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate } from './validate.js';
+import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate } from './validate.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { INGRESS_HEADER } from './relay.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
-  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'commandTailMs', 'ptyExitRace', 'log'];
+  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'log'];
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie']);
 const BODY_LIMIT = 1024 * 1024;
 
@@ -44,9 +45,10 @@ function readBody(req) {
   });
 }
 
-/** JSON body like FastAPI: empty → 422 missing; malformed → 422 json_invalid. */
-async function readJson(req) {
+/** JSON body like FastAPI: empty → 422 missing (undefined when `optional`); malformed → 422 json_invalid. */
+async function readJson(req, { optional = false } = {}) {
   const text = await readBody(req);
+  if (text.trim() === '' && optional) return undefined;
   if (text.trim() === '') throw new ValidationError([issue(['body'], 'Field required', 'missing', null)]);
   try {
     return JSON.parse(text);
@@ -100,6 +102,9 @@ export async function startServer(options = {}) {
   if (opts.maxSandboxTimeoutSeconds !== undefined && (!Number.isInteger(opts.maxSandboxTimeoutSeconds) || opts.maxSandboxTimeoutSeconds < 60)) {
     throw new Error('maxSandboxTimeoutSeconds must be an integer >= 60');
   }
+  if (opts.maxSnapshotBytes !== undefined && (!Number.isInteger(opts.maxSnapshotBytes) || opts.maxSnapshotBytes < 0)) {
+    throw new Error('maxSnapshotBytes must be an integer >= 0');
+  }
   if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   let bwrap = null;
   if (opts.isolation === 'bwrap') {
@@ -120,6 +125,8 @@ export async function startServer(options = {}) {
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     endpointHeaders: opts.endpointHeaders, log,
   });
+  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
+  sandboxes.snapshots = snapshots;
   let domain = '';
 
   function endpointFor(sb, port, useServerProxy) {
@@ -181,11 +188,33 @@ export async function startServer(options = {}) {
       const pageSize = intQuery(url, 'pageSize', 20, 1, 200);
       return send(res, 200, sandboxes.list({ states, metadata, page, pageSize }));
     }
+    if (p === '/snapshots' && m === 'GET') {
+      const sandboxId = url.searchParams.get('sandboxId');
+      const states = url.searchParams.getAll('state').filter((s) => s !== '');
+      const page = intQuery(url, 'page', 1, 1);
+      const pageSize = intQuery(url, 'pageSize', 20, 1, 200);
+      return send(res, 200, snapshots.list({ sandboxId: sandboxId || null, states, page, pageSize }));
+    }
+    let r = /^\/snapshots\/([^/]+)$/.exec(p);
+    if (r) {
+      const id = decodeURIComponent(r[1]);
+      if (m === 'GET') return send(res, 200, snapshots.view(snapshots.get(id)));
+      if (m === 'DELETE') {
+        await snapshots.remove(id);
+        return send(res, 204);
+      }
+    }
+    r = /^\/sandboxes\/([^/]+)\/snapshots$/.exec(p);
+    if (r && m === 'POST') {
+      const spec = validateSnapshotCreate(await readJson(req, { optional: true }));
+      const rec = snapshots.create(decodeURIComponent(r[1]), spec);
+      return send(res, 202, snapshots.view(rec), { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/snapshots/${rec.id}` });
+    }
     if (p === '/metrics/events' && m === 'POST') {
       await readBody(req); // SDK telemetry: accepted and ignored
       return send(res, 204);
     }
-    let r = /^\/sandboxes\/([^/]+)$/.exec(p);
+    r = /^\/sandboxes\/([^/]+)$/.exec(p);
     if (r) {
       const id = decodeURIComponent(r[1]);
       if (m === 'GET') return send(res, 200, sandboxes.view(sandboxes.get(id)));
@@ -300,6 +329,7 @@ export async function startServer(options = {}) {
           server.close(() => resolve());
           server.closeAllConnections();
         });
+        await snapshots.drain();
         await sandboxes.closeAll();
         if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
         else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });

@@ -71,6 +71,7 @@ export class Sandboxes {
     fs.mkdirSync(this.sandboxDir, { recursive: true });
     fs.mkdirSync(this.volumesDir, { recursive: true });
     this.closing = false;
+    this.snapshots = null; // set by the server (snapshots.js): the source of creates with snapshotId
   }
 
   get(id) {
@@ -81,9 +82,6 @@ export class Sandboxes {
 
   async create(req) {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
-    if (req.snapshotId) {
-      throw new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${req.snapshotId} not found (the local server has no snapshots).`);
-    }
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
@@ -96,11 +94,20 @@ export class Sandboxes {
     const now = Date.now();
     const sb = {
       id, proc, relay: null, timer: null, deleting: false,
-      image: req.image, entrypoint: req.entrypoint, metadata: req.metadata,
+      image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
       platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch },
       createdAt: now, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
+    if (req.snapshotId) {
+      try {
+        await this.snapshots.restoreInto(req.snapshotId, proc.dirs); // 404/409 as the spec gives them
+      } catch (err) {
+        proc.removeDirs();
+        if (err instanceof ApiError) throw err;
+        throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${req.snapshotId}: ${err.message}`);
+      }
+    }
     this.items.set(id, sb);
     try {
       await proc.start();
@@ -149,7 +156,9 @@ export class Sandboxes {
 
   view(sb, { full = true } = {}) {
     const v = { id: sb.id };
-    if (sb.image && full) v.image = sb.image; // the create response has neither image nor platform
+    // the create response has neither the startup source (image / snapshotId) nor platform
+    if (sb.image && full) v.image = sb.image;
+    if (sb.snapshotId && full) v.snapshotId = sb.snapshotId;
     v.status = sb.status;
     v.metadata = sb.metadata;
     v.entrypoint = sb.entrypoint;

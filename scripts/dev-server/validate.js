@@ -228,3 +228,19 @@ export function parseTimestamp(s) {
   const zone = (m[4] ?? 'Z').toUpperCase();
   return Date.parse(`${m[1]}T${m[2]}${frac}${zone}`);
 }
+
+/** Validates a CreateSnapshotRequest (`{ name? }`, no other fields; the body itself is optional). */
+export function validateSnapshotCreate(body) {
+  if (body === undefined) return {};
+  if (!isObj(body)) throw new ValidationError([issue(['body'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body)]);
+  const errs = [];
+  for (const k of Object.keys(body)) {
+    if (k !== 'name') errs.push(issue(['body', k], 'Extra inputs are not permitted', 'extra_forbidden', body[k]));
+  }
+  if (body.name != null) {
+    if (typeof body.name !== 'string') errs.push(issue(['body', 'name'], 'Input should be a valid string', 'string_type', body.name));
+    else if (body.name.length === 0) errs.push({ ...issue(['body', 'name'], 'String should have at least 1 character', 'string_too_short', body.name), ctx: { min_length: 1 } });
+  }
+  if (errs.length) throw new ValidationError(errs);
+  return body.name == null ? {} : { name: body.name };
+}

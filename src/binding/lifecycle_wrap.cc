@@ -33,7 +33,11 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
                         InstanceMethod<&LifecycleWrap::Pause>("pause"), InstanceMethod<&LifecycleWrap::Resume>("resume"),
                         InstanceMethod<&LifecycleWrap::Renew>("renew"),
                         InstanceMethod<&LifecycleWrap::Endpoint>("endpoint"),
-                        InstanceMethod<&LifecycleWrap::PatchMetadata>("patchMetadata")});
+                        InstanceMethod<&LifecycleWrap::PatchMetadata>("patchMetadata"),
+                        InstanceMethod<&LifecycleWrap::CreateSnapshot>("createSnapshot"),
+                        InstanceMethod<&LifecycleWrap::GetSnapshot>("getSnapshot"),
+                        InstanceMethod<&LifecycleWrap::ListSnapshots>("listSnapshots"),
+                        InstanceMethod<&LifecycleWrap::DeleteSnapshot>("deleteSnapshot")});
   }
 
   // new Lifecycle(baseUrl, apiKey|null, requestTimeoutMs, caFile|null)
@@ -135,6 +139,39 @@ class LifecycleWrap : public Napi::ObjectWrap<LifecycleWrap> {
     std::string id = ArgString(info, 0, "sandbox id"), patch = ArgString(info, 1, "patch");
     return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
       return osb_lc_patch_metadata(e, lc_, id.c_str(), patch.c_str(), OnDone, c, err, n);
+    });
+  }
+  // createSnapshot(sandboxId, name|null)
+  Napi::Value CreateSnapshot(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "sandbox id");
+    bool named = !ArgIsNullish(info, 1);
+    std::string name = named ? ArgString(info, 1, "name") : "";
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
+      return osb_lc_snapshot_create(e, lc_, id.c_str(), named ? name.c_str() : nullptr, OnDone, c, err, n);
+    });
+  }
+  Napi::Value GetSnapshot(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "snapshot id");
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
+      return osb_lc_snapshot_get(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  Napi::Value DeleteSnapshot(const Napi::CallbackInfo& info) {
+    std::string id = ArgString(info, 0, "snapshot id");
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
+      return osb_lc_snapshot_delete(e, lc_, id.c_str(), OnDone, c, err, n);
+    });
+  }
+  // listSnapshots(sandboxId|null, states: string[], page, pageSize)
+  Napi::Value ListSnapshots(const Napi::CallbackInfo& info) {
+    bool bySandbox = !ArgIsNullish(info, 0);
+    std::string id = bySandbox ? ArgString(info, 0, "sandbox id") : "";
+    std::vector<std::string> states = ArgStrings(info, 1, "states");
+    long page = ArgLong(info, 2, 0, "page"), size = ArgLong(info, 3, 0, "pageSize");
+    auto sv = CStrs(states);
+    return Start(info, [&](osb_engine* e, LcCall* c, char* err, size_t n) {
+      return osb_lc_snapshot_list(e, lc_, bySandbox ? id.c_str() : nullptr, sv.data(), sv.size(), page, size, OnDone,
+                                  c, err, n);
     });
   }
 };

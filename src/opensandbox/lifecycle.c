@@ -252,22 +252,23 @@ oom:
   return -1;
 }
 
-static int check_id(const char *id, char *errbuf, size_t errlen) {
+static int check_id(const char *what, const char *id, char *errbuf, size_t errlen) {
   if (!id || !*id) {
-    snprintf(errbuf, errlen, "sandbox id must be a non-empty string");
+    snprintf(errbuf, errlen, "%s id must be a non-empty string", what);
     return -1;
   }
   return 0;
 }
 
-/* "/sandboxes/<escaped id><suffix>" */
-static int id_route(osb_engine *e, const osb_lc *lc, const char *method, const char *id, const char *suffix,
-                    const char *body, res_mode mode, osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen) {
-  if (check_id(id, errbuf, errlen) != 0) return -1;
+/* "<collection>/<escaped id><suffix>"; collection is "/sandboxes" or "/snapshots" */
+static int id_route_in(osb_engine *e, const osb_lc *lc, const char *collection, const char *method, const char *id,
+                       const char *suffix, const char *body, res_mode mode, osb_lc_done_fn done, void *ud,
+                       char *errbuf, size_t errlen) {
+  if (check_id(strcmp(collection, "/snapshots") == 0 ? "snapshot" : "sandbox", id, errbuf, errlen) != 0) return -1;
   char *eid = osb_url_escape(id);
   osb_buf path;
   osb_buf_init(&path);
-  if (!eid || osb_buf_appendf(&path, "/sandboxes/%s%s", eid, suffix)) {
+  if (!eid || osb_buf_appendf(&path, "%s/%s%s", collection, eid, suffix)) {
     free(eid);
     osb_buf_free(&path);
     snprintf(errbuf, errlen, "out of memory");
@@ -276,6 +277,32 @@ static int id_route(osb_engine *e, const osb_lc *lc, const char *method, const c
   free(eid);
   int rc = submit(e, lc, method, path.data, body, mode, done, ud, errbuf, errlen);
   osb_buf_free(&path);
+  return rc;
+}
+
+/* "/sandboxes/<escaped id><suffix>" */
+static int id_route(osb_engine *e, const osb_lc *lc, const char *method, const char *id, const char *suffix,
+                    const char *body, res_mode mode, osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen) {
+  return id_route_in(e, lc, "/sandboxes", method, id, suffix, body, mode, done, ud, errbuf, errlen);
+}
+
+/* POST /sandboxes/<id><suffix> with the JSON object {key: value} ({} when value is NULL). */
+static int post_field(osb_engine *e, const osb_lc *lc, const char *id, const char *suffix, const char *key,
+                      const char *value, osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o || (value && !cJSON_AddStringToObject(o, key, value))) {
+    cJSON_Delete(o);
+    snprintf(errbuf, errlen, "out of memory");
+    return -1;
+  }
+  char *body = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!body) {
+    snprintf(errbuf, errlen, "out of memory");
+    return -1;
+  }
+  int rc = id_route(e, lc, "POST", id, suffix, body, RES_JSON, done, ud, errbuf, errlen);
+  cJSON_free(body);
   return rc;
 }
 
@@ -314,21 +341,7 @@ int osb_lc_renew(osb_engine *e, const osb_lc *lc, const char *id, const char *ex
     snprintf(errbuf, errlen, "renew needs an expiresAt timestamp");
     return -1;
   }
-  cJSON *o = cJSON_CreateObject();
-  if (!o || !cJSON_AddStringToObject(o, "expiresAt", expires_at)) {
-    cJSON_Delete(o);
-    snprintf(errbuf, errlen, "out of memory");
-    return -1;
-  }
-  char *body = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!body) {
-    snprintf(errbuf, errlen, "out of memory");
-    return -1;
-  }
-  int rc = id_route(e, lc, "POST", id, "/renew-expiration", body, RES_JSON, done, ud, errbuf, errlen);
-  cJSON_free(body);
-  return rc;
+  return post_field(e, lc, id, "/renew-expiration", "expiresAt", expires_at, done, ud, errbuf, errlen);
 }
 
 int osb_lc_endpoint(osb_engine *e, const osb_lc *lc, const char *id, long port, int use_server_proxy,
@@ -349,6 +362,27 @@ int osb_lc_patch_metadata(osb_engine *e, const osb_lc *lc, const char *id, const
     return -1;
   }
   return id_route(e, lc, "PATCH", id, "/metadata", patch_json, RES_JSON, done, ud, errbuf, errlen);
+}
+
+/* Appends "state=…" for each state, then page and pageSize (0 = omitted); *sep is '?' or '&'. 0 or -1 (OOM). */
+static int append_paging(osb_buf *path, char *sep, const char *const *states, size_t nstates, long page,
+                         long page_size) {
+  for (size_t i = 0; i < nstates; i++) {
+    char *s = osb_url_escape(states[i]);
+    int bad = !s || osb_buf_appendf(path, "%cstate=%s", *sep, s) != 0;
+    free(s);
+    if (bad) return -1;
+    *sep = '&';
+  }
+  if (page > 0) {
+    if (osb_buf_appendf(path, "%cpage=%ld", *sep, page) != 0) return -1;
+    *sep = '&';
+  }
+  if (page_size > 0) {
+    if (osb_buf_appendf(path, "%cpageSize=%ld", *sep, page_size) != 0) return -1;
+    *sep = '&';
+  }
+  return 0;
 }
 
 int osb_lc_list(osb_engine *e, const osb_lc *lc, const char *const *meta_kv, size_t nmeta,
@@ -372,18 +406,51 @@ int osb_lc_list(osb_engine *e, const osb_lc *lc, const char *const *meta_kv, siz
     sep = '&';
     free(outer);
   }
-  for (size_t i = 0; ok && i < nstates; i++) {
-    char *s = osb_url_escape(states[i]);
-    ok = s && osb_buf_appendf(&path, "%cstate=%s", sep, s) == 0;
-    sep = '&';
-    free(s);
-  }
-  if (ok && page > 0) ok = osb_buf_appendf(&path, "%cpage=%ld", sep, page) == 0, sep = '&';
-  if (ok && page_size > 0) ok = osb_buf_appendf(&path, "%cpageSize=%ld", sep, page_size) == 0;
+  if (ok) ok = append_paging(&path, &sep, states, nstates, page, page_size) == 0;
   int rc = -1;
   if (!ok) snprintf(errbuf, errlen, "out of memory");
   else rc = submit(e, lc, "GET", path.data, NULL, RES_JSON, done, ud, errbuf, errlen);
   osb_buf_free(&inner);
+  osb_buf_free(&path);
+  return rc;
+}
+
+int osb_lc_snapshot_create(osb_engine *e, const osb_lc *lc, const char *sandbox_id, const char *name,
+                           osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen) {
+  if (name && !*name) {
+    snprintf(errbuf, errlen, "snapshot name must not be empty");
+    return -1;
+  }
+  return post_field(e, lc, sandbox_id, "/snapshots", "name", name, done, ud, errbuf, errlen);
+}
+
+int osb_lc_snapshot_get(osb_engine *e, const osb_lc *lc, const char *snapshot_id, osb_lc_done_fn done, void *ud,
+                        char *errbuf, size_t errlen) {
+  return id_route_in(e, lc, "/snapshots", "GET", snapshot_id, "", NULL, RES_JSON, done, ud, errbuf, errlen);
+}
+
+int osb_lc_snapshot_delete(osb_engine *e, const osb_lc *lc, const char *snapshot_id, osb_lc_done_fn done,
+                           void *ud, char *errbuf, size_t errlen) {
+  return id_route_in(e, lc, "/snapshots", "DELETE", snapshot_id, "", NULL, RES_NONE, done, ud, errbuf, errlen);
+}
+
+int osb_lc_snapshot_list(osb_engine *e, const osb_lc *lc, const char *sandbox_id, const char *const *states,
+                         size_t nstates, long page, long page_size, osb_lc_done_fn done, void *ud, char *errbuf,
+                         size_t errlen) {
+  osb_buf path;
+  osb_buf_init(&path);
+  int ok = osb_buf_append_str(&path, "/snapshots") == 0;
+  char sep = '?';
+  if (ok && sandbox_id && *sandbox_id) {
+    char *s = osb_url_escape(sandbox_id);
+    ok = s && osb_buf_appendf(&path, "%csandboxId=%s", sep, s) == 0;
+    sep = '&';
+    free(s);
+  }
+  if (ok) ok = append_paging(&path, &sep, states, nstates, page, page_size) == 0;
+  int rc = -1;
+  if (!ok) snprintf(errbuf, errlen, "out of memory");
+  else rc = submit(e, lc, "GET", path.data, NULL, RES_JSON, done, ud, errbuf, errlen);
   osb_buf_free(&path);
   return rc;
 }

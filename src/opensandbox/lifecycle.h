@@ -1,5 +1,5 @@
 /* Lifecycle client: the OpenSandbox sandboxes API (POST/GET/DELETE /sandboxes…, pause, resume, renew,
- * endpoints, metadata). Requests carry OPEN-SANDBOX-API-KEY (only here, never to execd), an X-Request-ID we
+ * endpoints, metadata) and its snapshots (POST /sandboxes/{id}/snapshots, GET/DELETE /snapshots/{id}, GET /snapshots). Requests carry OPEN-SANDBOX-API-KEY (only here, never to execd), an X-Request-ID we
  * generate, Accept/Content-Type JSON. Idempotent GETs retry connection failures within the deadline.
  * Thread-safe entry points: each call copies what it needs and posts a job to the engine. */
 #ifndef OSB_LIFECYCLE_H
@@ -46,6 +46,19 @@ int osb_lc_endpoint(osb_engine *e, const osb_lc *lc, const char *id, long port, 
 /* patch_json: a JSON merge patch object built by the caller ({"k":"v","gone":null}). */
 int osb_lc_patch_metadata(osb_engine *e, const osb_lc *lc, const char *id, const char *patch_json,
                           osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen);
+
+/* Snapshots. create: POST /sandboxes/{sandbox_id}/snapshots with {"name": name} ({} when name is NULL; "" is
+ * refused), resolves the 202 Snapshot (state Creating). get: GET /snapshots/{id}. delete: DELETE (204, no body).
+ * list: GET /snapshots, sandbox_id NULL = every sandbox, states OR-ed, page/page_size 0 = omitted. */
+int osb_lc_snapshot_create(osb_engine *e, const osb_lc *lc, const char *sandbox_id, const char *name,
+                           osb_lc_done_fn done, void *ud, char *errbuf, size_t errlen);
+int osb_lc_snapshot_get(osb_engine *e, const osb_lc *lc, const char *snapshot_id, osb_lc_done_fn done, void *ud,
+                        char *errbuf, size_t errlen);
+int osb_lc_snapshot_delete(osb_engine *e, const osb_lc *lc, const char *snapshot_id, osb_lc_done_fn done,
+                           void *ud, char *errbuf, size_t errlen);
+int osb_lc_snapshot_list(osb_engine *e, const osb_lc *lc, const char *sandbox_id, const char *const *states,
+                         size_t nstates, long page, long page_size, osb_lc_done_fn done, void *ud, char *errbuf,
+                         size_t errlen);
 
 /* Shared with the execd client: a random request id (32 hex chars + NUL). */
 void osb_new_request_id(char out[33]);

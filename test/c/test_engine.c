@@ -415,7 +415,21 @@ static void test_ready_and_lifecycle_errors(void) {
   CHECK(strstr(d.err.message, "/sandboxes/a%20b%2Fc") != NULL);
   CHECK(strlen(d.err.request_id) == 32);
   latch_destroy(&d.l);
+  /* snapshot routes: the id is escaped into /snapshots/<id> */
+  memset(&d, 0, sizeof d);
+  latch_init(&d.l);
+  CHECK(osb_lc_snapshot_get(e, lc, "s 1/2", on_lc, &d, err, sizeof err) == 0);
+  CHECK(latch_wait(&d.l, 1, 10000) && d.failed);
+  CHECK(d.err.kind == OSB_KIND_API && d.err.status == 404);
+  CHECK(strstr(d.err.message, "/snapshots/s%201%2F2") != NULL);
+  latch_destroy(&d.l);
   CHECK(osb_lc_get(e, lc, "", on_lc, &d, err, sizeof err) == -1);
+  CHECK(osb_lc_snapshot_get(e, lc, "", on_lc, &d, err, sizeof err) == -1);
+  CHECK_STR(err, "snapshot id must be a non-empty string");
+  CHECK(osb_lc_snapshot_delete(e, lc, NULL, on_lc, &d, err, sizeof err) == -1);
+  CHECK(osb_lc_snapshot_create(e, lc, "x", "", on_lc, &d, err, sizeof err) == -1);
+  CHECK_STR(err, "snapshot name must not be empty");
+  CHECK(osb_lc_snapshot_create(e, lc, "", NULL, on_lc, &d, err, sizeof err) == -1);
   CHECK(osb_lc_endpoint(e, lc, "x", 0, 0, on_lc, &d, err, sizeof err) == -1);
   osb_lc_free(lc);
   CHECK(osb_lc_new("file:///etc/passwd", NULL, 0, err, sizeof err) == NULL);

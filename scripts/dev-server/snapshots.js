@@ -1,0 +1,225 @@
+// Snapshots of the local server (the spec's Snapshots API): a snapshot is a copy of a sandbox's writable state
+// (/workspace, /tmp, /root) under <dataDir>/snapshots/<id>/data, with its record in <dataDir>/snapshots/<id>/
+// snapshot.json, so snapshots outlive their source sandbox and a server restarted on the same dataDir. Capture
+// stops the sandbox's processes (SIGSTOP) only while the directories are copied (reflinks where the filesystem has
+// them), then lets them continue. States: Creating -> Ready | Failed; Deleting while the data is removed.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { execFile } from 'node:child_process';
+import { ApiError } from './validate.js';
+
+/** The sandbox directories a snapshot holds (names under a sandbox's dir and under a snapshot's data dir). */
+export const SNAPSHOT_DIRS = ['workspace', 'tmp', 'home'];
+const RECORD = 'snapshot.json';
+const COPY_TIMEOUT_MS = 10 * 60 * 1000;
+
+function iso(ms) {
+  return new Date(ms).toISOString().replace(/Z$/, '000Z');
+}
+
+export function snapshotNotFound(id) {
+  return new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${id} not found.`);
+}
+
+/** `cp -a` of the contents of src into dst (created), reflinked when the filesystem can. */
+export function copyTree(src, dst) {
+  fs.mkdirSync(dst, { recursive: true, mode: 0o755 });
+  if (!fs.existsSync(src)) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    execFile('cp', ['-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`], { timeout: COPY_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, _out, stderr) => {
+      if (err) reject(new Error(String(stderr || err.message).trim().split('\n').slice(0, 3).join('; ')));
+      else resolve();
+    });
+  });
+}
+
+/** Bytes of the files under dir (allocated blocks; reflinked/shared extents count in full). */
+function diskBytes(dir) {
+  let total = 0;
+  const walk = (d) => {
+    let entries;
+    try {
+      entries = fs.readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else {
+        try {
+          total += fs.lstatSync(p).blocks * 512;
+        } catch { /* vanished */ }
+      }
+    }
+  };
+  walk(dir);
+  return total;
+}
+
+export class Snapshots {
+  /** options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data; undefined = no limit) } */
+  constructor({ dataDir, sandboxes, log, maxBytes }) {
+    this.dir = path.join(dataDir, 'snapshots');
+    this.sandboxes = sandboxes;
+    this.log = log;
+    this.maxBytes = maxBytes;
+    this.items = new Map();
+    this.captures = new Set(); // capture promises in flight (close() waits for them)
+    fs.mkdirSync(this.dir, { recursive: true });
+    this.load();
+  }
+
+  /** Reads the records of an earlier run: a capture cut by the restart failed; an interrupted delete finishes. */
+  load() {
+    for (const id of fs.readdirSync(this.dir)) {
+      const dir = path.join(this.dir, id);
+      let rec;
+      try {
+        rec = JSON.parse(fs.readFileSync(path.join(dir, RECORD), 'utf8'));
+      } catch {
+        fs.rmSync(dir, { recursive: true, force: true }); // no complete record: a half-written entry
+        continue;
+      }
+      if (rec?.id !== id) continue;
+      if (rec.status?.state === 'Deleting') {
+        fs.rmSync(dir, { recursive: true, force: true });
+        continue;
+      }
+      if (rec.status?.state === 'Creating') {
+        fs.rmSync(path.join(dir, 'data'), { recursive: true, force: true });
+        this.transition(rec, 'Failed', 'snapshot_capture_failed', 'The server stopped while the snapshot was being captured.');
+      }
+      this.items.set(id, rec);
+    }
+  }
+
+  persist(rec) {
+    const dir = path.join(this.dir, rec.id);
+    fs.mkdirSync(dir, { recursive: true });
+    const tmp = path.join(dir, `.${RECORD}.tmp`);
+    const { restoring: _inMemoryOnly, ...stored } = rec;
+    fs.writeFileSync(tmp, JSON.stringify(stored));
+    fs.renameSync(tmp, path.join(dir, RECORD));
+  }
+
+  transition(rec, state, reason, message) {
+    rec.status = { state, reason, message, lastTransitionAt: iso(Date.now()) };
+    this.persist(rec);
+  }
+
+  get(id) {
+    const rec = this.items.get(id);
+    if (!rec) throw snapshotNotFound(id);
+    return rec;
+  }
+
+  view(rec) {
+    const v = { id: rec.id, sandboxId: rec.sandboxId };
+    if (rec.name !== undefined) v.name = rec.name;
+    v.status = rec.status;
+    v.createdAt = iso(rec.createdAt);
+    return v;
+  }
+
+  /** Total bytes of the snapshots' data on disk (for disk limits). */
+  bytesUsed() {
+    let n = 0;
+    for (const rec of this.items.values()) n += rec.sizeBytes ?? 0;
+    return n;
+  }
+
+  /** POST /sandboxes/{id}/snapshots: accepted at once (Creating); the capture runs in the background. */
+  create(sandboxId, { name }) {
+    const sb = this.sandboxes.get(sandboxId);
+    if (sb.status.state !== 'Running') {
+      throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sandboxId} is not running (state ${sb.status.state}); only a running sandbox can be snapshotted.`);
+    }
+    const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
+    this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot capture is in progress.');
+    this.items.set(rec.id, rec);
+    const run = this.capture(rec, sb).finally(() => this.captures.delete(run));
+    this.captures.add(run);
+    return rec;
+  }
+
+  async capture(rec, sb) {
+    const data = path.join(this.dir, rec.id, 'data');
+    const resumeAfter = !sb.proc.paused;
+    try {
+      sb.proc.pause(); // consistent copy: nothing in the sandbox writes while it is taken
+      if (this.maxBytes !== undefined) {
+        const need = SNAPSHOT_DIRS.reduce((n, d) => n + diskBytes(sb.proc.dirs[d]), 0);
+        const used = this.bytesUsed();
+        if (used + need > this.maxBytes) {
+          throw new Error(`the sandbox's ${need} bytes would exceed the server's snapshot disk limit (${used} of ${this.maxBytes} bytes used)`);
+        }
+      }
+      for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
+    } catch (err) {
+      fs.rmSync(data, { recursive: true, force: true });
+      if (this.items.has(rec.id)) this.transition(rec, 'Failed', 'snapshot_capture_failed', `Capture failed: ${err.message}`);
+      this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} failed: ${err.message}`);
+      return;
+    } finally {
+      // a pause requested through the API meanwhile wins; a deleted sandbox has nothing to continue
+      if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
+    }
+    rec.sizeBytes = diskBytes(data);
+    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_ready', 'Snapshot is ready.');
+    this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
+  }
+
+  list({ sandboxId, states, page, pageSize }) {
+    const wanted = states.map((s) => s.toLowerCase());
+    const all = [...this.items.values()]
+      .filter((r) => r.status.state !== 'Deleting')
+      .filter((r) => sandboxId === null || r.sandboxId === sandboxId)
+      .filter((r) => wanted.length === 0 || wanted.includes(r.status.state.toLowerCase()))
+      .sort((a, b) => b.createdAt - a.createdAt);
+    const totalPages = Math.ceil(all.length / pageSize);
+    return {
+      items: all.slice((page - 1) * pageSize, page * pageSize).map((r) => this.view(r)),
+      pagination: { page, pageSize, totalItems: all.length, totalPages, hasNextPage: page < totalPages },
+    };
+  }
+
+  async remove(id) {
+    const rec = this.get(id);
+    if (rec.status.state === 'Creating') {
+      throw new ApiError(409, 'SNAPSHOT::IN_PROGRESS', `Snapshot ${id} is still being created; it can be deleted once it is Ready or Failed.`);
+    }
+    if (rec.status.state === 'Deleting') throw snapshotNotFound(id);
+    if (rec.restoring > 0) {
+      throw new ApiError(409, 'SNAPSHOT::IN_USE', `Snapshot ${id} is being restored into a sandbox right now; delete it afterwards.`);
+    }
+    this.transition(rec, 'Deleting', 'snapshot_deleting', 'Snapshot is being deleted.');
+    await fs.promises.rm(path.join(this.dir, id), { recursive: true, force: true });
+    this.items.delete(id);
+  }
+
+  /**
+   * For a create with snapshotId: copies the snapshot's directories into a new sandbox's dirs ({ workspace, tmp,
+   * home } paths). 404 unknown, 409 not Ready; the snapshot cannot be deleted while this runs.
+   */
+  async restoreInto(id, dirs) {
+    const rec = this.items.get(id);
+    if (!rec || rec.status.state === 'Deleting') throw snapshotNotFound(id);
+    if (rec.status.state !== 'Ready') {
+      throw new ApiError(409, 'SNAPSHOT::NOT_READY', `Snapshot ${id} is ${rec.status.state}, not Ready.`);
+    }
+    const data = path.join(this.dir, id, 'data');
+    rec.restoring = (rec.restoring ?? 0) + 1;
+    try {
+      for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d]);
+    } finally {
+      rec.restoring--;
+    }
+  }
+
+  /** Waits for the captures in flight (server close). */
+  async drain() {
+    await Promise.all([...this.captures]);
+  }
+}

@@ -1,0 +1,184 @@
+// Snapshots API of the local OpenSandbox-compatible server over raw HTTP: capture (202 Creating -> Ready), the
+// captured /workspace /tmp /root restored into a new sandbox (with and without entrypoint), list filters and
+// pagination, delete, the spec's status codes and bodies, snapshots outliving their sandbox and a server restart on
+// the same dataDir, and the snapshot disk limit.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer } from '../scripts/dev-server/index.js';
+import { waitFor } from './helpers/poll.js';
+import { request, parseEvents } from './helpers/raw.js';
+
+const KEY = 'snapshot-test-key';
+
+describe('dev-server snapshots API', function () {
+  this.timeout(60000);
+  let server;
+  let dataDir;
+  const api = (p, opts = {}) => request(`${server.baseUrl}${p}`, { ...opts, headers: { 'OPEN-SANDBOX-API-KEY': KEY, 'Content-Type': 'application/json', ...opts.headers } });
+  const start = (extra = {}) => startServer({ apiKey: KEY, dataDir, commandTailMs: 50, ...extra });
+
+  async function createSandbox(body = { image: { uri: 'ubuntu:22.04' }, entrypoint: ['tail', '-f', '/dev/null'] }) {
+    const r = await api('/v1/sandboxes', { method: 'POST', body: { resourceLimits: { cpu: '1' }, ...body } });
+    assert.equal(r.status, 202, r.text);
+    return r.json;
+  }
+  async function sh(id, command) {
+    const ep = await api(`/v1/sandboxes/${id}/endpoints/44772`);
+    assert.equal(ep.status, 200, ep.text);
+    const r = await request(`http://${ep.json.endpoint}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { command } });
+    assert.equal(r.status, 200, r.text);
+    const events = parseEvents(r.text);
+    assert.equal(events.at(-1).type, 'execution_complete', r.text);
+    return events.filter(e => e.type === 'stdout').map(e => e.text).join('\n');
+  }
+  async function snapshot(id, body) {
+    const r = await api(`/v1/sandboxes/${id}/snapshots`, { method: 'POST', ...(body === undefined ? {} : { body }) });
+    assert.equal(r.status, 202, r.text);
+    return r;
+  }
+  const ready = id => waitFor(async () => {
+    const r = await api(`/v1/snapshots/${id}`);
+    assert.notEqual(r.json.status.state, 'Failed', r.text);
+    return r.json.status.state === 'Ready' && r.json;
+  }, { timeoutMs: 30000, message: `snapshot ${id} Ready` });
+
+  beforeEach(async () => {
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-snap-'));
+    server = await start();
+  });
+  afterEach(async () => {
+    await server?.close();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('captures a running sandbox (202 Creating, Location) and restores the captured files, not later changes', async () => {
+    const sb = await createSandbox();
+    await sh(sb.id, 'echo captured > /workspace/a.txt; mkdir -p /workspace/d && echo deep > /workspace/d/b; echo t > /tmp/t; echo r > /root/r');
+    const r = await snapshot(sb.id, { name: 'before-import' });
+    assert.equal(r.headers.location, `/v1/snapshots/${r.json.id}`);
+    assert.deepEqual(Object.keys(r.json).sort(), ['createdAt', 'id', 'name', 'sandboxId', 'status']);
+    assert.equal(r.json.sandboxId, sb.id);
+    assert.equal(r.json.name, 'before-import');
+    assert.equal(r.json.status.state, 'Creating');
+    assert.equal(r.json.status.reason, 'snapshot_accepted');
+    const snap = await ready(r.json.id);
+    assert.equal(snap.status.reason, 'snapshot_ready');
+    assert.equal(snap.createdAt, r.json.createdAt);
+    // the source keeps running and changing; the snapshot does not
+    await sh(sb.id, 'echo modified > /workspace/a.txt; rm /workspace/d/b; echo new > /workspace/new');
+    const restored = await createSandbox({ snapshotId: snap.id });
+    assert.deepEqual(restored.entrypoint, ['tail', '-f', '/dev/null']);
+    assert.equal(await sh(restored.id, 'cat /workspace/a.txt /workspace/d/b /tmp/t /root/r; ls /workspace'), 'captured\ndeep\nt\nr\na.txt\nd');
+    const got = await api(`/v1/sandboxes/${restored.id}`);
+    assert.equal(got.json.snapshotId, snap.id);
+    assert.equal(got.json.image, undefined);
+    assert.equal(await sh(sb.id, 'cat /workspace/a.txt'), 'modified');
+  });
+
+  it('an unnamed snapshot (no body, or {}) has no name; restoring with an entrypoint runs it', async () => {
+    const sb = await createSandbox();
+    await sh(sb.id, 'echo x > /workspace/x');
+    const a = await snapshot(sb.id);
+    const b = await snapshot(sb.id, {});
+    for (const s of [a, b]) assert.equal('name' in s.json, false);
+    await ready(a.json.id);
+    await ready(b.json.id);
+    const restored = await createSandbox({ snapshotId: a.json.id, entrypoint: ['sh', '-c', 'cp /workspace/x /workspace/copied; exec sleep 600'] });
+    assert.deepEqual(restored.entrypoint, ['sh', '-c', 'cp /workspace/x /workspace/copied; exec sleep 600']);
+    await waitFor(async () => (await sh(restored.id, 'cat /workspace/copied 2>/dev/null')) === 'x', { timeoutMs: 15000, message: 'entrypoint ran' });
+  });
+
+  it('status codes and bodies: unknown sandbox/snapshot 404, paused sandbox 409, bad body 422, both sources 422', async () => {
+    const missing = await api('/v1/sandboxes/nope/snapshots', { method: 'POST', body: {} });
+    assert.equal(missing.status, 404);
+    assert.deepEqual(missing.json, { code: 'DOCKER::SANDBOX_NOT_FOUND', message: 'Sandbox nope not found.' });
+    for (const p of ['/v1/snapshots/nope', '/snapshots/nope']) {
+      const r = await api(p);
+      assert.equal(r.status, 404);
+      assert.deepEqual(r.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found.' });
+    }
+    assert.equal((await api('/v1/snapshots/nope', { method: 'DELETE' })).status, 404);
+    const fromMissing = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: 'nope', resourceLimits: {} } });
+    assert.equal(fromMissing.status, 404);
+    assert.deepEqual(fromMissing.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found.' });
+    const sb = await createSandbox();
+    const extra = await api(`/v1/sandboxes/${sb.id}/snapshots`, { method: 'POST', body: { name: 'x', ttl: 5 } });
+    assert.equal(extra.status, 422);
+    assert.deepEqual(extra.json.detail.map(d => [d.type, d.loc]), [['extra_forbidden', ['body', 'ttl']]]);
+    const empty = await api(`/v1/sandboxes/${sb.id}/snapshots`, { method: 'POST', body: { name: '' } });
+    assert.equal(empty.status, 422);
+    assert.equal(empty.json.detail[0].type, 'string_too_short');
+    const both = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: 's', image: { uri: 'x' }, entrypoint: ['x'], resourceLimits: {} } });
+    assert.equal(both.status, 422);
+    assert.equal((await api(`/v1/sandboxes/${sb.id}/pause`, { method: 'POST' })).status, 202);
+    const paused = await api(`/v1/sandboxes/${sb.id}/snapshots`, { method: 'POST', body: {} });
+    assert.equal(paused.status, 409);
+    assert.equal(paused.json.code, 'DOCKER::SANDBOX_NOT_RUNNING');
+    assert.match(paused.json.message, /not running \(state Paused\)/);
+  });
+
+  it('lists with sandboxId and state filters and pagination, newest first; delete is 204 then 404', async () => {
+    const one = await createSandbox();
+    const two = await createSandbox();
+    const ids = [];
+    for (const sb of [one, two, one]) {
+      const r = await snapshot(sb.id, { name: `n${ids.length}` });
+      await ready(r.json.id);
+      ids.push(r.json.id);
+    }
+    const all = await api('/v1/snapshots');
+    assert.equal(all.status, 200);
+    assert.deepEqual(all.json.items.map(s => s.id), [...ids].reverse());
+    assert.deepEqual(all.json.pagination, { page: 1, pageSize: 20, totalItems: 3, totalPages: 1, hasNextPage: false });
+    const ofOne = await api(`/v1/snapshots?sandboxId=${one.id}&state=Ready&state=Failed`);
+    assert.deepEqual(ofOne.json.items.map(s => s.id), [ids[2], ids[0]]);
+    assert.equal((await api('/v1/snapshots?state=Creating')).json.items.length, 0);
+    const p2 = await api('/v1/snapshots?page=2&pageSize=2');
+    assert.deepEqual(p2.json.items.map(s => s.id), [ids[0]]);
+    assert.deepEqual(p2.json.pagination, { page: 2, pageSize: 2, totalItems: 3, totalPages: 2, hasNextPage: false });
+    assert.equal((await api('/v1/snapshots?pageSize=0')).status, 422);
+    const del = await api(`/v1/snapshots/${ids[1]}`, { method: 'DELETE' });
+    assert.equal(del.status, 204);
+    assert.equal(del.text, '');
+    assert.equal((await api(`/v1/snapshots/${ids[1]}`)).status, 404);
+    assert.equal((await api('/v1/snapshots')).json.pagination.totalItems, 2);
+  });
+
+  it('snapshots outlive their sandbox and a server restart on the same dataDir', async () => {
+    const sb = await createSandbox();
+    await sh(sb.id, 'echo kept > /workspace/k');
+    const r = await snapshot(sb.id, { name: 'keep' });
+    const snap = await ready(r.json.id);
+    assert.equal((await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' })).status, 204);
+    assert.deepEqual((await api(`/v1/snapshots/${snap.id}`)).json, snap);
+    await server.close();
+    server = await start();
+    assert.deepEqual((await api(`/v1/snapshots/${snap.id}`)).json, snap);
+    assert.deepEqual((await api('/v1/snapshots')).json.items, [snap]);
+    const restored = await createSandbox({ snapshotId: snap.id });
+    assert.equal(await sh(restored.id, 'cat /workspace/k'), 'kept');
+  });
+
+  it('a capture over the snapshot disk limit fails (Failed, reason and message); the sandbox keeps running', async () => {
+    await server.close();
+    server = await start({ maxSnapshotBytes: 64 * 1024 });
+    const sb = await createSandbox();
+    await sh(sb.id, 'head -c 200000 /dev/zero > /workspace/big');
+    const r = await snapshot(sb.id, { name: 'too-big' });
+    const failed = await waitFor(async () => {
+      const g = await api(`/v1/snapshots/${r.json.id}`);
+      return g.json.status.state === 'Failed' && g.json;
+    }, { timeoutMs: 30000, message: 'capture failed' });
+    assert.equal(failed.status.reason, 'snapshot_capture_failed');
+    assert.match(failed.status.message, /exceed the server's snapshot disk limit/);
+    assert.equal(await sh(sb.id, 'stat -c %s /workspace/big'), '200000');
+    const restore = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: failed.id, resourceLimits: {} } });
+    assert.equal(restore.status, 409);
+    assert.equal(restore.json.code, 'SNAPSHOT::NOT_READY');
+    assert.equal((await api(`/v1/snapshots/${failed.id}`, { method: 'DELETE' })).status, 204);
+    await sh(sb.id, 'rm /workspace/big; echo small > /workspace/s');
+    await ready((await snapshot(sb.id)).json.id);
+  });
+});
