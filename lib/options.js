@@ -16,12 +16,15 @@ export const DEFAULTS = Object.freeze({
   requestTimeoutMs: 30000,
   readyTimeoutMs: 30000,
   workingDirectory: '/workspace',
+  keepCheckpoints: 3,
+  snapshotTimeoutMs: 300000,
 });
 
 const KNOWN = new Set([
   'id', 'domain', 'apiKey', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'resources', 'env',
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
   'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes',
+  'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs',
 ]);
 
 const fail = (option, message) => {
@@ -179,6 +182,17 @@ function parseMetadata(o) {
   return m;
 }
 
+/**
+ * checkpointName: explicit string, or null (no checkpoints); undefined defaults to the caller-given `id` (a stable
+ * id opts in; a generated id never matches a checkpoint).
+ */
+function parseCheckpointName(o) {
+  if (o.checkpointName === null) return undefined;
+  const explicit = optString(o, 'checkpointName');
+  if (explicit !== undefined) return explicit;
+  return typeof o.id === 'string' && o.id.trim() !== '' ? o.id : undefined;
+}
+
 /** Validates constructor options and returns the normalized configuration. */
 export function normalizeOptions(input = {}, env = process.env) {
   if (!isPlainObject(input)) fail('options', `expected an options object, got ${typeName(input)}`);
@@ -205,6 +219,9 @@ export function normalizeOptions(input = {}, env = process.env) {
     fail('useServerProxy', `expected a boolean, got ${typeName(o.useServerProxy)}`);
   }
 
+  if (o.snapshotId !== undefined && o.image !== undefined) {
+    fail('snapshotId', 'a sandbox starts from either an image or a snapshot: do not give both "image" and "snapshotId"');
+  }
   if (o.idleTimeoutMinutes !== undefined && o.idleTimeoutMinutes !== null && o.timeoutSeconds === null) {
     fail('idleTimeoutMinutes', 'needs an expiring sandbox: timeoutSeconds must not be null');
   }
@@ -217,6 +234,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     sandboxId: optString(o, 'sandboxId'),
     image: parseImage(o.image),
     entrypoint: parseEntrypoint(o.entrypoint),
+    entrypointGiven: o.entrypoint !== undefined,
     timeoutSeconds: parseTimeoutSeconds(o.timeoutSeconds),
     resources: parseResources(o.resources),
     env: stringRecord(o, 'env', { allowUndefined: true }) ?? {},
@@ -233,6 +251,11 @@ export function normalizeOptions(input = {}, env = process.env) {
     onDestroy: optFunction(o, 'onDestroy'),
     workingDirectory: parseWorkingDirectory(o.workingDirectory),
     idleTimeoutMinutes: parseIdleTimeoutMinutes(o.idleTimeoutMinutes),
+    checkpointName: parseCheckpointName(o),
+    seedCheckpointName: optString(o, 'seedCheckpointName'),
+    snapshotId: optString(o, 'snapshotId'),
+    keepCheckpoints: optPositiveInt(o, 'keepCheckpoints') ?? DEFAULTS.keepCheckpoints,
+    snapshotTimeoutMs: optPositiveInt(o, 'snapshotTimeoutMs') ?? DEFAULTS.snapshotTimeoutMs,
   };
 }
 

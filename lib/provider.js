@@ -42,6 +42,11 @@ export const openSandboxConfigSchema = Object.freeze({
     readyTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.readyTimeoutMs, description: 'Deadline for the sandbox to become Running and execd to answer.' },
     workingDirectory: str('Default cwd of commands, created on start.', { default: DEFAULTS.workingDirectory }),
     instructions: str('Instructions for the agent about this sandbox ("" = none); default: a description of the sandbox.'),
+    checkpointName: { type: ['string', 'null'], description: 'Checkpoint snapshot() captures into and a start without a live sandbox boots from. Default: id; null = no checkpoints.' },
+    seedCheckpointName: str('Boot-only fallback checkpoint when checkpointName has none yet.'),
+    snapshotId: str('Create the sandbox from this snapshot instead of image.'),
+    keepCheckpoints: { type: 'integer', minimum: 1, default: DEFAULTS.keepCheckpoints, description: 'Ready checkpoints of a name kept after each snapshot().' },
+    snapshotTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.snapshotTimeoutMs, description: 'Deadline of one snapshot() capture.' },
   },
 });
 

@@ -3,7 +3,7 @@
 // commands through the native Execd client; this file only speaks Mastra and maps results and errors.
 import { setTimeout as delay } from 'node:timers/promises';
 import { createHash } from 'node:crypto';
-import { MastraSandbox, SandboxAbortError, SandboxNotReadyError, SandboxUnsupportedFeatureError } from '@mastra/core/workspace';
+import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
 import { Lifecycle, Execd } from './native.js';
 import { OpenSandboxProcessManager } from './process-manager.js';
 import { normalizeOptions, normalizeCommandCall, shellQuote } from './options.js';
@@ -13,6 +13,7 @@ import { parseResources } from './resources.js';
 import { normalizeFiles, uploadFiles } from './files.js';
 import { KeepAlive } from './keepalive.js';
 import { SnapshotClient } from './snapshots.js';
+import { Checkpoints, checkpointCandidates } from './checkpoints.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
 export const MOUNTS_LABEL = 'mastra.ai/mounts';
@@ -38,6 +39,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
   name = 'OpenSandboxSandbox';
   provider = 'opensandbox';
   status = 'pending';
+  /** snapshot() persists real checkpoints (OpenSandbox snapshots) that later starts boot from. */
+  supportsCheckpoints = true;
 
   #cfg;
   #lifecycleClient;
@@ -56,6 +59,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #mountMismatch; // why the workspace mounts differ from the remote sandbox's (reconnect), or undefined
   #keepAlive;
   #uploads = 0; // writeFiles calls in flight (activity for the keep-alive)
+  #checkpoints; // lib/checkpoints.js, created on first use
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
@@ -101,6 +105,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     checkAbort();
     let remote = null;
     let outcome = 'connected';
+    let extra = {}; // restoredFrom (checkpoint/seed/snapshot) of a created sandbox
     if (this.#remoteId) remote = await this.#reattachKnown(checkAbort);
     if (!remote) {
       const found = await this.#findByLogicalId();
@@ -108,7 +113,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       if (found) {
         remote = await this.#wake(found, checkAbort);
       } else {
-        remote = await this.#create();
+        ({ remote, extra } = await this.#provision(checkAbort));
         outcome = 'created';
       }
     }
@@ -125,7 +130,33 @@ export class OpenSandboxSandbox extends MastraSandbox {
       }
       throw err;
     }
-    return { outcome };
+    return { outcome, ...extra };
+  }
+
+  /**
+   * Captures the sandbox into the checkpoint named by `checkpointName` (default: the caller-given `id`) and waits
+   * until it is Ready (`snapshotTimeoutMs`, optional `abortSignal`); older checkpoints of that name beyond
+   * `keepCheckpoints` are deleted. A paused sandbox is resumed for the capture and paused again. Concurrent calls
+   * run one after the other; a failed capture (OpenSandboxSnapshotError) leaves the previous checkpoint in place.
+   * No checkpoint name: resolves without doing anything (like Mastra's LocalSandbox).
+   */
+  async snapshot(options = {}) {
+    const name = this.#cfg.checkpointName;
+    if (!name) return;
+    const { abortSignal, timeoutMs } = options ?? {};
+    if (abortSignal?.aborted) throw new SandboxAbortError('snapshot', abortSignal.reason);
+    await this.#checkpointStore().capture(name, () => this.#prepareCapture(), { abortSignal, timeoutMs });
+  }
+
+  /** The remote sandbox to capture, resumed if paused ({ sandboxId, release } for Checkpoints.capture). */
+  async #prepareCapture() {
+    const id = this.#remoteId;
+    if (!id) throw new SandboxNotReadyError(this.id);
+    const remote = await this.#lcCall(`get sandbox ${id}`, lc => lc.get(id));
+    if (stateOf(remote) !== 'Paused') return { sandboxId: id };
+    await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
+    await this.#waitForState(id, s => s === 'Running', 'resume');
+    return { sandboxId: id, release: () => this.#lcCall(`pause sandbox ${id}`, lc => lc.pause(id)) };
   }
 
   /** Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first. */
@@ -384,14 +415,12 @@ export class OpenSandboxSandbox extends MastraSandbox {
   /**
    * An unstarted sibling with the same configuration: a new logical id (unless `id` is given), so it provisions
    * its own remote sandbox. Overrides: any constructor option, plus Mastra's clone options `env`,
-   * `workingDirectory`, `idleTimeoutMinutes`, `sandboxId`, `id`.
+   * `workingDirectory`, `idleTimeoutMinutes`, `sandboxId`, `id`, `checkpointName`, `seedCheckpointName`.
+   * The checkpoint name is inherited only when it was given explicitly (a default one follows the clone's own id).
    */
   clone(overrides = {}) {
     if (overrides === null || typeof overrides !== 'object') throw new OpenSandboxError('clone: overrides must be an object', 'INVALID_OPTION', { kind: 'option' });
-    const { checkpointName, seedCheckpointName, actingUserId: _actingUserId, ...rest } = overrides;
-    if (checkpointName !== undefined || seedCheckpointName !== undefined) {
-      throw new SandboxUnsupportedFeatureError('OpenSandboxSandbox does not support checkpoints (checkpointName/seedCheckpointName)');
-    }
+    const { actingUserId: _actingUserId, ...rest } = overrides;
     const options = { ...this.#options, env: { ...this.getEnv() }, ...rest };
     if (!('id' in rest)) delete options.id;
     if (!('sandboxId' in rest)) delete options.sandboxId;
@@ -452,7 +481,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       id: cfg.id,
       domain: cfg.domain,
       protocol: cfg.protocol,
-      image: typeof cfg.image === 'string' ? cfg.image : { uri: cfg.image.uri },
+      ...(cfg.snapshotId ? { snapshotId: cfg.snapshotId } : { image: typeof cfg.image === 'string' ? cfg.image : { uri: cfg.image.uri } }),
       entrypoint: [...cfg.entrypoint],
       timeoutSeconds: cfg.timeoutSeconds,
       resources: { ...cfg.resources },
@@ -465,6 +494,10 @@ export class OpenSandboxSandbox extends MastraSandbox {
       workingDirectory: cfg.workingDirectory,
       ...(typeof cfg.instructions === 'string' ? { instructions: cfg.instructions } : {}),
       ...(cfg.idleTimeoutMinutes !== undefined ? { idleTimeoutMinutes: cfg.idleTimeoutMinutes } : {}),
+      ...(this.#options.checkpointName !== undefined ? { checkpointName: this.#options.checkpointName } : {}),
+      ...(cfg.seedCheckpointName ? { seedCheckpointName: cfg.seedCheckpointName } : {}),
+      ...(this.#options.keepCheckpoints !== undefined ? { keepCheckpoints: cfg.keepCheckpoints } : {}),
+      ...(this.#options.snapshotTimeoutMs !== undefined ? { snapshotTimeoutMs: cfg.snapshotTimeoutMs } : {}),
       // the remote id only when it was configured: otherwise a stored config reconnects by logical id
       ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
     };
@@ -565,6 +598,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
     return this.#lifecycleClient;
   }
 
+  #checkpointStore() {
+    this.#checkpoints ??= new Checkpoints({
+      snaps: this.#snapshotClient(),
+      keep: this.#cfg.keepCheckpoints,
+      timeoutMs: this.#cfg.snapshotTimeoutMs,
+      onError: err => this.logger.warn('OpenSandboxSandbox: pruning old checkpoints failed', { error: err.message }),
+    });
+    return this.#checkpoints;
+  }
+
   #snapshotClient() {
     return new SnapshotClient((operation, fn) => this.#lcCall(operation, fn));
   }
@@ -636,13 +679,38 @@ export class OpenSandboxSandbox extends MastraSandbox {
     return items[0] ?? null;
   }
 
-  async #create() {
+  /**
+   * A new remote sandbox for a start that found none: from the newest checkpoint (or seed checkpoint) when there is
+   * one, else from the `snapshotId` option, else from the image. Resolves { remote, extra } (extra.restoredFrom).
+   */
+  async #provision(checkAbort) {
+    const cfg = this.#cfg;
+    for await (const c of checkpointCandidates(this.#checkpointStore(), cfg)) {
+      checkAbort();
+      try {
+        return { remote: await this.#create({ snapshotId: c.snapshotId }), extra: { restoredFrom: c.restoredFrom } };
+      } catch (err) {
+        // deleted or no longer Ready between the list and the create: the next candidate
+        if (!(err instanceof OpenSandboxNotFoundError) && err.status !== 409) throw err;
+        this.logger.warn(`OpenSandboxSandbox: cannot restore ${c.restoredFrom.kind} ${c.restoredFrom.name}`, { error: err.message });
+      }
+    }
+    checkAbort();
+    if (cfg.snapshotId) {
+      return { remote: await this.#create({ snapshotId: cfg.snapshotId }), extra: { restoredFrom: { kind: 'snapshot', snapshotId: cfg.snapshotId } } };
+    }
+    return { remote: await this.#create(), extra: {} };
+  }
+
+  /** Creates the remote sandbox from the image, or from `source.snapshotId` (entrypoint only when configured). */
+  async #create(source = {}) {
     const cfg = this.#cfg;
     const plan = this.#mountPlan();
     const volumes = [...(cfg.volumes ?? []), ...plan.volumes];
     const request = {
-      image: typeof cfg.image === 'string' ? { uri: cfg.image } : cfg.image,
-      entrypoint: cfg.entrypoint,
+      ...(source.snapshotId
+        ? { snapshotId: source.snapshotId, ...(cfg.entrypointGiven ? { entrypoint: cfg.entrypoint } : {}) }
+        : { image: typeof cfg.image === 'string' ? { uri: cfg.image } : cfg.image, entrypoint: cfg.entrypoint }),
       timeout: cfg.timeoutSeconds,
       resourceLimits: cfg.resources,
       metadata: { ...cfg.metadata, [LOGICAL_ID_LABEL]: encodeLogicalId(cfg.id), ...(plan.hash ? { [MOUNTS_LABEL]: plan.hash } : {}) },

@@ -249,7 +249,10 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       assert.deepEqual(info.metadata.metadata, { team: 'x' });
       assert.equal((await c.executeCommand('echo "$A$B"')).stdout, '2\n');
       assert.equal(s.clone({ id: 'fixed-clone' }).id, 'fixed-clone');
-      assert.throws(() => s.clone({ checkpointName: 'c' }), /checkpoints/);
+      const cc = s.clone({ checkpointName: 'c', seedCheckpointName: 'base' });
+      const ci = (await cc.getInfo()).metadata;
+      assert.deepEqual([ci.checkpointName, ci.seedCheckpointName], ['c', 'base']);
+      assert.equal((await c.getInfo()).metadata.checkpointName, undefined);
     });
   });
 });

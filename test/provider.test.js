@@ -35,7 +35,8 @@ describe('openSandboxProvider (Mastra Editor)', function () {
     assert.ok(openSandboxProvider.description.length > 20);
     const props = openSandboxProvider.configSchema.properties;
     for (const key of ['id', 'domain', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'idleTimeoutMinutes', 'resources',
-      'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'workingDirectory', 'instructions']) {
+      'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'workingDirectory', 'instructions',
+      'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs']) {
       assert.ok(props[key], key);
       assert.ok(props[key].description, `${key} has a description`);
     }
@@ -60,6 +61,9 @@ describe('openSandboxProvider (Mastra Editor)', function () {
       [{ protocol: 'ftp' }, 'protocol', /one of http, https/],
       [{ timeoutSeconds: 30 }, 'timeoutSeconds', />= 60/],
       [{ workingDirectory: 'relative' }, 'workingDirectory', /absolute path/],
+      [{ keepCheckpoints: 1.5 }, 'keepCheckpoints', /expected integer/],
+      [{ checkpointName: 3 }, 'checkpointName', /expected string or null/],
+      [{ snapshotId: 's', image: 'ubuntu:22.04' }, 'snapshotId', /either an image or a snapshot/],
       ['not-an-object', 'config', /expected an object/],
     ];
     for (const [config, field, re] of bad) {

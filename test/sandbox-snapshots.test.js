@@ -2,9 +2,11 @@
 // (create/wait/get/list/delete, typed errors) and starting from any snapshot (`snapshotId` option).
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { SandboxNotReadyError } from '@mastra/core/workspace';
+import { SandboxNotReadyError, SandboxAbortError } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxNotFoundError, OpenSandboxSnapshotError } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxOptionError } from '../lib/index.js';
+
+const CHECKPOINT = name => `mastra.checkpoint.${name}`;
 
 describe('OpenSandboxSandbox snapshots', function () {
   this.timeout(60000);
@@ -20,6 +22,12 @@ describe('OpenSandboxSandbox snapshots', function () {
     assert.equal(r.exitCode, 0, r.stderr);
     return r.stdout.trim();
   };
+
+  const snapshotsNamed = async name => {
+    const res = await fetch(`${server.baseUrl}/v1/snapshots?pageSize=200`);
+    return (await res.json()).items.filter(i => i.name === name);
+  };
+  const remoteState = async id => (await (await fetch(`${server.baseUrl}/v1/sandboxes/${id}`)).json()).status.state;
 
   before(async function () {
     server = await startServer({ port: 0, maxSnapshotBytes: 8 * 1024 * 1024 });
@@ -59,5 +67,123 @@ describe('OpenSandboxSandbox snapshots', function () {
     assert.match(failed.message, /snapshot disk limit/);
     await assert.rejects(s.opensandbox.getSnapshot(failed.snapshotId), OpenSandboxNotFoundError);
     await s.opensandbox.deleteSnapshot(waited.id);
+  });
+
+  it('checkpoints: snapshot() captures under the caller-given id; after the sandbox is deleted start() restores it', async () => {
+    const id = `cp-${randomUUID()}`;
+    const s1 = make({ id });
+    assert.equal(s1.supportsCheckpoints, true);
+    assert.deepEqual(await s1._start(), { outcome: 'created' });
+    await sh(s1, 'echo captured > notes.txt; echo tmp > /tmp/t');
+    await s1.snapshot();
+    const [cp] = await snapshotsNamed(CHECKPOINT(id));
+    assert.equal(cp.status.state, 'Ready');
+    assert.equal(cp.sandboxId, s1.opensandbox.sandboxId);
+    await sh(s1, 'echo modified > notes.txt; echo later > later.txt');
+    // a live sandbox with the id: reconnect, no restore
+    const again = make({ id });
+    assert.deepEqual(await again._start(), { outcome: 'connected' });
+    await s1._destroy();
+    const s2 = make({ id });
+    assert.deepEqual(await s2._start(), { outcome: 'created', restoredFrom: { kind: 'checkpoint', name: id, snapshotId: cp.id } });
+    assert.equal(await sh(s2, 'cat notes.txt /tmp/t; ls'), 'captured\ntmp\nnotes.txt');
+    assert.equal((await (await fetch(`${server.baseUrl}/v1/sandboxes/${s2.opensandbox.sandboxId}`)).json()).snapshotId, cp.id);
+    await s2._destroy();
+    await s2.opensandbox.deleteSnapshot(cp.id);
+  });
+
+  it('seedCheckpointName seeds a new id (boot-only: snapshot() writes the own checkpoint); generated ids never checkpoint', async () => {
+    const seedId = `seed-${randomUUID()}`;
+    const base = make({ id: seedId });
+    await base._start();
+    await sh(base, 'echo from-seed > base.txt');
+    await base.snapshot();
+    await base._destroy();
+    const id = `session-${randomUUID()}`;
+    const s = make({ id, seedCheckpointName: seedId });
+    const [seed] = await snapshotsNamed(CHECKPOINT(seedId));
+    assert.deepEqual(await s._start(), { outcome: 'created', restoredFrom: { kind: 'seed', name: seedId, snapshotId: seed.id } });
+    assert.equal(await sh(s, 'cat base.txt'), 'from-seed');
+    await sh(s, 'echo mine > own.txt');
+    await s.snapshot();
+    assert.deepEqual((await snapshotsNamed(CHECKPOINT(seedId))).map(x => x.id), [seed.id]);
+    assert.equal((await snapshotsNamed(CHECKPOINT(id))).length, 1);
+    await s._destroy();
+    // its own checkpoint now wins over the seed
+    const back = make({ id, seedCheckpointName: seedId });
+    const r = await back._start();
+    assert.equal(r.restoredFrom.kind, 'checkpoint');
+    assert.equal(await sh(back, 'cat own.txt base.txt'), 'mine\nfrom-seed');
+    // no id given: no checkpoint name, snapshot() does nothing; checkpointName: null opts out
+    const anon = make();
+    await anon._start();
+    const before = (await (await fetch(`${server.baseUrl}/v1/snapshots?pageSize=200`)).json()).pagination.totalItems;
+    await anon.snapshot();
+    await make({ id: `optout-${randomUUID()}`, checkpointName: null }).snapshot();
+    assert.equal((await (await fetch(`${server.baseUrl}/v1/snapshots?pageSize=200`)).json()).pagination.totalItems, before);
+    for (const x of [...await snapshotsNamed(CHECKPOINT(id)), seed]) await back.opensandbox.deleteSnapshot(x.id);
+  });
+
+  it('concurrent snapshot() calls never interleave; old checkpoints are pruned to keepCheckpoints', async () => {
+    const id = `conc-${randomUUID()}`;
+    const s = make({ id, keepCheckpoints: 3 });
+    await s._start();
+    await sh(s, 'echo x > x');
+    await Promise.all([s.snapshot(), s.snapshot(), s.snapshot()]);
+    const three = (await snapshotsNamed(CHECKPOINT(id))).reverse(); // oldest first
+    assert.equal(three.length, 3);
+    for (let i = 1; i < 3; i++) {
+      // each capture was requested only after the previous one was Ready
+      assert.ok(Date.parse(three[i].createdAt) >= Date.parse(three[i - 1].status.lastTransitionAt), JSON.stringify(three));
+    }
+    await s.snapshot();
+    const kept = (await snapshotsNamed(CHECKPOINT(id))).map(x => x.id);
+    assert.equal(kept.length, 3);
+    assert.ok(!kept.includes(three[0].id));
+    for (const x of kept) await s.opensandbox.deleteSnapshot(x);
+  });
+
+  it('a paused (stopped) sandbox is captured and paused again; a failed capture keeps the previous checkpoint', async () => {
+    const id = `paused-${randomUUID()}`;
+    const s = make({ id });
+    await s._start();
+    await sh(s, 'echo good > state.txt');
+    await s._stop();
+    const remoteId = s.opensandbox.sandboxId;
+    assert.equal(await remoteState(remoteId), 'Paused');
+    await s.snapshot();
+    assert.equal(await remoteState(remoteId), 'Paused');
+    const [good] = await snapshotsNamed(CHECKPOINT(id));
+    assert.equal(good.status.state, 'Ready');
+    await s._start();
+    await sh(s, 'echo bad > state.txt; head -c 9000000 /dev/zero > huge.bin');
+    const err = await s.snapshot().catch(e => e);
+    assert.ok(err instanceof OpenSandboxSnapshotError, String(err));
+    assert.match(err.message, /snapshot disk limit/);
+    assert.deepEqual((await snapshotsNamed(CHECKPOINT(id))).map(x => x.id), [good.id]);
+    await s._destroy();
+    const back = make({ id });
+    assert.equal((await back._start()).restoredFrom.snapshotId, good.id);
+    assert.equal(await sh(back, 'cat state.txt; ls'), 'good\nstate.txt');
+    const aborted = new AbortController();
+    aborted.abort();
+    await assert.rejects(back.snapshot({ abortSignal: aborted.signal }), SandboxAbortError);
+    await back.opensandbox.deleteSnapshot(good.id);
+  });
+
+  it('snapshotId starts a new sandbox from any snapshot; image and snapshotId together are refused', async () => {
+    const src = make();
+    await src._start();
+    await sh(src, 'echo shared > shared.txt');
+    const snap = await src.opensandbox.createSnapshot({ name: 'any', wait: true, timeoutMs: 30000 });
+    const s = make({ snapshotId: snap.id });
+    assert.deepEqual(await s._start(), { outcome: 'created', restoredFrom: { kind: 'snapshot', snapshotId: snap.id } });
+    assert.equal(await sh(s, 'cat shared.txt'), 'shared');
+    assert.equal((await s.getInfo()).metadata.snapshotId, snap.id);
+    assert.throws(() => make({ snapshotId: snap.id, image: 'ubuntu:22.04' }), err => err instanceof OpenSandboxOptionError && err.option === 'snapshotId');
+    assert.throws(() => make({ keepCheckpoints: 0 }), err => err instanceof OpenSandboxOptionError && err.option === 'keepCheckpoints');
+    const missing = make({ snapshotId: 'no-such-snapshot' });
+    await assert.rejects(missing._start(), err => err instanceof OpenSandboxNotFoundError && err.code === 'SNAPSHOT::NOT_FOUND');
+    await src.opensandbox.deleteSnapshot(snap.id);
   });
 });

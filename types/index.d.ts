@@ -94,6 +94,29 @@ export interface OpenSandboxSandboxOptions {
    * expiring sandbox (timeoutSeconds not null). Default: unset (only timeoutSeconds applies).
    */
   idleTimeoutMinutes?: number;
+  /**
+   * Checkpoint that `snapshot()` captures into and that a start finding no live sandbox boots from. Default: the
+   * caller-given `id` (none when the id is generated); `null` = no checkpoints.
+   */
+  checkpointName?: string | null;
+  /** Boot-only fallback checkpoint used when `checkpointName` has none yet; `snapshot()` never writes it. */
+  seedCheckpointName?: string;
+  /** Create the sandbox from this snapshot instead of `image` (not both). Checkpoints still come first. */
+  snapshotId?: string;
+  /** Ready checkpoints of a name kept after each `snapshot()`. Default 3. */
+  keepCheckpoints?: number;
+  /** Deadline of one `snapshot()` capture. Default 300000. */
+  snapshotTimeoutMs?: number;
+}
+
+/** What a created sandbox was restored from (`start()` result). */
+export type OpenSandboxRestoredFrom =
+  | { kind: 'checkpoint' | 'seed'; name: string; snapshotId: string }
+  | { kind: 'snapshot'; snapshotId: string };
+
+/** `start()` result: Mastra's outcome, plus where a created sandbox was restored from. */
+export interface OpenSandboxStartResult extends SandboxStartResult {
+  restoredFrom?: OpenSandboxRestoredFrom;
 }
 
 /** A sandbox object as the lifecycle server returns it. */
@@ -162,8 +185,16 @@ export declare class OpenSandboxSandbox extends MastraSandbox {
   readonly provider: 'opensandbox';
   status: ProviderStatus;
   constructor(options?: OpenSandboxSandboxOptions);
-  start(options?: SandboxStartOptions): Promise<SandboxStartResult>;
+  start(options?: SandboxStartOptions): Promise<OpenSandboxStartResult>;
   stop(): Promise<void>;
+  /** Always true: snapshot() persists OpenSandbox snapshots that later starts boot from. */
+  readonly supportsCheckpoints: boolean;
+  /**
+   * Captures the sandbox into the checkpoint named by `checkpointName` and waits until it is ready; no-op without a
+   * checkpoint name. Concurrent calls never interleave; a failed capture (OpenSandboxSnapshotError) keeps the
+   * previous checkpoint.
+   */
+  snapshot(options?: { abortSignal?: AbortSignal; timeoutMs?: number }): Promise<void>;
   destroy(): Promise<void>;
   executeCommand(command: string, args?: string[], options?: ExecuteCommandOptions): Promise<CommandResult>;
   getInfo(): Promise<SandboxInfo>;
@@ -271,6 +302,14 @@ export interface OpenSandboxStoredConfig {
   /** Default '/workspace'. */
   workingDirectory?: string;
   instructions?: string;
+  /** Default: `id`. */
+  checkpointName?: string | null;
+  seedCheckpointName?: string;
+  snapshotId?: string;
+  /** Default 3. */
+  keepCheckpoints?: number;
+  /** Default 300000. */
+  snapshotTimeoutMs?: number;
 }
 
 /** JSON Schema (draft-07) of OpenSandboxStoredConfig, with defaults and descriptions. */
