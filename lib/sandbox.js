@@ -588,6 +588,31 @@ export class OpenSandboxSandbox extends MastraSandbox {
     return { baseUrl: this.#execdUrl, headers, requestTimeoutMs: this.#cfg.requestTimeoutMs, caFile: this.#cfg.caFile };
   }
 
+  /**
+   * @internal OpenSandboxFilesystem's requests go through here: the sandbox is started on demand, `fn(conn)` (conn
+   * as from the execdConnection symbol) runs as sandbox activity (keep-alive, last use), and a failure is mapped
+   * like writeFiles' (a sandbox deleted behind our back becomes OpenSandboxSandboxGoneError; execd's own
+   * FILE_NOT_FOUND is not a reason to ask the lifecycle server).
+   */
+  async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn) {
+    await this.ensureRunning();
+    const conn = this[Symbol.for('mastra-opensandbox.execdConnection')]();
+    if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
+    this.#lastUsedAt = new Date();
+    this.#uploads++;
+    this.#keepAlive.activity();
+    try {
+      return await fn(conn);
+    } catch (e) {
+      if (typeof e?.kind !== 'string') throw e; // the filesystem's own errors (Mastra's FileNotFoundError, …)
+      if (e.kind === 'api' && e.code === 'FILE_NOT_FOUND') throw this.#map(e, operation);
+      throw await this.#commandFailure(e, operation);
+    } finally {
+      this.#uploads--;
+      this.#keepAlive.activity();
+    }
+  }
+
   // ---------------------------------------------------------------- internals
 
   #lc() {

@@ -21,6 +21,18 @@ static int reserve(osb_buf *b, size_t extra) {
   return 0;
 }
 
+int osb_buf_reserve_exact(osb_buf *b, size_t extra) {
+  if (extra > SIZE_MAX - b->len - 1) return -1;
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap) return 0;
+  char *nd = realloc(b->data, need);
+  if (!nd) return -1;
+  if (!b->data) nd[0] = 0;
+  b->data = nd;
+  b->cap = need;
+  return 0;
+}
+
 int osb_buf_append(osb_buf *b, const void *p, size_t n) {
   if (reserve(b, n) != 0) return -1;
   if (n) memcpy(b->data + b->len, p, n);

@@ -15,6 +15,9 @@ typedef struct {
 void osb_buf_init(osb_buf *b);
 /* Appends n bytes. Returns 0, or -1 when out of memory (b unchanged). */
 int osb_buf_append(osb_buf *b, const void *p, size_t n);
+/* Grows the capacity to exactly len + extra (+ the NUL) when it is smaller, so n appends up to that size never
+ * reallocate (one allocation for a body of known length). Returns 0, or -1 when out of memory. */
+int osb_buf_reserve_exact(osb_buf *b, size_t extra);
 int osb_buf_append_str(osb_buf *b, const char *s);
 /* printf-style append (truncation never happens; -1 on OOM). */
 int osb_buf_appendf(osb_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
