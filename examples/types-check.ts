@@ -2,10 +2,10 @@
 // runs without a server: every export used with the types a user would write.
 //   node examples/types-check.ts
 import type { SandboxProvider } from '@mastra/core/editor';
-import type { SandboxInfo, SandboxStartResult, CommandResult, MountResult, WorkspaceSandbox } from '@mastra/core/workspace';
+import type { SandboxInfo, SandboxStartResult, CommandResult, MountResult, WorkspaceSandbox, WorkspaceFilesystem, FileEntry } from '@mastra/core/workspace';
 import { SandboxError, supportsNetworking } from '@mastra/core/workspace';
 import {
-  OpenSandboxSandbox, type OpenSandboxSandboxOptions, type OpenSandboxStoredConfig,
+  OpenSandboxSandbox, type OpenSandboxSandboxOptions, type OpenSandboxStoredConfig, OpenSandboxFilesystem,
   openSandboxProvider, sandboxProviders, openSandboxConfigSchema, validateStoredConfig,
   LOGICAL_ID_LABEL, MOUNTS_LABEL, encodeLogicalId,
   OpenSandboxError, OpenSandboxOptionError, OpenSandboxApiError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError,
@@ -23,6 +23,11 @@ const provider: SandboxProvider<OpenSandboxStoredConfig> = openSandboxProvider;
 const registry: Record<string, SandboxProvider<any>> = sandboxProviders;
 const stored: OpenSandboxStoredConfig = validateStoredConfig({ id: 'x', timeoutSeconds: null });
 const sibling: OpenSandboxSandbox = sandbox.clone({ env: { C: '3' }, idleTimeoutMinutes: 1 });
+const files: WorkspaceFilesystem = new OpenSandboxFilesystem({ sandbox, basePath: '/workspace/project', readOnly: false });
+const ownFiles = new OpenSandboxFilesystem({ id: 'typed', domain: '127.0.0.1:9', maxReadBytes: 1 << 20 });
+const sharedSandbox: OpenSandboxSandbox = ownFiles.sandbox;
+const listing: ReturnType<typeof ownFiles.readdir> extends Promise<FileEntry[]> ? true : never = true;
+void files; void sharedSandbox; void listing;
 
 // signatures only (never called here: they would need a server)
 type Calls = [

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { LocalFilesystem, WorkspaceReadOnlyError, PermissionError } from '@mastra/core/workspace';
+import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError } from '../lib/index.js';
 
@@ -198,6 +198,24 @@ describe('OpenSandboxFilesystem', function () {
       await f.destroy();
     } finally {
       await a._destroy();
+    }
+  });
+
+  it('a Workspace with both shares one sandbox: files written by either are seen by the other', async () => {
+    const before = (await (await fetch(`${server.baseUrl}/v1/sandboxes`)).json()).items.length;
+    const s = new OpenSandboxSandbox({ domain: server.domain });
+    const ws = new Workspace({ sandbox: s, filesystem: new OpenSandboxFilesystem({ sandbox: s }) });
+    try {
+      await ws.init();
+      assert.equal(ws.filesystem.basePath, '/workspace');
+      await ws.filesystem.writeFile('hello.sh', 'echo hello from the filesystem\n');
+      const r = await s.executeCommand('sh hello.sh > out.txt');
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.equal(await ws.filesystem.readFile('out.txt', { encoding: 'utf8' }), 'hello from the filesystem\n');
+      const after = (await (await fetch(`${server.baseUrl}/v1/sandboxes`)).json()).items.length;
+      assert.equal(after, before + 1);
+    } finally {
+      await ws.destroy();
     }
   });
 

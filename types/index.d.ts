@@ -17,6 +17,21 @@ import type {
   SandboxCloneOptions,
   MountResult,
   WorkspaceFilesystem,
+  MastraFilesystem,
+  MastraFilesystemOptions,
+  FileContent,
+  FileStat,
+  FileEntry,
+  ReadOptions,
+  WriteOptions,
+  ListOptions,
+  RemoveOptions,
+  CopyOptions,
+  WalkEntry,
+  WalkOptions,
+  FilesystemGrepOptions,
+  FilesystemGrepResult,
+  FilesystemInfo,
 } from '@mastra/core/workspace';
 import type { SandboxProvider } from '@mastra/core/editor';
 
@@ -267,6 +282,55 @@ export declare class OpenSandboxSnapshotError extends OpenSandboxError {
 
 export * from './code-interpreter.js';
 export * from './process-manager.js';
+
+/** Options of OpenSandboxFilesystem (see docs/filesystem.md). */
+export interface OpenSandboxFilesystemOwnOptions extends MastraFilesystemOptions {
+  /** Default: the sandbox's workingDirectory ('/workspace'). Absolute, without '$'. */
+  basePath?: string;
+  /** Default true: paths outside basePath (absolute, '..', symlinks) throw PermissionError. */
+  contained?: boolean;
+  readOnly?: boolean;
+  /** Default 1 GiB: larger reads fail instead of filling memory. */
+  maxReadBytes?: number;
+  instructions?: string | ((opts: { defaultInstructions: string; requestContext?: unknown }) => string);
+}
+/** Either share an OpenSandboxSandbox, or give its options (the same logical id attaches to the same remote sandbox). */
+export type OpenSandboxFilesystemOptions =
+  | (OpenSandboxFilesystemOwnOptions & { sandbox: OpenSandboxSandbox })
+  | (OpenSandboxFilesystemOwnOptions & OpenSandboxSandboxOptions & { sandbox?: undefined });
+
+/** A Mastra filesystem whose files live in an OpenSandbox sandbox (execd's files API, I/O in C). */
+export declare class OpenSandboxFilesystem extends MastraFilesystem {
+  readonly id: string;
+  readonly name: 'OpenSandboxFilesystem';
+  readonly provider: 'opensandbox';
+  readonly readOnly?: boolean;
+  status: ProviderStatus;
+  constructor(options?: OpenSandboxFilesystemOptions);
+  get basePath(): string;
+  get contained(): boolean;
+  /** The sandbox whose files these are (given, or made from the options). */
+  get sandbox(): OpenSandboxSandbox;
+  init(): Promise<void>;
+  destroy(): Promise<void>;
+  getInfo(): FilesystemInfo<{ basePath: string; contained: boolean; sandboxId: string }>;
+  getInstructions(opts?: { requestContext?: unknown }): string;
+  resolveAbsolutePath(path: string): string | undefined;
+  readFile(path: string, options?: ReadOptions): Promise<string | Buffer>;
+  writeFile(path: string, content: FileContent, options?: WriteOptions): Promise<void>;
+  appendFile(path: string, content: FileContent): Promise<void>;
+  deleteFile(path: string, options?: RemoveOptions): Promise<void>;
+  copyFile(src: string, dest: string, options?: CopyOptions): Promise<void>;
+  moveFile(src: string, dest: string, options?: CopyOptions): Promise<void>;
+  mkdir(path: string, options?: { recursive?: boolean }): Promise<void>;
+  rmdir(path: string, options?: RemoveOptions): Promise<void>;
+  readdir(path: string, options?: ListOptions): Promise<FileEntry[]>;
+  walk(path: string, options?: WalkOptions): Promise<WalkEntry[]>;
+  grep(options: FilesystemGrepOptions): Promise<FilesystemGrepResult[]>;
+  exists(path: string): Promise<boolean>;
+  stat(path: string): Promise<FileStat>;
+  realpath(path: string): Promise<string>;
+}
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with. */
 export declare const MOUNTS_LABEL: 'mastra.ai/mounts';

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "core/http.h"
+#include "opensandbox/files.h"
 
 struct osb_fop {
   int refs; /* atomic: the caller's and the engine's */
@@ -202,13 +203,6 @@ static char *build_body(const osb_fop_req *q) {
   return s;
 }
 
-static int valid_mode(long mode) {
-  if (mode < 0 || mode > 7777) return 0;
-  for (long m = mode; m; m /= 10)
-    if (m % 10 > 7) return 0;
-  return 1;
-}
-
 osb_fop *osb_fop_start(osb_engine *e, const osb_conn *conn, const osb_fop_req *q, osb_fop_done_fn done, void *ud,
                        char *errbuf, size_t errlen) {
   if (!e || !conn || !q || !done) {
@@ -231,7 +225,7 @@ osb_fop *osb_fop_start(osb_engine *e, const osb_conn *conn, const osb_fop_req *q
     snprintf(errbuf, errlen, "replace: the text to replace must not be empty");
     return NULL;
   }
-  if ((q->kind == OSB_FOP_MKDIR || q->kind == OSB_FOP_CHMOD) && !valid_mode(q->num)) {
+  if ((q->kind == OSB_FOP_MKDIR || q->kind == OSB_FOP_CHMOD) && !osb_mode_valid(q->num)) {
     snprintf(errbuf, errlen, "mode %ld is not octal digits (e.g. 755)", q->num);
     return NULL;
   }

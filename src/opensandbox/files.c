@@ -104,9 +104,9 @@ void osb_upload_cancel(osb_engine *e, osb_upload *u) {
   if (osb_engine_post(e, cancel_job, u) != 0) osb_upload_release(u);
 }
 
-static int valid_mode(int mode) {
+int osb_mode_valid(long mode) {
   if (mode < 0 || mode > 7777) return 0;
-  for (int m = mode; m; m /= 10)
+  for (long m = mode; m; m /= 10)
     if (m % 10 > 7) return 0;
   return 1;
 }
@@ -176,7 +176,7 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
       snprintf(errbuf, errlen, "upload: file %zu: path must be absolute", i);
       return NULL;
     }
-    if (!valid_mode(files[i].mode)) {
+    if (!osb_mode_valid(files[i].mode)) {
       snprintf(errbuf, errlen, "upload: file %zu: mode %d is not octal digits (e.g. 644)", i, files[i].mode);
       return NULL;
     }

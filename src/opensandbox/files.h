@@ -30,4 +30,7 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
 void osb_upload_cancel(osb_engine *e, osb_upload *u);
 void osb_upload_release(osb_upload *u);
 
+/* Is mode execd's octal-digits-as-decimal form (0..7777, no digit 8 or 9)? Also used by fileops.c. */
+int osb_mode_valid(long mode);
+
 #endif
