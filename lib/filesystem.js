@@ -112,16 +112,12 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     this.#clientKey = undefined;
   }
 
-  getInfo() {
-    return {
-      id: this.id,
-      name: this.name,
-      provider: this.provider,
-      readOnly: this.readOnly,
-      status: this.status,
-      error: this.error,
-      metadata: { basePath: this.#basePath, contained: this.#contained, sandboxId: this.#sandbox.id },
-    };
+  /** metadata is the serializable config (openSandboxFilesystemProvider's schema; no secrets). */
+  async getInfo() {
+    const metadata = { sandbox: (await this.#sandbox.getInfo()).metadata, basePath: this.#basePath, contained: this.#contained };
+    if (this.#maxReadBytes !== DEFAULT_MAX_READ_BYTES) metadata.maxReadBytes = this.#maxReadBytes;
+    if (typeof this.#instructions === 'string') metadata.instructions = this.#instructions;
+    return { id: this.id, name: this.name, provider: this.provider, readOnly: this.readOnly, status: this.status, error: this.error, metadata };
   }
 
   getInstructions(opts) {

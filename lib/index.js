@@ -1,7 +1,17 @@
 // Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox, its Editor provider, and its typed errors.
 export { OpenSandboxSandbox, MOUNTS_LABEL } from './sandbox.js';
 export { OpenSandboxFilesystem } from './filesystem.js';
-export { openSandboxProvider, sandboxProviders, openSandboxConfigSchema, validateStoredConfig } from './provider.js';
+export {
+  openSandboxProvider,
+  sandboxProviders,
+  openSandboxConfigSchema,
+  validateStoredConfig,
+  openSandboxFilesystemProvider,
+  filesystemProviders,
+  openSandboxProviders,
+  openSandboxFilesystemConfigSchema,
+  validateStoredFilesystemConfig,
+} from './provider.js';
 export { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 export { OpenSandboxProcessManager, OpenSandboxProcessHandle, DEFAULT_MAX_RETAINED_BYTES, UNKNOWN_EXIT_CODE } from './process-manager.js';
 export {

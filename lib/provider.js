@@ -4,6 +4,7 @@
 // execd token come from the environment at hydration; a stored secret is refused, as are unknown fields and
 // wrong types, all before any network call.
 import { OpenSandboxSandbox } from './sandbox.js';
+import { OpenSandboxFilesystem } from './filesystem.js';
 import { DEFAULTS } from './options.js';
 import { OpenSandboxOptionError } from './errors.js';
 
@@ -117,11 +118,102 @@ export const openSandboxProvider = Object.freeze({
   description: 'Remote Linux sandboxes on an OpenSandbox server (Docker or Kubernetes), through a native C client: ' +
     'commands with streamed output, background processes, files, ports, host-volume mounts, reconnect by logical id.',
   configSchema: openSandboxConfigSchema,
-  /** Validates the stored config (throws before any network call) and returns an unstarted sandbox. */
+  /**
+   * Validates the stored config (throws before any network call) and returns an unstarted sandbox — the one
+   * openSandboxFilesystemProvider just made for the same stored sandbox config, if any (one shared sandbox).
+   */
   createSandbox(config) {
-    return new OpenSandboxSandbox(optionsFromStoredConfig(config));
+    const options = optionsFromStoredConfig(config);
+    return pairedSandbox('sandbox', config, () => new OpenSandboxSandbox(options));
   },
 });
 
 /** The sandbox providers of this package, keyed by id: `new MastraEditor({ sandboxes: sandboxProviders })`. */
 export const sandboxProviders = Object.freeze({ [openSandboxProvider.id]: openSandboxProvider });
+
+// ---------------------------------------------------------------- the filesystem provider
+
+const { $schema: _schema, ...sandboxSchema } = openSandboxConfigSchema;
+
+/** JSON Schema of the stored filesystem config (what OpenSandboxFilesystem's getInfo().metadata contains). */
+export const openSandboxFilesystemConfigSchema = Object.freeze({
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    sandbox: { ...sandboxSchema, description: "The sandbox whose files these are: the opensandbox sandbox provider's config (the same logical id attaches to the same remote sandbox)." },
+    basePath: str('Directory inside the sandbox that relative paths resolve against and that confines the filesystem. Default: the sandbox working directory.'),
+    contained: { type: 'boolean', default: true, description: 'Refuse paths outside basePath (absolute, .., symlinks).' },
+    readOnly: { type: 'boolean', default: false, description: 'Refuse every write.' },
+    maxReadBytes: { type: 'integer', minimum: 1, default: 1024 * 1024 * 1024, description: 'Largest file a read may return.' },
+    instructions: str('Instructions for the agent about this filesystem; default: a description of it.'),
+  },
+});
+
+/**
+ * Validates a stored filesystem config: unknown fields, wrong types and secrets (also inside `sandbox`, named
+ * `sandbox.<field>`) throw OpenSandboxOptionError. Returns a copy.
+ */
+export function validateStoredFilesystemConfig(config) {
+  if (config === undefined || config === null) return {};
+  if (typeof config !== 'object' || Array.isArray(config)) fail('config', `expected an object, got ${typeName(config)}`);
+  const props = openSandboxFilesystemConfigSchema.properties;
+  for (const [key, value] of Object.entries(config)) {
+    if (SECRET_FIELDS.has(key)) fail(key, 'secrets are never stored in a filesystem config: set OPEN_SANDBOX_API_KEY / OPEN_SANDBOX_EXECD_ACCESS_TOKEN in the environment');
+    if (!props[key]) fail(key, `unknown field of the opensandbox filesystem config (known: ${Object.keys(props).join(', ')})`);
+    if (value === undefined || key === 'sandbox') continue;
+    checkType(key, value, props[key]);
+  }
+  try {
+    validateStoredConfig(config.sandbox);
+  } catch (e) {
+    if (e instanceof OpenSandboxOptionError) fail(`sandbox.${e.option}`, e.message.replace(/^Invalid option "[^"]*": /, ''));
+    throw e;
+  }
+  return structuredClone(config);
+}
+
+export const openSandboxFilesystemProvider = Object.freeze({
+  id: 'opensandbox',
+  name: 'OpenSandbox filesystem',
+  description: "The files of an OpenSandbox sandbox (execd's files API through a native C client), shared with the sandbox.",
+  configSchema: openSandboxFilesystemConfigSchema,
+  /**
+   * Validates the stored config (throws before any network call) and returns an OpenSandboxFilesystem on the
+   * sandbox openSandboxProvider made for the same stored sandbox config (or on a new one that it will hand out).
+   */
+  createFilesystem(config) {
+    const { sandbox: sandboxConfig, ...own } = validateStoredFilesystemConfig(config);
+    const options = optionsFromStoredConfig(sandboxConfig);
+    const sandbox = pairedSandbox('filesystem', sandboxConfig ?? {}, () => new OpenSandboxSandbox(options));
+    for (const k of Object.keys(own)) if (own[k] === undefined) delete own[k];
+    return new OpenSandboxFilesystem({ ...own, sandbox });
+  },
+});
+
+/** The filesystem providers of this package, keyed by id: `new MastraEditor({ filesystems: filesystemProviders })`. */
+export const filesystemProviders = Object.freeze({ [openSandboxFilesystemProvider.id]: openSandboxFilesystemProvider });
+
+/** Both kinds in one registry object: `new MastraEditor({ ...openSandboxProviders })`. */
+export const openSandboxProviders = Object.freeze({ sandboxes: sandboxProviders, filesystems: filesystemProviders });
+
+// A stored workspace holds the sandbox config twice (its sandbox, and inside its filesystem). Hydration creates the
+// filesystem, then the sandbox: the second call for an equal sandbox config (with a logical id) takes the sandbox
+// the first one made, once, so both share one OpenSandboxSandbox. Weak: a sandbox nobody took is not kept alive.
+const unpaired = new Map(); // JSON of the stored sandbox config -> { by, ref: WeakRef<OpenSandboxSandbox> }
+
+const stableJson = v => JSON.stringify(v, (k, x) => (x && typeof x === 'object' && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : x));
+
+function pairedSandbox(by, config, make) {
+  if (!config?.id) return make(); // without a logical id two configs are two sandboxes
+  const key = stableJson(config);
+  const waiting = unpaired.get(key);
+  const sandbox = waiting && waiting.by !== by ? waiting.ref.deref() : undefined;
+  if (sandbox && sandbox.status !== 'destroyed') {
+    unpaired.delete(key);
+    return sandbox;
+  }
+  const made = make();
+  unpaired.set(key, { by, ref: new WeakRef(made) });
+  return made;
+}

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError } from '@mastra/core/workspace';
+import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError, WORKSPACE_TOOLS, createWorkspaceTools } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError } from '../lib/index.js';
 
@@ -135,6 +135,52 @@ describe('OpenSandboxFilesystem', function () {
     await same(f => f.readdir('ls', { extension: ['js'] }), byName);
     assert.equal((await same(f => f.readdir('ls/a.ts'))).err, 'NotDirectoryError');
     assert.equal((await same(f => f.readdir('nope'))).err, 'DirectoryNotFoundError');
+  });
+
+  it("grep and walk: Mastra's grep and list_files tools print the same on ours (native grep/walk), ours without them, and LocalFilesystem", async () => {
+    const files = {
+      'g/a.js': 'const x = 1;\n// TODO one\nfunction foo() {}\n// todo two\nTODO TODO\n',
+      'g/sub/b.ts': 'line\nTODO in b\nctx after\nmore\n',
+      'g/.hidden/c.js': 'TODO hidden\n',
+      'g/.dot.md': 'TODO dot\n',
+      'g/img.png': 'TODO binary-ish\n',
+      'g/deep/er/d.md': 'nothing\nTODO deep\n',
+    };
+    for (const [p, c] of Object.entries(files)) await same(f => f.writeFile(p, c));
+    const plainFs = new Proxy(osfs, { get: (t, k) => (k === 'grep' || k === 'walk' ? undefined : typeof t[k] === 'function' ? t[k].bind(t) : t[k]) });
+    const run = async (fsys, tool, input) => {
+      const ws = new Workspace({ filesystem: fsys });
+      const tools = await createWorkspaceTools(ws);
+      return tools[tool].execute(input, { workspace: ws });
+    };
+    const { GREP, LIST_FILES } = WORKSPACE_TOOLS.FILESYSTEM;
+    for (const input of [
+      { pattern: 'TODO', path: 'g' },
+      { pattern: 'todo', path: 'g', caseSensitive: false },
+      { pattern: 'TODO', path: 'g', includeHidden: true },
+      { pattern: 'TODO', path: 'g', maxCount: 1 },
+      { pattern: 'TODO', path: 'g', contextLines: 1 },
+      { pattern: 'fun.*\\(', path: 'g' },
+      { pattern: 'TODO', path: 'g/**/*.md' },
+      { pattern: 'TODO', path: 'g/sub/b.ts' },
+      { pattern: 'nomatch', path: 'g' },
+    ]) {
+      const ours = await run(osfs, GREP, input);
+      assert.equal(ours, await run(plainFs, GREP, input), JSON.stringify(input));
+      assert.equal(ours, await run(local, GREP, input), JSON.stringify(input));
+    }
+    for (const input of [{ path: 'g' }, { path: 'g', maxDepth: 1 }, { path: 'g', showHidden: true }, { path: 'g', extension: '.md' }]) {
+      const ours = await run(osfs, LIST_FILES, input);
+      assert.equal(ours, await run(plainFs, LIST_FILES, input), JSON.stringify(input));
+      assert.equal(ours, await run(local, LIST_FILES, input), JSON.stringify(input));
+    }
+    // the native methods directly: limits and context
+    const r = await osfs.grep({ pattern: 'TODO', path: 'g', caseSensitive: true, includeHidden: false, maxTotalMatches: 2 });
+    assert.deepEqual(r, [{ path: 'a.js', matches: [{ line: 2, column: 3, text: '// TODO one' }, { line: 5, column: 0, text: 'TODO TODO' }] }]);
+    const c = await osfs.grep({ pattern: 'in b', path: 'g/sub', caseSensitive: true, includeHidden: false, contextLines: 1 });
+    assert.deepEqual(c, [{ path: 'b.ts', matches: [{ line: 2, column: 5, text: 'TODO in b', before: ['line'], after: ['ctx after'] }] }]);
+    const w = await osfs.walk('g', { maxDepth: 2 });
+    assert.deepEqual(w.map(e => e.path).sort(), ['a.js', 'deep', 'deep/er', 'img.png', 'sub', 'sub/b.ts']);
   });
 
   it('confines paths to basePath: .., absolute paths outside, symlinks leading out', async () => {

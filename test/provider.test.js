@@ -9,7 +9,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { Workspace, LocalFilesystem } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxOptionError, openSandboxProvider, sandboxProviders } from '../lib/index.js';
+import {
+  OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError, openSandboxProvider, sandboxProviders,
+  openSandboxFilesystemProvider, filesystemProviders, openSandboxProviders, validateStoredFilesystemConfig,
+} from '../lib/index.js';
 
 describe('openSandboxProvider (Mastra Editor)', function () {
   this.timeout(30000);
@@ -130,5 +133,51 @@ describe('openSandboxProvider (Mastra Editor)', function () {
   it('an unregistered provider id is Mastra\'s clear error', async () => {
     const editor = new MastraEditor({ sandboxes: sandboxProviders });
     await assert.rejects(editor.workspace.hydrateSnapshotToWorkspace('x', { name: 'x', sandbox: { provider: 'nope', config: {} } }), /Sandbox provider "nope" is not registered/);
+  });
+
+  describe('openSandboxFilesystemProvider', () => {
+    it('is registered next to the sandbox provider in one registry object; bad configs name the field', () => {
+      assert.equal(filesystemProviders.opensandbox, openSandboxFilesystemProvider);
+      assert.deepEqual(openSandboxProviders, { sandboxes: sandboxProviders, filesystems: filesystemProviders });
+      const editor = new MastraEditor({ ...openSandboxProviders });
+      assert.equal(editor.__filesystems.get('opensandbox'), openSandboxFilesystemProvider);
+      assert.equal(editor.__sandboxes.get('opensandbox'), openSandboxProvider);
+      const props = openSandboxFilesystemProvider.configSchema.properties;
+      for (const key of ['sandbox', 'basePath', 'contained', 'readOnly', 'maxReadBytes', 'instructions']) assert.ok(props[key]?.description, key);
+      assert.equal(props.sandbox.properties.id, openSandboxProvider.configSchema.properties.id);
+      for (const [config, field] of [[{ apiKey: 'k' }, 'apiKey'], [{ sandbox: { apiKey: 'k' } }, 'sandbox.apiKey'],
+        [{ sandbox: { execdAccessToken: 't' } }, 'sandbox.execdAccessToken'], [{ basePath: 3 }, 'basePath'], [{ nope: 1 }, 'nope'],
+        [{ sandbox: { timeoutSeconds: 'x' } }, 'sandbox.timeoutSeconds']]) {
+        assert.throws(() => openSandboxFilesystemProvider.createFilesystem(config), e => e instanceof OpenSandboxOptionError && e.option === field, field);
+      }
+      assert.throws(() => openSandboxFilesystemProvider.createFilesystem({ basePath: 'relative' }), e => e.option === 'basePath');
+      assert.deepEqual(validateStoredFilesystemConfig({ basePath: '/w', sandbox: { id: 'a' } }), { basePath: '/w', sandbox: { id: 'a' } });
+    });
+
+    it('a stored workspace with both hydrates into one shared sandbox (the same remote one), no secret stored', async () => {
+      const id = `editor-fs-${randomUUID()}`;
+      const original = new OpenSandboxSandbox({ id, domain: server.domain, apiKey: 'sk-never-stored' });
+      cleanup.push(original);
+      const ws = new Workspace({ id: 'ws-fs', name: 'files', sandbox: original, filesystem: new OpenSandboxFilesystem({ sandbox: original, basePath: '/workspace/p', readOnly: false }) });
+      await ws.init();
+      await ws.filesystem.writeFile('note.txt', 'kept');
+      const editor = new MastraEditor({ ...openSandboxProviders });
+      const text = JSON.stringify(await editor.workspace.snapshotFromWorkspace(ws));
+      assert.ok(!text.includes('sk-never-stored'));
+      const stored = JSON.parse(text);
+      assert.equal(stored.filesystem.provider, 'opensandbox');
+      assert.equal(stored.filesystem.config.basePath, '/workspace/p');
+      assert.equal(stored.filesystem.config.sandbox.id, id);
+      const hydrated = await editor.workspace.hydrateSnapshotToWorkspace('ws-fs2', stored);
+      cleanup.push(hydrated.sandbox);
+      assert.equal(hydrated.filesystem.sandbox, hydrated.sandbox); // one object for both
+      await hydrated.init();
+      assert.equal(hydrated.sandbox.opensandbox.sandboxId, original.opensandbox.sandboxId);
+      assert.equal(await hydrated.filesystem.readFile('note.txt', { encoding: 'utf8' }), 'kept');
+      // the pairing is one-shot: a second hydration gets its own sandbox object (same remote by logical id)
+      const again = await editor.workspace.hydrateSnapshotToWorkspace('ws-fs3', stored);
+      assert.notEqual(again.sandbox, hydrated.sandbox);
+      assert.equal(again.filesystem.sandbox, again.sandbox);
+    });
   });
 });

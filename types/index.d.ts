@@ -33,7 +33,7 @@ import type {
   FilesystemGrepResult,
   FilesystemInfo,
 } from '@mastra/core/workspace';
-import type { SandboxProvider } from '@mastra/core/editor';
+import type { SandboxProvider, FilesystemProvider } from '@mastra/core/editor';
 
 /** Per-call instructions override: a fixed string ('' suppresses) or a function of the default text. */
 export type OpenSandboxInstructions =
@@ -313,7 +313,8 @@ export declare class OpenSandboxFilesystem extends MastraFilesystem {
   get sandbox(): OpenSandboxSandbox;
   init(): Promise<void>;
   destroy(): Promise<void>;
-  getInfo(): FilesystemInfo<{ basePath: string; contained: boolean; sandboxId: string }>;
+  /** metadata: the stored config of openSandboxFilesystemProvider (no secrets). */
+  getInfo(): Promise<FilesystemInfo<OpenSandboxFilesystemStoredConfig & Record<string, unknown>>>;
   getInstructions(opts?: { requestContext?: unknown }): string;
   resolveAbsolutePath(path: string): string | undefined;
   readFile(path: string, options?: ReadOptions): Promise<string | Buffer>;
@@ -393,3 +394,36 @@ export declare const openSandboxProvider: SandboxProvider<OpenSandboxStoredConfi
 };
 /** The providers of this package keyed by id: `new MastraEditor({ sandboxes: sandboxProviders })`. */
 export declare const sandboxProviders: { readonly opensandbox: typeof openSandboxProvider };
+
+/** The serializable configuration the Editor stores for an OpenSandboxFilesystem (getInfo().metadata). No secrets. */
+export interface OpenSandboxFilesystemStoredConfig {
+  /** The sandbox whose files these are (the same logical id attaches to the same remote sandbox). */
+  sandbox?: OpenSandboxStoredConfig;
+  basePath?: string;
+  /** Default true. */
+  contained?: boolean;
+  /** Default false. */
+  readOnly?: boolean;
+  /** Default 1 GiB. */
+  maxReadBytes?: number;
+  instructions?: string;
+}
+/** JSON Schema (draft-07) of OpenSandboxFilesystemStoredConfig. */
+export declare const openSandboxFilesystemConfigSchema: Readonly<Record<string, unknown>>;
+/** Validates a stored filesystem config like validateStoredConfig (fields inside `sandbox` named `sandbox.<field>`). */
+export declare function validateStoredFilesystemConfig(config: unknown): OpenSandboxFilesystemStoredConfig;
+/**
+ * The Editor filesystem provider (id 'opensandbox'). A stored workspace with both an opensandbox sandbox and an
+ * opensandbox filesystem of the same stored sandbox config hydrates into one shared OpenSandboxSandbox.
+ */
+export declare const openSandboxFilesystemProvider: FilesystemProvider<OpenSandboxFilesystemStoredConfig> & {
+  readonly id: 'opensandbox';
+  createFilesystem(config: OpenSandboxFilesystemStoredConfig): OpenSandboxFilesystem;
+};
+/** `new MastraEditor({ filesystems: filesystemProviders })`. */
+export declare const filesystemProviders: { readonly opensandbox: typeof openSandboxFilesystemProvider };
+/** Both kinds in one registry object: `new MastraEditor({ ...openSandboxProviders })`. */
+export declare const openSandboxProviders: {
+  readonly sandboxes: typeof sandboxProviders;
+  readonly filesystems: typeof filesystemProviders;
+};
