@@ -35,6 +35,17 @@ const mtimeOf = info => new Date(Date.parse(info.modified_at));
 const execdMode = info => (Number.isInteger(info?.mode) && info.mode > 0 ? info.mode : 644);
 const toBuffer = c => (Buffer.isBuffer(c) ? c : c instanceof Uint8Array ? Buffer.from(c.buffer, c.byteOffset, c.byteLength) : Buffer.from(String(c), 'utf8'));
 
+/** Mastra's FileEntry of an execd FileInfo: symlinks (from #symlinks) with their target's type and text. */
+function fileEntry(info, base, links) {
+  const link = links.get(info.path);
+  const entry = { ...base, type: link ? link.type : info.type === 'directory' ? 'directory' : 'file' };
+  if (link) {
+    entry.isSymlink = true;
+    entry.symlinkTarget = link.target;
+  } else if (entry.type === 'file') entry.size = info.size;
+  return entry;
+}
+
 export class OpenSandboxFilesystem extends MastraFilesystem {
   id;
   name = 'OpenSandboxFilesystem';
@@ -293,15 +304,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       const out = [];
       for (const e of list) {
         const name = e.path.slice(dir === '/' ? 1 : dir.length + 1);
-        const link = links.get(e.path);
-        const type = link ? link.type : e.type === 'directory' ? 'directory' : 'file';
         if (exts && e.type === 'file' && !exts.some(x => x === P.extname(name) || x === P.extname(name).slice(1))) continue;
-        const entry = { name, type };
-        if (link) {
-          entry.isSymlink = true;
-          entry.symlinkTarget = link.target;
-        } else if (type === 'file') entry.size = e.size;
-        out.push(entry);
+        out.push(fileEntry(e, { name }, links));
       }
       return out;
     });
@@ -321,13 +325,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       for (const e of list) {
         const rel = e.path.slice(dir === '/' ? 1 : dir.length + 1);
         if (!options?.includeHidden && rel.split('/').some(s => s.startsWith('.'))) continue;
-        const link = links.get(e.path);
-        const entry = { name: P.basename(rel), path: rel, type: link ? link.type : e.type === 'directory' ? 'directory' : 'file' };
-        if (link) {
-          entry.isSymlink = true;
-          entry.symlinkTarget = link.target;
-        } else if (entry.type === 'file') entry.size = e.size;
-        out.push(entry);
+        out.push(fileEntry(e, { name: P.basename(rel), path: rel }, links));
       }
       return out;
     });

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { runNode } from './helpers/run-node.js';
 
 const dir = new URL('../examples/', import.meta.url);
-const EXAMPLES = ['basic-agent', 'editor-hydration', 'mounts', 'per-thread', 'lifecycle-hooks', 'types-check'];
+const EXAMPLES = ['basic-agent', 'editor-hydration', 'mounts', 'per-thread', 'lifecycle-hooks', 'filesystem-agent', 'types-check'];
 
 describe('examples', function () {
   this.timeout(70000);
