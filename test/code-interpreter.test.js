@@ -83,7 +83,7 @@ describe('code interpreter client', function () {
     it('creates, gets, lists and deletes contexts', async () => {
       const py = await ci.createContext({ language: 'python' });
       const js = await ci.createContext({ language: 'javascript' });
-      assert.match(py.id, /^[0-9a-f]{32}$/);
+      assert.match(py.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
       assert.equal(py.language, 'python');
       assert.deepEqual(await ci.getContext(py.id), { id: py.id, language: 'python' });
       const all = await ci.listContexts();
@@ -124,7 +124,7 @@ describe('code interpreter client', function () {
       assert.equal(r.error.evalue, 'division by zero');
       assert.equal(r.error.traceback.at(-1), 'ZeroDivisionError: division by zero');
       assert.equal(r.status, 'error');
-      assert.match(r.contextId, /^[0-9a-f]{32}$/); // the server's default python context
+      assert.match(r.contextId, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/); // the server's default python context
     });
 
     it('streams output in batches while the cell runs; the result comes at the end of the stream', async () => {

@@ -62,7 +62,7 @@ describe('dev-server execd code interpreter (/code)', function () {
   async function newContext(language, extra = {}) {
     const r = await ex('/code/context', { method: 'POST', body: { language, ...extra } });
     assert.equal(r.status, 200, r.text);
-    assert.match(r.json.id, /^[0-9a-f]{32}$/);
+    assert.match(r.json.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     assert.equal(r.json.language, language);
     return r.json.id;
   }
@@ -200,11 +200,13 @@ describe('dev-server execd code interpreter (/code)', function () {
     const busy = await ex('/code', { method: 'POST', body: { context: { id, language: 'python' }, code: '1' } });
     assert.equal(busy.status, 200);
     assert.equal(busy.headers['content-type'], 'text/event-stream');
-    const ev = parseEvents(busy.text);
-    assert.equal(ev.length, 2);
-    assert.equal(ev[0].type, 'init');
-    assert.equal(ev[0].text, id);
-    assert.deepEqual(ev[1], { code: 'RUNTIME_ERROR', message: 'error running codes session is busy' });
+    // like execd: the busy error is a bare object, without `type` and without a blank line after it
+    const [initText, bare, ...rest] = busy.text.split('\n\n');
+    assert.deepEqual(rest, []);
+    const init = JSON.parse(initText);
+    assert.equal(init.type, 'init');
+    assert.equal(init.text, id);
+    assert.equal(bare, '{"code":"RUNTIME_ERROR","message":"error running codes session is busy"}');
     const del = await ex(`/code?id=${id}`, { method: 'DELETE' });
     assert.equal(del.status, 200);
     assert.equal(final(await spinning.done).error.ename, 'KeyboardInterrupt');

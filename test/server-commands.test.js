@@ -71,7 +71,10 @@ describe('dev-server execd commands', function () {
   it('a missing working directory is a 400 before any stream', async () => {
     const r = await raw('/command', { method: 'POST', body: { command: 'true', cwd: '/no/such/dir' } });
     assert.equal(r.status, 400);
-    assert.deepEqual(r.json, { code: 'INVALID_REQUEST_BODY', message: 'working directory does not exist: /no/such/dir' });
+    assert.deepEqual(r.json, {
+      code: 'INVALID_REQUEST_BODY',
+      message: 'invalid request, validation error working directory does not exist: /no/such/dir: stat /no/such/dir: no such file or directory',
+    });
     const empty = await raw('/command', { method: 'POST', body: { command: '' } });
     assert.equal(empty.status, 400);
     assert.equal(empty.json.code, 'INVALID_REQUEST_BODY');

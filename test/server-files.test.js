@@ -175,6 +175,9 @@ describe('dev-server execd files API', function () {
     assert.equal(part.status, 206);
     assert.equal(part.text, '2345');
     assert.equal(part.headers['content-range'], 'bytes 2-5/23');
+    // like execd: a range answer has no Accept-Ranges / Last-Modified
+    assert.equal(part.headers['accept-ranges'], undefined);
+    assert.equal(part.headers['last-modified'], undefined);
     const suffix = await raw('/files/download?path=/workspace/dl/b.txt', { headers: { Range: 'bytes=-5' } });
     assert.equal(suffix.text, 'third');
     assert.equal(await sbx.files.readFile('/workspace/dl/b.txt', { range: 'bytes=11-16' }), 'second');
@@ -185,12 +188,15 @@ describe('dev-server execd files API', function () {
     const bad = await raw('/files/download?path=/workspace/dl/b.txt', { headers: { Range: 'bytes=100-200' } });
     assert.equal(bad.status, 416);
     assert.equal(bad.headers['content-range'], 'bytes */23');
+    assert.equal(bad.headers['content-type'], 'text/plain; charset=utf-8');
+    assert.equal(bad.text, 'invalid range: failed to overlap\n');
 
     const lines = await raw('/files/download?path=/workspace/dl/b.txt&offset=2&limit=5');
     assert.equal(lines.status, 200);
-    assert.equal(lines.headers['content-type'], 'text/plain');
+    assert.equal(lines.headers['content-type'], 'text/plain; charset=utf-8');
     assert.equal(lines.text, 'second\nthird');
-    assert.equal(await sbx.files.readFile('/workspace/dl/b.txt', { offset: 1, limit: 1 }), '0123456789\n');
+    // execd joins the lines with "\n": none after the last line served
+    assert.equal(await sbx.files.readFile('/workspace/dl/b.txt', { offset: 1, limit: 1 }), '0123456789');
     assert.equal((await raw('/files/download?path=/workspace/dl/b.txt&offset=2')).status, 400);
 
     const nf = await raw('/files/download?path=/workspace/dl/none');

@@ -7,8 +7,8 @@
 //   DELETE /code?id=<context or shell-run id>             -> interrupt (SIGINT to the kernel's process group)
 // Status codes and messages follow the real execd's controller (codeinterpreting.go).
 import fs from 'node:fs';
-import { randomBytes } from 'node:crypto';
-import { HttpError, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
+import { randomUUID } from 'node:crypto';
+import { HttpError, goJson, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
 import { Kernel, SUPPORTED_LANGUAGES } from './code-kernel.js';
 import { runShell } from './code-shell.js';
 import { mkdirpSync } from './mkdirp.js';
@@ -24,7 +24,7 @@ function eventJson(ev) {
   out.timestamp = Date.now();
   if (ev.results !== undefined) out.results = ev.results;
   if (ev.error !== undefined) out.error = ev.error;
-  return JSON.stringify(out) + '\n\n';
+  return goJson(out) + '\n\n';
 }
 
 /** A MIME bundle as execd forwards it: `text/plain` renamed to `text`. */
@@ -61,7 +61,7 @@ export function createRoutes(ctx) {
     const dir = cwd || defaultCwd();
     mkdirpSync(dir);
     const kernel = await Kernel.start(language, dir, env());
-    const c = { id: randomBytes(16).toString('hex'), language, cwd: cwd || '', dir, kernel, count: 0, running: false, deleted: false };
+    const c = { id: randomUUID(), language, cwd: cwd || '', dir, kernel, count: 0, running: false, deleted: false };
     contexts.set(c.id, c);
     return c;
   }
@@ -213,7 +213,7 @@ export function createRoutes(ctx) {
     if (c.running) {
       const s = openStream(res);
       s.write({ type: 'init', text: c.id });
-      res.write(JSON.stringify({ code: 'RUNTIME_ERROR', message: 'error running codes session is busy' }) + '\n\n');
+      res.write(goJson({ code: 'RUNTIME_ERROR', message: 'error running codes session is busy' })); // bare, no blank line
       return s.end();
     }
     c.running = true;

@@ -6,8 +6,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
-import { HttpError, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
+import { osMessage } from './files-info.js';
 
 const PING_INTERVAL_MS = 3000;
 const INTERRUPT_GRACE_MS = 3000;
@@ -38,27 +39,38 @@ function findShell() {
   return 'sh';
 }
 
+/** The type word of Go's json "cannot unmarshal X" errors. */
+function jsonKind(v) {
+  if (Array.isArray(v)) return 'array';
+  return v === null ? 'null' : typeof v === 'boolean' ? 'bool' : typeof v;
+}
+
+// Go struct fields of execd's RunCommandRequest that a wrong JSON type is reported for, with their Go types
+const FIELD_TYPES = { command: ['string', 'string'], cwd: ['string', 'string'], timeout: ['number', 'int64'], background: ['boolean', 'bool'] };
+
+/** Validates like execd: decoder errors ("error parsing request, MAYBE invalid body format. …"), then the validator's. */
 function validateBody(body) {
+  const decode = (msg) => new HttpError(400, 'INVALID_REQUEST_BODY', `error parsing request, MAYBE invalid body format. ${msg}`);
+  const invalid = (msg) => new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error ${msg}`);
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: expected a JSON object');
+    throw decode(`json: cannot unmarshal ${jsonKind(body)} into Go value of type model.RunCommandRequest`);
   }
-  if (typeof body.command !== 'string' || body.command.trim() === '') {
-    throw new HttpError(400, 'INVALID_REQUEST_BODY', "error parsing request, MAYBE invalid body format: Key: 'RunCommandRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
-  }
-  for (const k of ['uid', 'gid', 'timeout']) {
-    if (body[k] != null && (!Number.isInteger(body[k]) || body[k] < 0)) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', `error parsing request, MAYBE invalid body format: ${k} must be a non-negative integer`);
+  for (const [k, [js, go]] of Object.entries(FIELD_TYPES)) {
+    if (body[k] != null && (typeof body[k] !== js || (js === 'number' && !Number.isInteger(body[k])))) {
+      throw decode(`json: cannot unmarshal ${jsonKind(body[k])} into Go struct field RunCommandRequest.${k} of type ${go}`);
     }
   }
-  if (body.gid != null && body.uid == null) {
-    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'gid requires uid');
+  for (const k of ['uid', 'gid']) {
+    if (body[k] != null && (!Number.isInteger(body[k]) || body[k] < 0)) throw decode(`${k} must be a non-negative integer`);
   }
-  if (body.envs != null && (typeof body.envs !== 'object' || Array.isArray(body.envs))) {
-    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: envs must be an object of strings');
+  if (body.envs != null && (typeof body.envs !== 'object' || Array.isArray(body.envs))) throw decode('envs must be an object of strings');
+  if (typeof body.command !== 'string' || body.command === '') {
+    throw invalid("Key: 'RunCommandRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
   }
-  if (body.cwd != null && typeof body.cwd !== 'string') {
-    throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: cwd must be a string');
+  if (body.timeout != null && body.timeout < 0) {
+    throw invalid("Key: 'RunCommandRequest.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag");
   }
+  if (body.gid != null && body.uid == null) throw invalid('uid is required when gid is provided');
 }
 
 export function createRoutes(ctx) {
@@ -198,7 +210,7 @@ export function createRoutes(ctx) {
     if (time !== undefined) out.execution_time = time;
     out.timestamp = Date.now();
     if (error !== undefined) out.error = error;
-    res.write(JSON.stringify(out) + '\n\n');
+    res.write(goJson(out) + '\n\n');
   }
 
   function endStream(res) {
@@ -215,7 +227,8 @@ export function createRoutes(ctx) {
     }
     if (rec.exitCode === 0) {
       const ev = { type: 'execution_complete' };
-      if (withTime) ev.execution_time = Date.now() - rec.startMs;
+      // Go's omitempty: a 0 ms execution_time is left out
+      if (withTime && Date.now() > rec.startMs) ev.execution_time = Date.now() - rec.startMs;
       return ev;
     }
     return { type: 'error', error: { ename: 'CommandExecError', evalue: String(rec.exitCode), traceback: [rec.error] } };
@@ -225,11 +238,13 @@ export function createRoutes(ctx) {
     const body = await readJson(req);
     validateBody(body);
     const cwd = body.cwd ?? defaultCwd();
-    let st = null;
-    try { st = fs.statSync(cwd); } catch { /* missing */ }
-    if (!st || !st.isDirectory()) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', `working directory does not exist: ${cwd}`);
+    let st;
+    try {
+      st = fs.statSync(cwd);
+    } catch (err) {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error working directory does not exist: ${cwd}: ${osMessage(err)}`);
     }
+    if (!st.isDirectory()) throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error working directory path is not a directory: ${cwd}`);
     const background = body.background === true;
     let rec;
     let startError = null;
@@ -246,8 +261,9 @@ export function createRoutes(ctx) {
       return endStream(res);
     }
     if (background) {
-      // the spawn error (if any) is reported through the status route
-      writeEvent(res, { type: 'execution_complete' });
+      // the spawn error (if any) is reported through the status route; execution_time as in finalEvent
+      const elapsed = Date.now() - rec.startMs;
+      writeEvent(res, elapsed > 0 ? { type: 'execution_complete', execution_time: elapsed } : { type: 'execution_complete' });
       return endStream(res);
     }
     const pinger = setInterval(() => writeEvent(res, { type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
@@ -274,15 +290,12 @@ export function createRoutes(ctx) {
 
   async function logs(res, id, url) {
     const rec = commands.get(id);
-    if (!rec || !rec.background) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', `command ${id} is not running in background`);
-    }
-    const raw = url.searchParams.get('cursor');
-    let cursor = 0;
-    if (raw !== null && raw !== '') {
-      if (!/^\d+$/.test(raw)) throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid cursor: ${raw}`);
-      cursor = Number(raw);
-    }
+    if (!rec) throw new HttpError(400, 'INVALID_REQUEST_BODY', `command not found: ${id}`);
+    if (!rec.background) throw new HttpError(400, 'INVALID_REQUEST_BODY', `command ${id} is not running in background`);
+    // like execd: a cursor that is not an integer counts as 0; a negative one fails the seek
+    const raw = url.searchParams.get('cursor') ?? '';
+    const cursor = /^[+-]?\d+$/.test(raw) ? Number(raw) : 0;
+    if (cursor < 0) throw new HttpError(400, 'INVALID_REQUEST_BODY', `error seek file: seek ${rec.logFile}: invalid argument`);
     let data = Buffer.alloc(0);
     try {
       const fh = await fs.promises.open(rec.logFile, 'r');
@@ -310,15 +323,15 @@ export function createRoutes(ctx) {
 
   async function interrupt(res, url) {
     const id = url.searchParams.get('id');
-    if (!id) throw new HttpError(400, 'MISSING_QUERY', 'missing query parameter: id');
+    if (!id) throw new HttpError(400, 'MISSING_QUERY', "missing query parameter 'id'");
     const rec = commands.get(id);
     if (!rec) {
       for (const fn of ctx.interrupters ?? []) {
         if (await fn(id)) return sendEmpty(res);
       }
-      throw new HttpError(500, 'RUNTIME_ERROR', `error interrupting command ${id}: no such session`);
+      throw new HttpError(500, 'RUNTIME_ERROR', 'error interruptting code context. no such session'); // execd's spelling
     }
-    if (!rec.running) throw new HttpError(500, 'RUNTIME_ERROR', `error interrupting command: command session ${id} is not running`);
+    if (!rec.running) throw new HttpError(500, 'RUNTIME_ERROR', `error interruptting code context. command session ${id} is not running`);
     signalGroup(rec, 'SIGTERM');
     const killer = setTimeout(() => signalGroup(rec, 'SIGKILL'), INTERRUPT_GRACE_MS);
     await rec.done;

@@ -1,9 +1,10 @@
 // `GET /files/download` of execd (local OpenSandbox-compatible server).
 // Byte mode: 200 application/octet-stream with Content-Disposition (attachment; filename="<base name>", RFC 5987
 // form for non-ASCII names), Accept-Ranges: bytes, Last-Modified, Content-Length; `Range: bytes=a-b` (also `a-`
-// and `-n`; of several ranges only the first satisfiable one is served, as execd) -> 206 with Content-Range;
-// no satisfiable range / malformed Range -> 416. Line mode: `offset` (1-based line) and `limit` (lines), both
-// required together -> 200 text/plain with those lines (terminators kept).
+// and `-n`; of several ranges only the first satisfiable one is served, as execd) -> 206 with Content-Range (no
+// Accept-Ranges / Last-Modified); no satisfiable range / malformed Range -> 416 with Go's plain-text error. Line mode:
+// `offset` (1-based line) and `limit` (lines), both required together -> 200 text/plain with those lines (terminators
+// kept except after the last).
 import fs from 'node:fs';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -80,8 +81,10 @@ async function serveLines(res, file, offset, limit) {
         }
       }
     }
-    const body = Buffer.concat(out);
-    res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': body.length });
+    let body = Buffer.concat(out);
+    // execd joins the lines with "\n": no terminator after the last one
+    if (body.at(-1) === 0x0a) body = body.subarray(0, -1);
+    res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': body.length });
     res.end(body);
   } finally {
     await handle.close();
@@ -124,20 +127,29 @@ export async function handleDownload(req, res, url, workspace) {
     const rangeHeader = req.headers.range;
     if (rangeHeader) {
       let r;
+      let why = 'invalid range: failed to overlap';
       try {
         r = parseRange(rangeHeader, size);
       } catch {
         r = null;
+        why = 'invalid range';
       }
       if (!r) {
-        const body = JSON.stringify({ code: 'UNKNOWN', message: `requested range not satisfiable: ${rangeHeader} (size ${size})` });
-        res.writeHead(416, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Range': `bytes */${size}`, 'Content-Length': Buffer.byteLength(body) });
+        // Go's http.ServeContent: plain-text error, the headers set before it stay, Accept-Ranges does not
+        const body = `${why}\n`;
+        res.writeHead(416, {
+          'Content-Disposition': headers['Content-Disposition'], 'Content-Range': `bytes */${size}`, 'Content-Type': 'text/plain; charset=utf-8',
+          'Last-Modified': headers['Last-Modified'], 'X-Content-Type-Options': 'nosniff', 'Content-Length': Buffer.byteLength(body),
+        });
         res.end(body);
         return;
       }
       ({ start, end } = r);
       status = 206;
       headers['Content-Range'] = `bytes ${start}-${end}/${size}`;
+      // execd answers a range without Accept-Ranges and Last-Modified
+      delete headers['Accept-Ranges'];
+      delete headers['Last-Modified'];
     }
     const length = size === 0 ? 0 : end - start + 1;
     headers['Content-Length'] = length;

@@ -7,11 +7,14 @@ import path from 'node:path';
 import { HttpError } from './http.js';
 
 const VAR = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)/g;
+/** `$$` (the shell's pid variable, never set in execd's environment) expands to nothing, as in execd. */
+const PID_VAR = /\$\$/g;
 
 /** Expands variables and `~`; throws HttpError 400 naming every undefined variable. */
 export function expandPath(p, env = process.env) {
   if (typeof p !== 'string') throw new HttpError(400, 'INVALID_REQUEST_BODY', `path must be a string, got ${typeof p}`);
   if (p === '') return '';
+  p = p.replace(PID_VAR, '');
   const missing = new Set();
   for (const m of p.matchAll(VAR)) {
     const name = m[1] ?? m[2];

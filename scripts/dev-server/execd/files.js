@@ -79,6 +79,9 @@ export function createRoutes(ctx) {
 
   async function move(req, res) {
     const body = await readJson(req);
+    if (body !== null && typeof body === 'object' && !Array.isArray(body)) {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', `${BAD_BODY} json: cannot unmarshal object into Go value of type []model.RenameFileItem`);
+    }
     if (!Array.isArray(body) || body.some((e) => e === null || typeof e !== 'object' || typeof e.src !== 'string' || typeof e.dest !== 'string')) {
       throw new HttpError(400, 'INVALID_REQUEST_BODY', `${BAD_BODY} expected [{"src":"…","dest":"…"}]`);
     }
@@ -171,6 +174,7 @@ export function createRoutes(ctx) {
       const file = abs(p);
       let content;
       try {
+        await fs.promises.stat(file); // execd stats first: a missing file is "stat P: no such file or directory"
         content = await fs.promises.readFile(file);
       } catch (err) {
         throw fileError(err);

@@ -19,7 +19,7 @@
 import http from 'node:http';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { sendEmpty, sendJson } from './http.js';
+import { sendEmpty, sendJson, sendNotFound } from './http.js';
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
 import { createRoutes as ptyRoutes } from './pty.js';
@@ -57,6 +57,15 @@ function authorized(req) {
   return !ctx.token || req.headers['x-execd-access-token'] === ctx.token;
 }
 const UNAUTHORIZED = { error: 'Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN' };
+/** GET routes without parameters: with a trailing slash execd's router answers 301 to the path without it. */
+const GET_ROUTES = new Set(['/ping', '/metrics', '/metrics/watch', '/files/info', '/files/download', '/files/search', '/directories/list', '/code/contexts']);
+
+function redirectTrailingSlash(res, pathname) {
+  const to = pathname.slice(0, -1);
+  const body = `<a href="${to}">Moved Permanently</a>.\n\n`;
+  res.writeHead(301, { 'Content-Type': 'text/html; charset=utf-8', Location: to, 'Content-Length': Buffer.byteLength(body) });
+  res.end(body);
+}
 
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, 'http://execd');
@@ -71,13 +80,14 @@ const server = http.createServer(async (req, res) => {
   for (const m of modules) {
     if (await m.handle(req, res, url)) return;
   }
-  sendJson(res, 404, { code: 'NOT_FOUND', message: `no route for ${req.method} ${url.pathname}` });
+  if (req.method === 'GET' && url.pathname.endsWith('/') && GET_ROUTES.has(url.pathname.slice(0, -1))) return redirectTrailingSlash(res, url.pathname);
+  sendNotFound(res);
 });
 server.on('upgrade', (req, socket, head) => {
   const url = new URL(req.url, 'http://execd');
   if (!authorized(req)) {
     const body = JSON.stringify(UNAUTHORIZED);
-    socket.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    socket.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     return;
   }
   for (const m of modules) {

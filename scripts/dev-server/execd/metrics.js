@@ -2,7 +2,7 @@
 // of one JSON object + "\n" about every 2 s). Values come from /proc, so inside a sandbox they describe the host.
 import fs from 'node:fs';
 import os from 'node:os';
-import { guard, openEventStream, sendJson } from './http.js';
+import { goJson, guard, openEventStream, sendJson } from './http.js';
 
 const SAMPLE_MS = 1000;
 const WATCH_INTERVAL_MS = 2000;
@@ -58,9 +58,9 @@ export function createRoutes() {
           while (!stopped) {
             try {
               const m = await sample(WATCH_INTERVAL_MS);
-              if (!stopped) res.write(JSON.stringify(m) + '\n');
+              if (!stopped) res.write(goJson(m) + '\n');
             } catch (err) {
-              if (!stopped) res.write(JSON.stringify({ error: String(err.message ?? err) }) + '\n');
+              if (!stopped) res.write(goJson({ error: String(err.message ?? err) }) + '\n');
             }
           }
         })();

@@ -13,6 +13,7 @@ function prefixes(dir) {
 function notDirectory(p) {
   const err = new Error(`ENOTDIR: not a directory, mkdir '${p}'`);
   err.code = 'ENOTDIR';
+  err.syscall = 'mkdir';
   err.path = p;
   return err;
 }

@@ -10,6 +10,7 @@
 // reproduced on purpose: live output is held back RACE_HOLD_MS, and at process exit the held output is dropped
 // (it stays in the replay buffer) and the exit frame + close go out at once.
 import { SIGNALS } from './pty-session.js';
+import { goJson } from './http.js';
 
 const PING_MS = 30_000;
 const READ_TIMEOUT_MS = 60_000;
@@ -26,6 +27,7 @@ export class PtyConnection {
     this.held = [];       // race mode: [{frame, timer}]
     this.live = false;    // output goes to the socket only after replay + connected were sent
     this.done = false;
+    this.closing = false; // set when we close: any other ws.close() is the library's answer to the client's close
     this.pinger = setInterval(() => ws.ping(), PING_MS);
     this.reader = setTimeout(() => ws.terminate(), READ_TIMEOUT_MS);
     ws.on('message', (data, isBinary) => {
@@ -35,6 +37,9 @@ export class PtyConnection {
     ws.on('pong', () => this.reader.refresh());
     ws.on('close', () => this.detach());
     ws.on('error', () => this.detach());
+    // the library answers a client's close frame by echoing its code and reason; execd answers with no reason
+    const close = ws.close.bind(ws);
+    ws.close = (code, reason) => close(code, this.closing ? reason : '');
   }
 
   /** Starts the process if needed, then replay + connected, then live output. */
@@ -44,7 +49,7 @@ export class PtyConnection {
       try {
         await s.start(pipeMode);
       } catch (err) {
-        this.sendJson({ type: 'error', code: 'START_FAILED', error: String(err.message ?? err) });
+        this.sendError('START_FAILED', String(err.message ?? err));
         this.finish(1011, 'start failed');
         return;
       }
@@ -100,11 +105,11 @@ export class PtyConnection {
   }
 
   sendJson(obj) {
-    if (!this.done) this.ws.send(JSON.stringify(obj));
+    if (!this.done) this.ws.send(`${goJson(obj)}\n`); // execd's text frames end with a newline
   }
 
   sendError(code, error) {
-    this.sendJson({ type: 'error', code, error });
+    this.sendJson({ type: 'error', error, code }); // execd's field order
   }
 
   onMessage(data, isBinary) {
@@ -164,6 +169,7 @@ export class PtyConnection {
   finish(code, reason) {
     if (this.done) return;
     this.detach();
+    this.closing = true;
     this.ws.close(code, reason);
     // a client that never answers the close handshake is cut off
     setTimeout(() => this.ws.terminate(), 5000).unref();

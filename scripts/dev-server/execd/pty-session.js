@@ -3,7 +3,7 @@
 // execd does), its 1 MiB replay buffer and the currently attached WebSocket client (`holder`).
 //   PTY mode:  bash on a real pseudo-terminal through pty-helper.py (Debian's python3), 80x24 initially.
 //   pipe mode: bash with plain pipes; stderr kept apart; stdin cannot be closed (as upstream).
-// Both run bash in its own session/process group, with execd's environment (TERM not forced).
+// Both run bash in its own session/process group, with execd's environment (TERM=xterm in PTY mode, as execd).
 // A run reports `processExit` as soon as the process is gone and `exit` once its output is fully drained
 // (pipes at EOF; bounded by DRAIN_MS when a background process keeps them open).
 import { spawn } from 'node:child_process';
@@ -111,7 +111,7 @@ class Run {
       this.resolveStart = resolve;
       this.rejectStart = reject;
     });
-    const env = process.env;
+    const env = isPty ? { ...process.env, TERM: 'xterm' } : process.env;
     const opts = { cwd: session.cwd, env, detached: true };
     if (isPty) {
       this.child = spawn(PYTHON, [HELPER, '80', '24', 'bash', ...session.bashArgs()],

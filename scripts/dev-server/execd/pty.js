@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { WebSocketServer } from 'ws';
-import { HttpError, guard, readJson, sendEmpty, sendJson } from './http.js';
+import { HttpError, goJson, guard, readJson, sendEmpty, sendJson } from './http.js';
 import { expandPath } from './files-paths.js';
 import { PtySession } from './pty-session.js';
 import { PtyConnection } from './pty-conn.js';
@@ -25,7 +25,7 @@ function decode(s) {
 }
 
 function rejectUpgrade(socket, status, text, body) {
-  const json = JSON.stringify(body);
+  const json = goJson(body);
   socket.on('error', () => {});
   socket.end(`HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json; charset=utf-8\r\n`
     + `Content-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`);
@@ -40,7 +40,7 @@ export function createRoutes(ctx) {
   }
 
   async function create(req, res) {
-    let body = await readJson(req, { optional: true });
+    let body = await readJson(req, { optional: true, prefix: 'error parsing request: ' });
     body ??= {};
     if (typeof body !== 'object' || Array.isArray(body)) throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request: expected a JSON object');
     for (const k of ['cwd', 'command']) {

@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { HttpError, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
 import { mkdirpSync } from './mkdirp.js';
 
@@ -16,7 +16,6 @@ const PING_INTERVAL_MS = 3000;
 
 export function createRoutes(ctx) {
   const sessions = new Map(); // id -> { id, cwd, envFile, cwdFile, busy, child }
-  const tailMs = ctx.commandTailMs ?? 1000;
   const dir = os.tmpdir();
 
   function kill(s) {
@@ -75,27 +74,28 @@ export function createRoutes(ctx) {
 
   async function run(req, res, id) {
     const body = await readJson(req);
-    if (body === null || typeof body !== 'object' || typeof body.command !== 'string' || body.command.trim() === '') {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', "error parsing request, MAYBE invalid body format: Key: 'RunInSessionRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
+    if (body === null || typeof body !== 'object' || typeof body.command !== 'string' || body.command === '') {
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', "invalid request. Key: 'RunInSessionRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
     }
     if (body.timeout != null && (!Number.isInteger(body.timeout) || body.timeout < 0)) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format: timeout must be a non-negative integer');
+      throw new HttpError(400, 'INVALID_REQUEST_BODY', 'error parsing request, MAYBE invalid body format. timeout must be a non-negative integer');
     }
     const s = sessions.get(id);
-    if (!s) throw new HttpError(500, 'RUNTIME_ERROR', `error running in session: session ${id} not found`);
+    if (!s) throw new HttpError(500, 'RUNTIME_ERROR', 'error running in session. context not found');
     openEventStream(res);
     const write = (obj) => {
-      if (!res.destroyed && !res.writableEnded) res.write(JSON.stringify(obj) + '\n\n');
+      if (!res.destroyed && !res.writableEnded) res.write(goJson(obj) + '\n\n');
+    };
+    // a failure is execd's bare {"code","message"} object, without `type` and without the blank line
+    const fail = (message) => {
+      if (!res.destroyed && !res.writableEnded) res.write(goJson({ code: 'RUNTIME_ERROR', message }));
     };
     const event = (type, extra = {}) => write({ type, ...extra, timestamp: Date.now() });
-    const finish = () => {
-      const t = setTimeout(() => res.end(), tailMs);
-      res.on('close', () => clearTimeout(t));
-    };
+    const finish = () => res.end(); // unlike /command, no tail after the final event
     event('init', { text: id });
     event('ping', { text: 'pong' });
     if (s.busy) {
-      write({ code: 'RUNTIME_ERROR', message: 'error running in session: session is busy' });
+      fail('error running in session: session is busy');
       return finish();
     }
     s.busy = true;
@@ -123,9 +123,9 @@ export function createRoutes(ctx) {
     s.child = null;
     s.busy = false;
     if (timedOut) {
-      write({ code: 'RUNTIME_ERROR', message: `error running in session. timeout after ${body.timeout / 1000}s` });
+      fail(`error running in session. timeout after ${body.timeout / 1000}s`);
     } else if (result.error) {
-      write({ code: 'RUNTIME_ERROR', message: `error running in session: ${result.error.message}` });
+      fail(`error running in session: ${result.error.message}`);
     } else if (result.code === 0) {
       event('execution_complete', { execution_time: Date.now() - started });
     } else {
