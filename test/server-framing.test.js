@@ -148,7 +148,9 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     assert.equal(ok.text, '');
     const unknown = await request(`${base}/nothing`, { headers: hdrs });
     assert.equal(unknown.status, 404);
-    assert.equal(typeof unknown.json.code, 'string');
+    // execd's router: text/plain, no JSON
+    assert.equal(unknown.headers['content-type'], 'text/plain');
+    assert.equal(unknown.text, '404 page not found');
   });
 
   it('WebSocket passes through the relay + execd proxy and through the server proxy', async () => {

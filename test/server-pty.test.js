@@ -131,10 +131,11 @@ describe('dev-server execd PTY WebSocket API', function () {
     c.stdin('stty size\n');
     await c.until((x) => /45 123\r\n/.test(x.text()), 'stty size after resize');
     c.stdin('echo started; sleep 30\n');
-    await c.until((x) => /\r\nstarted\r\n/.test(x.text()), 'job started');
+    // TERM=xterm: bash ends bracketed paste (ESC[?2004l + CR) before a command's output
+    await c.until((x) => /[\r\n]started\r\n/.test(x.text()), 'job started');
     c.stdin('\x03');
     c.stdin('echo rc=$?\n');
-    await c.until((x) => /\r\nrc=130\r\n/.test(x.text()), 'Ctrl-C (0x03 on stdin) interrupts the foreground job');
+    await c.until((x) => /[\r\n]rc=130\r\n/.test(x.text()), 'Ctrl-C (0x03 on stdin) interrupts the foreground job');
     c.stdin('exit 4\n');
     assert.deepEqual(await c.whenClosed, { code: 1000, reason: 'process exited' });
     assert.deepEqual(c.frames.at(-1).json, { type: 'exit', exit_code: 4 });

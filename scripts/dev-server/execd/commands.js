@@ -261,9 +261,8 @@ export function createRoutes(ctx) {
       return endStream(res);
     }
     if (background) {
-      // the spawn error (if any) is reported through the status route; execution_time as in finalEvent
-      const elapsed = Date.now() - rec.startMs;
-      writeEvent(res, elapsed > 0 ? { type: 'execution_complete', execution_time: elapsed } : { type: 'execution_complete' });
+      // the spawn error (if any) is reported through the status route
+      writeEvent(res, { type: 'execution_complete' });
       return endStream(res);
     }
     const pinger = setInterval(() => writeEvent(res, { type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
