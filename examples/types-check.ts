@@ -10,6 +10,7 @@ import {
   LOGICAL_ID_LABEL, MOUNTS_LABEL, encodeLogicalId,
   OpenSandboxError, OpenSandboxOptionError, OpenSandboxApiError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError,
   OpenSandboxStreamError, OpenSandboxTransportError, OpenSandboxTimeoutError, OpenSandboxProtocolError, OpenSandboxCancelledError,
+  OpenSandboxSnapshotError, OpenSandboxTemplateBuildError, Template, type OpenSandboxStartResult, type OpenSandboxSnapshot,
 } from 'mastra-opensandbox';
 
 const options: OpenSandboxSandboxOptions = {
@@ -22,7 +23,16 @@ const asMastra: WorkspaceSandbox = sandbox;
 const provider: SandboxProvider<OpenSandboxStoredConfig> = openSandboxProvider;
 const registry: Record<string, SandboxProvider<any>> = sandboxProviders;
 const stored: OpenSandboxStoredConfig = validateStoredConfig({ id: 'x', timeoutSeconds: null });
-const sibling: OpenSandboxSandbox = sandbox.clone({ env: { C: '3' }, idleTimeoutMinutes: 1 });
+const sibling: OpenSandboxSandbox = sandbox.clone({ env: { C: '3' }, idleTimeoutMinutes: 1, checkpointName: 'c', seedCheckpointName: 'base' });
+const template = Template().setWorkdir('/workspace/app').setEnvs({ A: '1' }).setEnvs({ T: 's' }, { ephemeral: true })
+  .runCmd('echo hi').npmInstall(['typescript'], { global: true }).withFamily('web');
+const templated = new OpenSandboxSandbox({ domain: '127.0.0.1:9', template, keepCheckpoints: 2, snapshotTimeoutMs: 60000 });
+const fromStored = new OpenSandboxSandbox({ domain: '127.0.0.1:9', template: Template.fromJSON(template.toJSON()) });
+function restored(r: OpenSandboxStartResult): string {
+  if (r.restoredFrom?.kind === 'template') return `${r.restoredFrom.templateId}${r.templatePending ? ' (pending)' : ''}`;
+  return r.restoredFrom?.snapshotId ?? r.outcome;
+}
+const snapshotState = (s: OpenSandboxSnapshot): string => s.status.state;
 const files: WorkspaceFilesystem = new OpenSandboxFilesystem({ sandbox, basePath: '/workspace/project', readOnly: false });
 const ownFiles = new OpenSandboxFilesystem({ id: 'typed', domain: '127.0.0.1:9', maxReadBytes: 1 << 20 });
 const sharedSandbox: OpenSandboxSandbox = ownFiles.sandbox;
@@ -37,10 +47,15 @@ type Calls = [
   ReturnType<typeof sandbox.mount> extends Promise<MountResult> ? true : never,
   ReturnType<typeof sandbox.networking.getPortUrl> extends Promise<string | null> ? true : never,
   ReturnType<typeof sandbox.writeFiles> extends Promise<void> ? true : never,
+  ReturnType<typeof sandbox.snapshot> extends Promise<void> ? true : never,
+  ReturnType<typeof sandbox.opensandbox.createSnapshot> extends Promise<OpenSandboxSnapshot> ? true : never,
+  ReturnType<typeof template.build> extends Promise<{ templateId: string; snapshotId: string; built: boolean }> ? true : never,
 ];
-const calls: Calls = [true, true, true, true, true, true];
+const calls: Calls = [true, true, true, true, true, true, true, true, true];
 
 function describe(err: unknown): string {
+  if (err instanceof OpenSandboxTemplateBuildError) return `step ${err.step} exit ${err.exitCode ?? '?'}: ${err.stderr ?? ''}`;
+  if (err instanceof OpenSandboxSnapshotError) return `snapshot ${err.snapshotId ?? '?'} ${err.state ?? ''} ${err.reason ?? ''}`;
   if (err instanceof OpenSandboxSandboxGoneError) return `gone ${err.sandboxId} ${err.status}`;
   if (err instanceof OpenSandboxNotFoundError) return `404 ${err.code}`;
   if (err instanceof OpenSandboxStreamError) return `stream ${err.code}`;
@@ -63,7 +78,10 @@ const checks = [
   supportsNetworking(asMastra),
   sandbox.provider === 'opensandbox' && provider.id === 'opensandbox' && registry.opensandbox === openSandboxProvider,
   typeof openSandboxConfigSchema === 'object' && stored.timeoutSeconds === null,
-  sibling.id !== sandbox.id && calls.length === 6,
+  sibling.id !== sandbox.id && calls.length === 9 && sandbox.supportsCheckpoints,
+  template.templateId.length === 16 && fromStored.id !== templated.id && !JSON.stringify(template).includes('"s"'),
+  restored({ outcome: 'created', restoredFrom: { kind: 'template', templateId: 't', snapshotId: 's' }, templatePending: true }) === 't (pending)',
+  snapshotState({ id: 'a', sandboxId: 'b', status: { state: 'Ready' }, createdAt: '' }) === 'Ready',
   LOGICAL_ID_LABEL === 'mastra.ai/sandbox-id' && MOUNTS_LABEL === 'mastra.ai/mounts' && encodeLogicalId('typed').length <= 63,
   refused === 'option apiKey' && new OpenSandboxOptionError('x', 'y') instanceof SandboxError,
 ];

@@ -11,7 +11,8 @@
 //      ├─ OpenSandboxTransportError     connect/reset/TLS/DNS failure, or a stream cut (attempts)
 //      ├─ OpenSandboxTimeoutError       one of our deadlines elapsed (timeoutMs)
 //      ├─ OpenSandboxProtocolError      malformed response or event stream
-//      ├─ OpenSandboxSnapshotError      a snapshot capture failed (snapshotId, state, reason) or a template build failed
+//      ├─ OpenSandboxSnapshotError      a snapshot capture failed (snapshotId, state, reason)
+//      ├─ OpenSandboxTemplateBuildError a template build step failed (templateId, step, exitCode, stdout, stderr)
 //      └─ OpenSandboxCancelledError     the operation was cancelled (abort signal)
 import { SandboxError } from '@mastra/core/workspace';
 
@@ -99,6 +100,19 @@ export class OpenSandboxSnapshotError extends OpenSandboxError {
     this.state = details.state;
     this.reason = details.reason;
     this.serverMessage = details.serverMessage;
+  }
+}
+
+export class OpenSandboxTemplateBuildError extends OpenSandboxError {
+  constructor(message, details = {}) {
+    super(message, details.code || 'TEMPLATE_BUILD_FAILED', { kind: 'template', ...details });
+    this.name = 'OpenSandboxTemplateBuildError';
+    this.templateId = details.templateId;
+    this.step = details.step; // 1-based index of the failed step
+    this.description = details.description;
+    this.exitCode = details.exitCode;
+    this.stdout = details.stdout;
+    this.stderr = details.stderr;
   }
 }
 

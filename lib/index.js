@@ -12,6 +12,8 @@ export {
   openSandboxFilesystemConfigSchema,
   validateStoredFilesystemConfig,
 } from './provider.js';
+export { Template, OpenSandboxTemplate, TEMPLATE_PREFIX, TEMPLATE_BUILD_LABEL } from './template.js';
+export { CHECKPOINT_PREFIX, DEFAULT_KEEP_CHECKPOINTS } from './checkpoints.js';
 export { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 export { OpenSandboxProcessManager, OpenSandboxProcessHandle, DEFAULT_MAX_RETAINED_BYTES, UNKNOWN_EXIT_CODE } from './process-manager.js';
 export {
@@ -26,6 +28,7 @@ export {
   OpenSandboxProtocolError,
   OpenSandboxCancelledError,
   OpenSandboxSnapshotError,
+  OpenSandboxTemplateBuildError,
 } from './errors.js';
 export {
   CodeInterpreter,

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { OpenSandboxOptionError } from './errors.js';
 import { LOGICAL_ID_LABEL, labelProblem } from './labels.js';
+import { Template } from './template.js';
 
 export const DEFAULTS = Object.freeze({
   domain: '127.0.0.1:8080',
@@ -24,7 +25,7 @@ const KNOWN = new Set([
   'id', 'domain', 'apiKey', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'resources', 'env',
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
   'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes',
-  'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs',
+  'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template',
 ]);
 
 const fail = (option, message) => {
@@ -222,6 +223,10 @@ export function normalizeOptions(input = {}, env = process.env) {
   if (o.snapshotId !== undefined && o.image !== undefined) {
     fail('snapshotId', 'a sandbox starts from either an image or a snapshot: do not give both "image" and "snapshotId"');
   }
+  const template = o.template === undefined ? undefined : Template.fromJSON(o.template);
+  if (template && (o.image !== undefined || o.snapshotId !== undefined)) {
+    fail('template', 'a template has its own base image (Template({ image })): do not combine it with "image" or "snapshotId"');
+  }
   if (o.idleTimeoutMinutes !== undefined && o.idleTimeoutMinutes !== null && o.timeoutSeconds === null) {
     fail('idleTimeoutMinutes', 'needs an expiring sandbox: timeoutSeconds must not be null');
   }
@@ -232,12 +237,13 @@ export function normalizeOptions(input = {}, env = process.env) {
     lifecycleBaseUrl,
     apiKey,
     sandboxId: optString(o, 'sandboxId'),
-    image: parseImage(o.image),
+    image: template ? template.image : parseImage(o.image),
+    template,
     entrypoint: parseEntrypoint(o.entrypoint),
     entrypointGiven: o.entrypoint !== undefined,
     timeoutSeconds: parseTimeoutSeconds(o.timeoutSeconds),
     resources: parseResources(o.resources),
-    env: stringRecord(o, 'env', { allowUndefined: true }) ?? {},
+    env: { ...template?.runtimeEnv(), ...stringRecord(o, 'env', { allowUndefined: true }) },
     metadata: parseMetadata(o),
     volumes: parseVolumes(o.volumes),
     networkPolicy: o.networkPolicy === undefined ? undefined : structuredClone(o.networkPolicy),
@@ -249,7 +255,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     onStart: optFunction(o, 'onStart'),
     onStop: optFunction(o, 'onStop'),
     onDestroy: optFunction(o, 'onDestroy'),
-    workingDirectory: parseWorkingDirectory(o.workingDirectory),
+    workingDirectory: parseWorkingDirectory(o.workingDirectory ?? template?.workdir()),
     idleTimeoutMinutes: parseIdleTimeoutMinutes(o.idleTimeoutMinutes),
     checkpointName: parseCheckpointName(o),
     seedCheckpointName: optString(o, 'seedCheckpointName'),

@@ -46,6 +46,12 @@ export const openSandboxConfigSchema = Object.freeze({
     checkpointName: { type: ['string', 'null'], description: 'Checkpoint snapshot() captures into and a start without a live sandbox boots from. Default: id; null = no checkpoints.' },
     seedCheckpointName: str('Boot-only fallback checkpoint when checkpointName has none yet.'),
     snapshotId: str('Create the sandbox from this snapshot instead of image.'),
+    template: {
+      type: 'object',
+      description: 'Template definition (Template().toJSON()): base image, family and build steps; ephemeral env values are never stored (only their names).',
+      required: ['steps'],
+      properties: { image: { type: 'string' }, family: { type: 'string' }, steps: { type: 'array', items: { type: 'object' } } },
+    },
     keepCheckpoints: { type: 'integer', minimum: 1, default: DEFAULTS.keepCheckpoints, description: 'Ready checkpoints of a name kept after each snapshot().' },
     snapshotTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.snapshotTimeoutMs, description: 'Deadline of one snapshot() capture.' },
   },

@@ -14,6 +14,7 @@ import { normalizeFiles, uploadFiles } from './files.js';
 import { KeepAlive } from './keepalive.js';
 import { SnapshotClient } from './snapshots.js';
 import { Checkpoints, checkpointCandidates } from './checkpoints.js';
+import { TEMPLATE_BUILD_LABEL, buildTemplate, templateStart } from './template.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
 export const MOUNTS_LABEL = 'mastra.ai/mounts';
@@ -30,6 +31,8 @@ export const START_FAILED_EXIT_CODE = 1;
 
 const STATE_POLL_MS = 200;
 const LIVE_STATES = ['Running', 'Paused', 'Pending'];
+
+const BUILD_TEMPLATE = Symbol('buildTemplate');
 
 const stateOf = remote => String(remote?.status?.state ?? 'Unknown');
 const toDate = s => (s ? new Date(s) : undefined);
@@ -481,7 +484,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
       id: cfg.id,
       domain: cfg.domain,
       protocol: cfg.protocol,
-      ...(cfg.snapshotId ? { snapshotId: cfg.snapshotId } : { image: typeof cfg.image === 'string' ? cfg.image : { uri: cfg.image.uri } }),
+      ...(cfg.template ? { template: cfg.template.toJSON() }
+        : cfg.snapshotId ? { snapshotId: cfg.snapshotId } : { image: typeof cfg.image === 'string' ? cfg.image : { uri: cfg.image.uri } }),
       entrypoint: [...cfg.entrypoint],
       timeoutSeconds: cfg.timeoutSeconds,
       resources: { ...cfg.resources },
@@ -724,7 +728,39 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (cfg.snapshotId) {
       return { remote: await this.#create({ snapshotId: cfg.snapshotId }), extra: { restoredFrom: { kind: 'snapshot', snapshotId: cfg.snapshotId } } };
     }
+    if (cfg.template) {
+      const templateId = cfg.template.templateId;
+      const from = await templateStart(cfg.template, this.#templateContext(), async () => {
+        const body = await this.#lcCall('list template builders', lc =>
+          lc.list({ metadata: { [TEMPLATE_BUILD_LABEL]: templateId }, states: ['Pending', 'Running'], page: 1, pageSize: 1 }));
+        return (body?.items ?? []).length > 0;
+      });
+      checkAbort();
+      return { remote: await this.#create(from.snapshotId ? { snapshotId: from.snapshotId } : {}), extra: from.extra };
+    }
     return { remote: await this.#create(), extra: {} };
+  }
+
+  /** What lib/template.js needs to build this sandbox's template: a builder sandbox on the template's image. */
+  #templateContext() {
+    const o = this.#options;
+    const connection = ['domain', 'apiKey', 'protocol', 'resources', 'networkPolicy', 'useServerProxy', 'execdAccessToken',
+      'requestTimeoutMs', 'readyTimeoutMs', 'timeoutSeconds', 'snapshotTimeoutMs'];
+    const base = Object.fromEntries(connection.filter(k => o[k] !== undefined).map(k => [k, o[k]]));
+    return {
+      key: `${this.#cfg.lifecycleBaseUrl}|${this.#cfg.template.snapshotName}`,
+      snaps: this.#snapshotClient(),
+      timeoutMs: this.#cfg.snapshotTimeoutMs,
+      makeBuilder: labels => new OpenSandboxSandbox({
+        ...base, image: this.#cfg.template.image, metadata: labels, checkpointName: null,
+        id: `template-build-${this.#cfg.template.templateId}-${Date.now().toString(36)}`,
+      }),
+    };
+  }
+
+  /** @internal template.build(): builds this sandbox's template (if not built yet) without provisioning it. */
+  [BUILD_TEMPLATE]() {
+    return buildTemplate(this.#cfg.template, this.#templateContext());
   }
 
   /** Creates the remote sandbox from the image, or from `source.snapshotId` (entrypoint only when configured). */
@@ -877,6 +913,12 @@ function mountsHash(mounted) {
   if (mounted.size === 0) return undefined;
   const list = [...mounted].sort(([a], [b]) => (a < b ? -1 : 1)).map(([p, m]) => [p, m.hostPath, m.readOnly]);
   return createHash('sha256').update(JSON.stringify(list)).digest('hex').slice(0, 16);
+}
+
+/** `template.build(options)`: builds a template through a sandbox configured with it (never started itself). */
+export function buildTemplateStandalone(template, options = {}) {
+  if (options === null || typeof options !== 'object') throw new OpenSandboxError('template.build: options must be an object', 'INVALID_OPTION', { kind: 'option' });
+  return new OpenSandboxSandbox({ ...options, template, checkpointName: null })[BUILD_TEMPLATE]();
 }
 
 /** Snapshot calls of the raw handle; `need()` is the remote id of this sandbox (throws when not started). */

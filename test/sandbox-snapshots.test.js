@@ -4,24 +4,15 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { SandboxNotReadyError, SandboxAbortError } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxOptionError } from '../lib/index.js';
+import { sandboxes } from './helpers/sandboxes.js';
+import { OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxOptionError } from '../lib/index.js';
 
 const CHECKPOINT = name => `mastra.checkpoint.${name}`;
 
 describe('OpenSandboxSandbox snapshots', function () {
   this.timeout(60000);
   let server;
-  const cleanup = [];
-  const make = (options = {}) => {
-    const s = new OpenSandboxSandbox({ domain: server.domain, ...options });
-    cleanup.push(s);
-    return s;
-  };
-  const sh = async (s, cmd) => {
-    const r = await s.executeCommand(cmd);
-    assert.equal(r.exitCode, 0, r.stderr);
-    return r.stdout.trim();
-  };
+  const { make, sh, destroyAll } = sandboxes(() => server);
 
   const snapshotsNamed = async name => {
     const res = await fetch(`${server.baseUrl}/v1/snapshots?pageSize=200`);
@@ -33,7 +24,7 @@ describe('OpenSandboxSandbox snapshots', function () {
     server = await startServer({ port: 0, maxSnapshotBytes: 8 * 1024 * 1024 });
   });
   after(async function () {
-    for (const s of cleanup) await s._destroy().catch(() => {});
+    await destroyAll();
     await server?.close();
   });
 

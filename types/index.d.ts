@@ -120,19 +120,90 @@ export interface OpenSandboxSandboxOptions {
   snapshotId?: string;
   /** Ready checkpoints of a name kept after each `snapshot()`. Default 3. */
   keepCheckpoints?: number;
-  /** Deadline of one `snapshot()` capture. Default 300000. */
+  /** Deadline of one `snapshot()` capture (and of a template's snapshot). Default 300000. */
   snapshotTimeoutMs?: number;
+  /**
+   * Start from this template (built by the first start that needs it). Its image replaces `image` (not both); its
+   * plain envs are the default `env`, its last setWorkdir the default `workingDirectory`.
+   */
+  template?: OpenSandboxTemplate | OpenSandboxTemplateDefinition;
 }
 
 /** What a created sandbox was restored from (`start()` result). */
 export type OpenSandboxRestoredFrom =
   | { kind: 'checkpoint' | 'seed'; name: string; snapshotId: string }
-  | { kind: 'snapshot'; snapshotId: string };
+  | { kind: 'snapshot'; snapshotId: string }
+  | { kind: 'template'; templateId: string; snapshotId: string };
 
 /** `start()` result: Mastra's outcome, plus where a created sandbox was restored from. */
 export interface OpenSandboxStartResult extends SandboxStartResult {
   restoredFrom?: OpenSandboxRestoredFrom;
+  /** This start built the template (it waited for the build). */
+  templateBuilt?: boolean;
+  /**
+   * The template was being built elsewhere: the sandbox came from the newest ready template of the same family
+   * (restoredFrom names it) or, without one, from the template's base image (none of its steps ran).
+   */
+  templatePending?: boolean;
 }
+
+/** A template step as stored (ephemeral envs keep only their names). */
+export type OpenSandboxTemplateStep =
+  | { type: 'run'; command: string }
+  | { type: 'workdir'; path: string }
+  | { type: 'env'; envs: Record<string, string> }
+  | { type: 'env'; ephemeral: true; keys: string[] }
+  | { type: 'apt' | 'pip'; packages: string[] }
+  | { type: 'npm'; packages: string[]; global?: boolean };
+
+/** The stored form of a template (`template.toJSON()`): never an ephemeral value. */
+export interface OpenSandboxTemplateDefinition {
+  image?: string;
+  family?: string;
+  steps: OpenSandboxTemplateStep[];
+}
+
+/** A template builder: steps on a base image, hashed (without ephemeral values) into `templateId`. */
+export declare class OpenSandboxTemplate {
+  /** Shell command (bash) in the current working directory with the envs set so far. */
+  runCmd(command: string): this;
+  /** Working directory of later steps (created) and of sandboxes started from the template. */
+  setWorkdir(path: string): this;
+  /** Envs of later steps; `{ ephemeral: true }`: build-only, values never hashed or stored. */
+  setEnvs(envs: Record<string, string>, options?: { ephemeral?: boolean }): this;
+  /** Needs the image's apt (fails on the local server, whose host system is read-only). */
+  aptInstall(packages: string | string[]): this;
+  /** Needs the image's pip into its site-packages (fails on the local server). */
+  pipInstall(packages: string | string[]): this;
+  /** `npm install` in the working directory, or `-g` (needs the image's npm prefix; fails on the local server). */
+  npmInstall(packages: string | string[], options?: { global?: boolean }): this;
+  /** Default 'default'. While this template builds, starts use the newest ready template of the family. */
+  withFamily(family: string): this;
+  readonly image: string;
+  readonly family: string;
+  readonly steps: OpenSandboxTemplateStep[];
+  /** 16 hex chars of sha256 over image, family and steps. */
+  readonly templateId: string;
+  /** `mastra.template.<family>.<templateId>`: the name of its snapshot. */
+  readonly snapshotName: string;
+  toJSON(): Required<OpenSandboxTemplateDefinition>;
+  /**
+   * Builds it (unless already built) without provisioning a sandbox for you; `options` are OpenSandboxSandbox
+   * connection options. A failed step rejects with OpenSandboxTemplateBuildError.
+   */
+  build(options?: Partial<OpenSandboxSandboxOptions>): Promise<{ templateId: string; snapshotId: string; built: boolean }>;
+}
+
+/** `Template({ image? })` (default image 'ubuntu:22.04'); `Template.fromJSON(definition)` reads a stored one. */
+export declare const Template: {
+  (options?: { image?: string }): OpenSandboxTemplate;
+  fromJSON(definition: OpenSandboxTemplateDefinition | OpenSandboxTemplate): OpenSandboxTemplate;
+};
+export declare const TEMPLATE_PREFIX: 'mastra.template.';
+/** Metadata label of a template's builder sandbox (value: the template id). */
+export declare const TEMPLATE_BUILD_LABEL: 'mastra.ai/template-build';
+export declare const CHECKPOINT_PREFIX: 'mastra.checkpoint.';
+export declare const DEFAULT_KEEP_CHECKPOINTS: 3;
 
 /** A sandbox object as the lifecycle server returns it. */
 export interface OpenSandboxRemoteSandbox {
@@ -237,7 +308,7 @@ export declare const LOGICAL_ID_LABEL: 'mastra.ai/sandbox-id';
 /** `<16 hex of sha256(id)>-<readable part>`, at most 63 chars of the Kubernetes label charset. */
 export declare function encodeLogicalId(id: string): string;
 
-export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'snapshot' | 'internal';
+export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'snapshot' | 'template' | 'internal';
 
 export declare class OpenSandboxError extends SandboxError {
   readonly kind?: OpenSandboxErrorKind;
@@ -270,7 +341,17 @@ export declare class OpenSandboxTimeoutError extends OpenSandboxError {
 }
 export declare class OpenSandboxProtocolError extends OpenSandboxError {}
 export declare class OpenSandboxCancelledError extends OpenSandboxError {}
-/** A snapshot capture failed on the server (state 'Failed'), or a template build failed. */
+/** A template build step failed: which step, its exit code and output. */
+export declare class OpenSandboxTemplateBuildError extends OpenSandboxError {
+  readonly templateId: string;
+  /** 1-based index of the step. */
+  readonly step: number;
+  readonly description: string;
+  readonly exitCode?: number;
+  readonly stdout?: string;
+  readonly stderr?: string;
+}
+/** A snapshot capture failed on the server (state 'Failed'). */
 export declare class OpenSandboxSnapshotError extends OpenSandboxError {
   readonly snapshotId?: string;
   readonly state?: string;
@@ -375,6 +456,8 @@ export interface OpenSandboxStoredConfig {
   keepCheckpoints?: number;
   /** Default 300000. */
   snapshotTimeoutMs?: number;
+  /** Template definition; ephemeral env values are never stored. */
+  template?: OpenSandboxTemplateDefinition;
 }
 
 /** JSON Schema (draft-07) of OpenSandboxStoredConfig, with defaults and descriptions. */
