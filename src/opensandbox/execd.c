@@ -388,17 +388,20 @@ static int on_event(void *ud, const osb_event *ev) {
     case OSB_EV_ERROR: {
       c->final_seen = 1;
       int code;
+      int evalue_used = 0;
       osb_buf text;
       osb_buf_init(&text);
       if (parse_exit_code(ev->evalue, &code) == 0) {
         c->exit_code = code;
       } else {
         c->exit_code = -1; /* a start failure: evalue is the message */
-        if (ev->evalue) osb_buf_append_str(&text, ev->evalue);
+        if (ev->evalue) evalue_used = osb_buf_append_str(&text, ev->evalue) == 0;
       }
       const cJSON *line;
       cJSON_ArrayForEach(line, ev->traceback) {
         if (!cJSON_IsString(line)) continue;
+        /* execd repeats a start failure's message as its traceback: keep it once */
+        if (evalue_used && strcmp(line->valuestring, ev->evalue) == 0) continue;
         if (text.len) osb_buf_append_str(&text, "\n");
         osb_buf_append_str(&text, line->valuestring);
       }
