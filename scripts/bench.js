@@ -7,23 +7,27 @@
 // stops at the terminal event; its process start-up (measured alone as `curl --version`) is reported and subtracted
 // for the ratio. "node reader" is one keep-alive http.request per run that stops at the terminal event (the protocol
 // floor in Node). The official client waits for execd's 1 s stream tail,
-// which is what its users get. Options: --runs N (default 200), --official-runs N (default 5).
+// which is what its users get. Then templates: time to a ready sandbox created from a template's snapshot vs a fresh
+// sandbox that runs the same steps itself. Options: --runs N (default 200), --official-runs N (default 5),
+// --template-runs N (default 5).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { startServer } from './dev-server/index.js';
-import { OpenSandboxSandbox } from '../lib/index.js';
+import { OpenSandboxSandbox, Template } from '../lib/index.js';
 
 const { values: args } = parseArgs({
   options: {
     runs: { type: 'string', default: '200' },
     'official-runs': { type: 'string', default: '5' },
     concurrent: { type: 'string', default: '200' },
+    'template-runs': { type: 'string', default: '5' },
   },
 });
 const RUNS = Number(args.runs);
 const OFFICIAL_RUNS = Number(args['official-runs']);
 const CONCURRENT = Number(args.concurrent);
+const TEMPLATE_RUNS = Number(args['template-runs']);
 const BODY = JSON.stringify({ command: 'true', cwd: '/workspace' });
 const TERMINAL = /"type":"(execution_complete|error)"/;
 
@@ -126,6 +130,64 @@ async function concurrentRun(sandbox) {
   return { ms, bad, bytes: results.reduce((n, r) => n + Buffer.byteLength(r.stdout), 0) };
 }
 
+/**
+ * A template whose steps work on the local server (no network, host system read-only): a dependency tree of 3,000
+ * small files and a CPU-bound build step. Fresh = start + the same commands; template = start from its snapshot.
+ */
+async function templateBench(domain) {
+  const template = Template()
+    .setWorkdir('/workspace/app')
+    .setEnvs({ BUILD_MODE: 'release' })
+    .runCmd('mkdir -p node_modules/pkg{0..299} && for i in $(seq 1 3000); do echo "module.exports = $i" > node_modules/pkg$((i % 300))/f$i.js; done')
+    .runCmd(`node -e "let h = 0; for (let i = 0; i < 1e8; i++) h = (h * 31 + i) | 0; require('fs').writeFileSync('build.out', process.env.BUILD_MODE + ' ' + h)"`)
+    .withFamily('bench');
+  const plan = template.buildPlan();
+  const check = async s => {
+    const r = await s.executeCommand('cat build.out; echo; ls node_modules | wc -l', [], { cwd: '/workspace/app' });
+    if (r.exitCode !== 0 || !/^release -?\d+\n300\n$/.test(r.stdout)) throw new Error(`template bench: unexpected state ${JSON.stringify(r.stdout + r.stderr)}`);
+  };
+  const t0 = now();
+  const built = await template.build({ domain });
+  const buildMs = now() - t0;
+  const fresh = [];
+  const fromTemplate = [];
+  const bare = [];
+  for (let i = 0; i < TEMPLATE_RUNS; i++) {
+    const c = new OpenSandboxSandbox({ domain });
+    try {
+      const t = now();
+      await c._start();
+      bare.push(now() - t);
+    } finally {
+      await c._destroy().catch(() => {});
+    }
+    const a = new OpenSandboxSandbox({ domain });
+    try {
+      const t = now();
+      await a._start();
+      for (const step of plan) {
+        const r = await a.executeCommand(step.command, [], { cwd: step.cwd, env: step.envs });
+        if (r.exitCode !== 0) throw new Error(`template bench: ${step.description} failed: ${r.stderr}`);
+      }
+      fresh.push(now() - t);
+      await check(a);
+    } finally {
+      await a._destroy().catch(() => {});
+    }
+    const b = new OpenSandboxSandbox({ domain, template });
+    try {
+      const t = now();
+      const r = await b._start();
+      fromTemplate.push(now() - t);
+      if (r.restoredFrom?.snapshotId !== built.snapshotId) throw new Error(`template bench: not started from the template (${JSON.stringify(r)})`);
+      await check(b);
+    } finally {
+      await b._destroy().catch(() => {});
+    }
+  }
+  return { buildMs, fresh: stats(fresh), fromTemplate: stats(fromTemplate), bare: stats(bare) };
+}
+
 const fmt = n => (n === undefined ? '-' : n.toFixed(2));
 
 async function main() {
@@ -169,6 +231,13 @@ async function main() {
     console.log(`\n${CONCURRENT} concurrent executeCommands (20 numbered lines each, ${c.bytes} bytes): ${c.ms.toFixed(0)} ms total, ` +
       `${c.bad === 0 ? 'every byte verified in order' : `${c.bad} WRONG`}`);
     if (c.bad) process.exitCode = 1;
+
+    const t = await templateBench(server.domain);
+    console.log(`\ntemplate (3,000-file tree + CPU build step), ${TEMPLATE_RUNS} runs each, built once in ${t.buildMs.toFixed(0)} ms; ms:`);
+    console.log('  ready sandbox from the template snapshot'.padEnd(54), fmt(t.fromTemplate.median).padStart(11), fmt(t.fromTemplate.p95).padStart(10));
+    console.log('  fresh sandbox + the same steps'.padEnd(54), fmt(t.fresh.median).padStart(11), fmt(t.fresh.p95).padStart(10));
+    console.log('  (fresh sandbox alone, no steps)'.padEnd(54), fmt(t.bare.median).padStart(11), fmt(t.bare.p95).padStart(10));
+    console.log(`  template / fresh (median): ${(t.fromTemplate.median / t.fresh.median).toFixed(2)}x`);
   } finally {
     await sandbox._destroy().catch(() => {});
     await server.close();

@@ -60,6 +60,8 @@ describe('OpenSandboxSandbox templates', function () {
     assert.ok(!JSON.stringify(stored).includes('tok-secret-123'));
     assert.deepEqual(stored.template.steps[2], { type: 'env', ephemeral: true, keys: ['BUILD_TOKEN'] });
     assert.equal(stored.image, undefined);
+    const sibling = track(s1.clone());
+    assert.deepEqual((await sibling.getInfo()).metadata.template, stored.template);
     const s2 = openSandboxProvider.createSandbox(validateStoredConfig({ ...stored, id: `tpl-${randomUUID()}` }));
     track(s2);
     const r2 = await s2._start();
