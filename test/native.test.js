@@ -141,6 +141,9 @@ describe('native API (C core) against the local server', function () {
       assert.deepEqual([err.kind, err.status, err.code], ['api', 404, 'SNAPSHOT::NOT_FOUND']);
       await assert.rejects(lc.createSnapshot(sb.id, { name: '' }), { name: 'TypeError', message: 'snapshot name must not be empty' });
       await assert.rejects(lc.getSnapshot(''), { name: 'TypeError', message: 'snapshot id must be a non-empty string' });
+      // the id travels escaped in the path: the server sees it whole
+      const odd = await rejection(lc.getSnapshot('s 1/2?x=#'));
+      assert.deepEqual([odd.status, odd.code, odd.message], [404, 'SNAPSHOT::NOT_FOUND', 'Snapshot s 1/2?x=# not found']);
     });
 
     it('maps a 404 body {code,message} with the X-Request-ID', async () => {

@@ -54,7 +54,7 @@ describe('OpenSandboxSandbox snapshots', function () {
     const failed = await s.opensandbox.createSnapshot({ name: 'raw-too-big', wait: true, timeoutMs: 30000 }).catch(e => e);
     assert.ok(failed instanceof OpenSandboxSnapshotError, String(failed));
     assert.equal(failed.state, 'Failed');
-    assert.equal(failed.reason, 'snapshot_capture_failed');
+    assert.equal(failed.reason, 'snapshot_runtime_failed');
     assert.match(failed.message, /snapshot disk limit/);
     await assert.rejects(s.opensandbox.getSnapshot(failed.snapshotId), OpenSandboxNotFoundError);
     await s.opensandbox.deleteSnapshot(waited.id);

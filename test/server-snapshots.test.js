@@ -64,7 +64,7 @@ describe('dev-server snapshots API', function () {
     assert.equal(r.json.status.state, 'Creating');
     assert.equal(r.json.status.reason, 'snapshot_accepted');
     const snap = await ready(r.json.id);
-    assert.equal(snap.status.reason, 'snapshot_ready');
+    assert.equal(snap.status.reason, 'snapshot_runtime_ready');
     assert.equal(snap.createdAt, r.json.createdAt);
     // the source keeps running and changing; the snapshot does not
     await sh(sb.id, 'echo modified > /workspace/a.txt; rm /workspace/d/b; echo new > /workspace/new');
@@ -97,12 +97,12 @@ describe('dev-server snapshots API', function () {
     for (const p of ['/v1/snapshots/nope', '/snapshots/nope']) {
       const r = await api(p);
       assert.equal(r.status, 404);
-      assert.deepEqual(r.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found.' });
+      assert.deepEqual(r.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found' });
     }
     assert.equal((await api('/v1/snapshots/nope', { method: 'DELETE' })).status, 404);
     const fromMissing = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: 'nope', resourceLimits: {} } });
     assert.equal(fromMissing.status, 404);
-    assert.deepEqual(fromMissing.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found.' });
+    assert.deepEqual(fromMissing.json, { code: 'SNAPSHOT::NOT_FOUND', message: 'Snapshot nope not found' });
     const sb = await createSandbox();
     const extra = await api(`/v1/sandboxes/${sb.id}/snapshots`, { method: 'POST', body: { name: 'x', ttl: 5 } });
     assert.equal(extra.status, 422);
@@ -115,8 +115,7 @@ describe('dev-server snapshots API', function () {
     assert.equal((await api(`/v1/sandboxes/${sb.id}/pause`, { method: 'POST' })).status, 202);
     const paused = await api(`/v1/sandboxes/${sb.id}/snapshots`, { method: 'POST', body: {} });
     assert.equal(paused.status, 409);
-    assert.equal(paused.json.code, 'DOCKER::SANDBOX_NOT_RUNNING');
-    assert.match(paused.json.message, /not running \(state Paused\)/);
+    assert.deepEqual(paused.json, { code: 'SNAPSHOT::INVALID_SOURCE_STATE', message: 'Snapshot can only be created from a Running sandbox.' });
   });
 
   it('lists with sandboxId and state filters and pagination, newest first; delete is 204 then 404', async () => {
@@ -171,12 +170,12 @@ describe('dev-server snapshots API', function () {
       const g = await api(`/v1/snapshots/${r.json.id}`);
       return g.json.status.state === 'Failed' && g.json;
     }, { timeoutMs: 30000, message: 'capture failed' });
-    assert.equal(failed.status.reason, 'snapshot_capture_failed');
+    assert.equal(failed.status.reason, 'snapshot_runtime_failed');
     assert.match(failed.status.message, /exceed the server's snapshot disk limit/);
     assert.equal(await sh(sb.id, 'stat -c %s /workspace/big'), '200000');
     const restore = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: failed.id, resourceLimits: {} } });
     assert.equal(restore.status, 409);
-    assert.equal(restore.json.code, 'SNAPSHOT::NOT_READY');
+    assert.deepEqual(restore.json, { code: 'SNAPSHOT::NOT_READY', message: `Snapshot ${failed.id} is not ready for restore.` });
     assert.equal((await api(`/v1/snapshots/${failed.id}`, { method: 'DELETE' })).status, 204);
     await sh(sb.id, 'rm /workspace/big; echo small > /workspace/s');
     await ready((await snapshot(sb.id)).json.id);

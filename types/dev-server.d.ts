@@ -27,7 +27,7 @@ export interface DevServerOptions {
   maxSandboxTimeoutSeconds?: number;
   /**
    * Total bytes the snapshots' data may occupy on disk; a capture that would exceed it ends Failed (reason
-   * snapshot_capture_failed). Default: no limit.
+   * snapshot_runtime_failed). Default: no limit.
    */
   maxSnapshotBytes?: number;
   /** How long execd keeps a /command stream open after its final event. Default 1000 (like the real execd). */

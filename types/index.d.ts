@@ -355,7 +355,7 @@ export declare class OpenSandboxTemplateBuildError extends OpenSandboxError {
 export declare class OpenSandboxSnapshotError extends OpenSandboxError {
   readonly snapshotId?: string;
   readonly state?: string;
-  /** The snapshot's status.reason (e.g. 'snapshot_capture_failed'). */
+  /** The snapshot's status.reason (e.g. 'snapshot_runtime_failed'). */
   readonly reason?: string;
   /** The snapshot's status.message. */
   readonly serverMessage?: string;

@@ -19,7 +19,7 @@ function iso(ms) {
 }
 
 export function snapshotNotFound(id) {
-  return new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${id} not found.`);
+  return new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${id} not found`); // upstream's text, no period
 }
 
 /** `cp -a` of the contents of src into dst (created), reflinked when the filesystem can. */
@@ -89,7 +89,7 @@ export class Snapshots {
       }
       if (rec.status?.state === 'Creating') {
         fs.rmSync(path.join(dir, 'data'), { recursive: true, force: true });
-        this.transition(rec, 'Failed', 'snapshot_capture_failed', 'The server stopped while the snapshot was being captured.');
+        this.transition(rec, 'Failed', 'snapshot_recovery_failed', 'The server stopped while the snapshot was being captured.');
       }
       this.items.set(id, rec);
     }
@@ -134,10 +134,10 @@ export class Snapshots {
   create(sandboxId, { name }) {
     const sb = this.sandboxes.get(sandboxId);
     if (sb.status.state !== 'Running') {
-      throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sandboxId} is not running (state ${sb.status.state}); only a running sandbox can be snapshotted.`);
+      throw new ApiError(409, 'SNAPSHOT::INVALID_SOURCE_STATE', 'Snapshot can only be created from a Running sandbox.');
     }
     const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
-    this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot capture is in progress.');
+    this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot creation accepted.');
     this.items.set(rec.id, rec);
     const run = this.capture(rec, sb).finally(() => this.captures.delete(run));
     this.captures.add(run);
@@ -159,7 +159,7 @@ export class Snapshots {
       for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
     } catch (err) {
       fs.rmSync(data, { recursive: true, force: true });
-      if (this.items.has(rec.id)) this.transition(rec, 'Failed', 'snapshot_capture_failed', `Capture failed: ${err.message}`);
+      if (this.items.has(rec.id)) this.transition(rec, 'Failed', 'snapshot_runtime_failed', `Capture failed: ${err.message}`);
       this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} failed: ${err.message}`);
       return;
     } finally {
@@ -167,7 +167,7 @@ export class Snapshots {
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
     }
     rec.sizeBytes = diskBytes(data);
-    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_ready', 'Snapshot is ready.');
+    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', 'Snapshot created successfully.');
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
   }
 
@@ -188,13 +188,13 @@ export class Snapshots {
   async remove(id) {
     const rec = this.get(id);
     if (rec.status.state === 'Creating') {
-      throw new ApiError(409, 'SNAPSHOT::IN_PROGRESS', `Snapshot ${id} is still being created; it can be deleted once it is Ready or Failed.`);
+      throw new ApiError(409, 'SNAPSHOT::INVALID_STATE', `Snapshot ${id} is still being created and cannot be deleted`);
     }
     if (rec.status.state === 'Deleting') throw snapshotNotFound(id);
     if (rec.restoring > 0) {
       throw new ApiError(409, 'SNAPSHOT::IN_USE', `Snapshot ${id} is being restored into a sandbox right now; delete it afterwards.`);
     }
-    this.transition(rec, 'Deleting', 'snapshot_deleting', 'Snapshot is being deleted.');
+    this.transition(rec, 'Deleting', 'snapshot_delete_requested', 'Snapshot deletion requested.');
     await fs.promises.rm(path.join(this.dir, id), { recursive: true, force: true });
     this.items.delete(id);
   }
@@ -207,7 +207,7 @@ export class Snapshots {
     const rec = this.items.get(id);
     if (!rec || rec.status.state === 'Deleting') throw snapshotNotFound(id);
     if (rec.status.state !== 'Ready') {
-      throw new ApiError(409, 'SNAPSHOT::NOT_READY', `Snapshot ${id} is ${rec.status.state}, not Ready.`);
+      throw new ApiError(409, 'SNAPSHOT::NOT_READY', `Snapshot ${id} is not ready for restore.`);
     }
     const data = path.join(this.dir, id, 'data');
     rec.restoring = (rec.restoring ?? 0) + 1;

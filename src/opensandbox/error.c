@@ -125,6 +125,10 @@ void osb_error_from_http(osb_error *e, const osb_http_result *res, const char *c
   e->status = res->status;
   snprintf(e->code, sizeof e->code, "HTTP_%ld", res->status);
   cJSON *doc = res->body_len ? cJSON_ParseWithLength(res->body, res->body_len) : NULL;
+  if (doc && !cJSON_IsObject(doc)) { /* e.g. Go's "404 page not found": cJSON reads its leading 404 as a number */
+    cJSON_Delete(doc);
+    doc = NULL;
+  }
   const cJSON *code = doc ? cJSON_GetObjectItemCaseSensitive(doc, "code") : NULL;
   const cJSON *msg = doc ? cJSON_GetObjectItemCaseSensitive(doc, "message") : NULL;
   const cJSON *err = doc ? cJSON_GetObjectItemCaseSensitive(doc, "error") : NULL;
