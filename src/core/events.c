@@ -8,6 +8,7 @@
 
 struct osb_events {
   osb_buf line; /* the current partial line */
+  osb_buf text; /* a decoded "text" with a NUL in it (see text_with_nul), valid during the callback */
   size_t max_line;
   osb_events_cb cb;
   void *ud;
@@ -27,6 +28,7 @@ osb_events *osb_events_new(size_t max_line, osb_events_cb cb, void *ud) {
 void osb_events_free(osb_events *p) {
   if (!p) return;
   osb_buf_free(&p->line);
+  osb_buf_free(&p->text);
   free(p);
 }
 
@@ -73,6 +75,136 @@ static const struct {
     {"error", OSB_EV_ERROR},
     {"execution_complete", OSB_EV_COMPLETE},
 };
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Index after the JSON string that starts at s[i] (a '"'), or len when it does not end. */
+static size_t skip_string(const char *s, size_t len, size_t i) {
+  for (i++; i < len; i++) {
+    if (s[i] == '\\') i++;
+    else if (s[i] == '"') return i + 1;
+  }
+  return len;
+}
+
+static int hex4(const char *s, unsigned *out) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+    else return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Decodes the JSON string body s[0..n) (between the quotes) into out (room for n bytes; decoded is never longer).
+ * Returns the decoded length, or -1 on a malformed escape. */
+static long decode_string(const char *s, size_t n, char *out) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] != '\\') {
+      out[o++] = s[i];
+      continue;
+    }
+    if (++i >= n) return -1;
+    switch (s[i]) {
+      case 'b': out[o++] = '\b'; break;
+      case 'f': out[o++] = '\f'; break;
+      case 'n': out[o++] = '\n'; break;
+      case 'r': out[o++] = '\r'; break;
+      case 't': out[o++] = '\t'; break;
+      case 'u': {
+        unsigned cp, lo;
+        if (i + 4 >= n || hex4(s + i + 1, &cp) != 0) return -1;
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
+          if (i + 6 >= n || s[i + 1] != '\\' || s[i + 2] != 'u' || hex4(s + i + 3, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+            return -1;
+          i += 6;
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          return -1;
+        }
+        if (cp < 0x80) {
+          out[o++] = (char)cp;
+        } else if (cp < 0x800) {
+          out[o++] = (char)(0xC0 | (cp >> 6));
+          out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+          out[o++] = (char)(0xE0 | (cp >> 12));
+          out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+          out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+          out[o++] = (char)(0xF0 | (cp >> 18));
+          out[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+          out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+          out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+        break;
+      }
+      default: out[o++] = s[i]; break; /* \" \\ \/ */
+    }
+  }
+  return (long)o;
+}
+
+/* True when the raw JSON text s[0..n) has a "\u0000" escape (not one whose backslash is itself escaped). */
+static int has_nul_escape(const char *s, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] != '\\') continue;
+    if (k + 6 <= n && memcmp(s + k + 1, "u0000", 5) == 0) return 1;
+    k++;
+  }
+  return 0;
+}
+
+/* cJSON decodes "\u0000" into a NUL inside a C string, so a text with one would end there. When the raw value of
+ * the object's first top-level "text" member has such an escape, it is decoded here instead, into p->text (a line
+ * cJSON accepted, so the value is well-formed; a decoded string is never longer than its raw form). Returns 1 when
+ * p->text / *out_len hold the text, 0 when cJSON's string is complete, -1 when out of memory. */
+static int text_with_nul(osb_events *p, const char *s, size_t len, size_t *out_len) {
+  int depth = 0;
+  for (size_t i = 0; i < len;) {
+    char c = s[i];
+    if (c != '"') {
+      if (c == '{' || c == '[') depth++;
+      else if (c == '}' || c == ']') depth--;
+      i++;
+      continue;
+    }
+    size_t after = skip_string(s, len, i);
+    if (depth != 1 || after - i != 6 || memcmp(s + i, "\"text\"", 6) != 0) {
+      i = after;
+      continue;
+    }
+    size_t j = after;
+    while (j < len && is_ws(s[j])) j++;
+    if (j >= len || s[j] != ':') { /* the string "text" as a value */
+      i = after;
+      continue;
+    }
+    for (j++; j < len && is_ws(s[j]); j++) {}
+    if (j >= len || s[j] != '"') return 0;
+    size_t vend = skip_string(s, len, j);
+    if (vend - j < 2) return 0;
+    const char *body = s + j + 1;
+    size_t n = vend - j - 2;
+    if (!has_nul_escape(body, n)) return 0;
+    osb_buf_reset(&p->text);
+    if (osb_buf_reserve_exact(&p->text, n) != 0) return -1;
+    long got = decode_string(body, n, p->text.data);
+    if (got < 0) return 0;
+    p->text.len = (size_t)got;
+    p->text.data[got] = '\0';
+    *out_len = (size_t)got;
+    return 1;
+  }
+  return 0;
+}
 
 static int starts_with(const char *s, size_t len, const char *prefix) {
   size_t n = strlen(prefix);
@@ -132,7 +264,15 @@ static int handle_line(osb_events *p, const char *s, size_t len) {
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
       if (strcmp(TYPES[i].name, type->valuestring) == 0) ev.type = TYPES[i].type;
     ev.text = str_field(o, "text");
-    if (ev.text) ev.text_len = strlen(ev.text);
+    if (ev.text) {
+      ev.text_len = strlen(ev.text);
+      int has_nul = has_nul_escape(s, len) ? text_with_nul(p, s, len, &ev.text_len) : 0;
+      if (has_nul < 0) {
+        cJSON_Delete(o);
+        return fail(p, "out of memory", NULL, 0);
+      }
+      if (has_nul) ev.text = p->text.data;
+    }
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(o, "results");
     ev.results = cJSON_IsObject(res) ? res : NULL;
     if (ev.type == OSB_EV_ERROR) {

@@ -1,7 +1,8 @@
 /* execd event-stream parser: incremental over arbitrary chunk boundaries. Lines are split on "\n" (a trailing
  * "\r" is removed), blank lines are skipped, an optional "data:" prefix is stripped, "event:", "id:", "retry:"
  * and ":" lines are ignored; every other line must be one JSON object, dispatched by its "type". A type-less
- * {"code","message"} (or {"error": …}) object is a stream error event. Nothing from the network is trusted:
+ * {"code","message"} (or {"error": …}) object is a stream error event. A "text" with "\u0000" escapes keeps its NUL
+ * bytes (text_len counts them; cJSON alone would end the string there). Nothing from the network is trusted:
  * a line longer than max_line, a non-JSON line or a non-object line is a protocol error. Not thread-safe. */
 #ifndef OSB_EVENTS_H
 #define OSB_EVENTS_H

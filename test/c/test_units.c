@@ -154,6 +154,44 @@ static void test_events_every_boundary(void) {
   }
 }
 
+typedef struct {
+  char text[8][64];
+  size_t len[8];
+  int n;
+} text_recorder;
+
+static int text_cb(void *ud, const osb_event *ev) {
+  text_recorder *r = ud;
+  if (ev->text && r->n < 8 && ev->text_len < sizeof r->text[0]) {
+    memcpy(r->text[r->n], ev->text, ev->text_len);
+    r->len[r->n++] = ev->text_len;
+  }
+  return 0;
+}
+
+/* A NUL in an output line ("\u0000", what the real execd sends for a NUL byte) does not cut the text. */
+static void test_events_text_with_nul(void) {
+  static const char in[] =
+      "{\"type\":\"stdout\",\"text\":\"nul:\\u0000:end\",\"timestamp\":1}\n\n"
+      "{\"type\":\"stdout\",\"text\":\"\\u0000 \\u00e9 \\ud83c\\udf89 \\\\u0000 \\\"q\\\"\\n\\t/\\/\"}\n"
+      "{\"type\":\"stdout\",\"x\":{\"text\":\"\\u0000\"},\"text\" : \"a\\u0000b\"}\n"
+      "{\"type\":\"text\",\"text\":\"x\\u0000y\"}\n"
+      "{\"type\":\"stdout\",\"text\":\"plain\"}\n";
+  text_recorder r;
+  memset(&r, 0, sizeof r);
+  osb_events *p = osb_events_new(0, text_cb, &r);
+  CHECK(osb_events_feed(p, in, sizeof in - 1) == OSB_EVENTS_OK);
+  CHECK(osb_events_finish(p) == OSB_EVENTS_OK);
+  osb_events_free(p);
+  CHECK(r.n == 5);
+  CHECK(r.len[0] == 9 && memcmp(r.text[0], "nul:\0:end", 9) == 0);
+  static const char second[] = "\0 \xc3\xa9 \xf0\x9f\x8e\x89 \\u0000 \"q\"\n\t//";
+  CHECK(r.len[1] == sizeof second - 1 && memcmp(r.text[1], second, sizeof second - 1) == 0);
+  CHECK(r.len[2] == 3 && memcmp(r.text[2], "a\0b", 3) == 0);
+  CHECK(r.len[3] == 3 && memcmp(r.text[3], "x\0y", 3) == 0);
+  CHECK(r.len[4] == 5 && memcmp(r.text[4], "plain", 5) == 0);
+}
+
 static void test_events_errors(void) {
   int rc;
   char err[256];
@@ -359,6 +397,7 @@ int main(void) {
   RUN(test_tail);
   RUN(test_events_every_boundary);
   RUN(test_events_errors);
+  RUN(test_events_text_with_nul);
   RUN(test_events_stop);
   RUN(test_error_mapping);
   RUN(test_pty_frames);
