@@ -42,13 +42,14 @@ static void on_json(void *ud, const osb_error *err, char *json) {
     latch_destroy(&(c).done);                          \
   } while (0)
 
-/* Creates a python context; writes its id (32 hex) into id. */
+/* Creates a python context; writes its id (a UUID) into id. */
 static int new_context(char id[64]) {
   call_rec c;
   CALL(c, osb_code_create_context(E, X, "python", NULL, 0, on_json, &c, e_, sizeof e_));
   const char *p = strstr(c.json, "\"id\":\"");
-  if (c.failed || !p) return -1;
-  snprintf(id, 64, "%.32s", p + 6);
+  const char *q = p ? strchr(p + 6, '"') : NULL;
+  if (c.failed || !q) return -1;
+  snprintf(id, 64, "%.*s", (int)(q - (p + 6)), p + 6); /* a UUID, like execd's context ids */
   return 0;
 }
 

@@ -391,6 +391,83 @@ static void test_pty_markers_not_markers(void) {
   CHECK(stripped == 42 && m.got_err && k.n[1] == 7 && !memcmp(k.out[1], "a\x1fOSB-z", 7));
 }
 
+/* The PTY frame parser on the real execd's frames: every server frame of the recorded WebSocket sessions
+ * (test/fixtures/opensandbox-transcripts/09-pty-websocket.json, execd v1.0.19) decodes to what was recorded. */
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  osb_buf b;
+  osb_buf_init(&b);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) osb_buf_append(&b, chunk, n);
+  fclose(f);
+  return osb_buf_steal(&b, NULL);
+}
+
+static size_t unhex(const char *hex, char *out, size_t cap) {
+  size_t n = 0;
+  for (; hex[0] && hex[1] && n < cap; hex += 2) {
+    unsigned v;
+    if (sscanf(hex, "%2x", &v) != 1) break;
+    out[n++] = (char)v;
+  }
+  return n;
+}
+
+static void test_pty_frames_real_execd(void) {
+  char *text = read_file("../fixtures/opensandbox-transcripts/09-pty-websocket.json");
+  CHECK(text != NULL);
+  if (!text) return;
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  CHECK(root != NULL);
+  static char payload[1 << 16];
+  int checked = 0;
+  const cJSON *ex;
+  cJSON_ArrayForEach(ex, cJSON_GetObjectItem(root, "exchanges")) {
+    const cJSON *frames = cJSON_GetObjectItem(ex, "frames");
+    const cJSON *fr;
+    cJSON_ArrayForEach(fr, frames) {
+      const char *dir = cJSON_GetObjectItem(fr, "dir")->valuestring;
+      int opcode = cJSON_GetObjectItem(fr, "opcode")->valueint;
+      if (strcmp(dir, "in") != 0 || (opcode != 1 && opcode != 2)) continue;
+      osb_pty_frame f;
+      if (opcode == 1) {
+        const char *t = cJSON_GetObjectItem(fr, "text")->valuestring;
+        cJSON *j = cJSON_Parse(t);
+        const char *type = cJSON_GetObjectItem(j, "type")->valuestring;
+        int kind = osb_pty_frame_parse(0, t, strlen(t), &f);
+        if (strcmp(type, "connected") == 0) CHECK(kind == OSB_PTY_CONNECTED);
+        else if (strcmp(type, "pong") == 0) CHECK(kind == OSB_PTY_PONG);
+        else if (strcmp(type, "exit") == 0) {
+          CHECK(kind == OSB_PTY_EXIT);
+          CHECK(f.exit_code == cJSON_GetObjectItem(j, "exit_code")->valueint);
+        } else if (strcmp(type, "error") == 0) {
+          CHECK(kind == OSB_PTY_ERROR);
+          CHECK(strcmp(f.error_code, cJSON_GetObjectItem(j, "code")->valuestring) == 0);
+          CHECK(strcmp(f.error_text, cJSON_GetObjectItem(j, "error")->valuestring) == 0);
+        } else {
+          CHECK(0);
+        }
+        cJSON_Delete(j);
+      } else {
+        size_t n = unhex(cJSON_GetObjectItem(fr, "hex")->valuestring, payload, sizeof payload);
+        const cJSON *dec = cJSON_GetObjectItem(fr, "decoded");
+        int channel = cJSON_GetObjectItem(dec, "channel")->valueint;
+        int kind = osb_pty_frame_parse(1, payload, n, &f);
+        size_t head = channel == 3 ? 9 : 1;
+        CHECK(kind == (channel == 1 ? OSB_PTY_STDOUT : channel == 2 ? OSB_PTY_STDERR : OSB_PTY_REPLAY));
+        CHECK(f.len == n - head && memcmp(f.data, payload + head, f.len) == 0);
+        if (channel == 3) CHECK(f.offset == (uint64_t)cJSON_GetObjectItem(dec, "offset")->valuedouble);
+      }
+      checked++;
+    }
+  }
+  cJSON_Delete(root);
+  CHECK(checked >= 60);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   RUN(test_buf);
@@ -401,6 +478,7 @@ int main(void) {
   RUN(test_events_stop);
   RUN(test_error_mapping);
   RUN(test_pty_frames);
+  RUN(test_pty_frames_real_execd);
   RUN(test_pty_replay);
   RUN(test_pty_markers_every_split);
   RUN(test_pty_markers_not_markers);
