@@ -11,6 +11,7 @@ import { Snapshots } from './snapshots.js';
 import { findBwrap, probeBwrap } from './runner.js';
 import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate } from './validate.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
+import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER } from './relay.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
@@ -29,20 +30,19 @@ function send(res, status, body, headers = {}) {
   res.end(text);
 }
 
-function readBody(req) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    let size = 0;
-    req.on('data', (c) => {
-      size += c.length;
-      if (size > BODY_LIMIT) {
-        reject(new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${BODY_LIMIT} bytes`));
-        req.destroy();
-      } else chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
+/** The body as text; a larger one than BODY_LIMIT is a 413 that the client gets to see (execd/http.js readBody). */
+async function readBody(req) {
+  const tooLarge = (n) => new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${n} bytes`);
+  return (await readBodyLimited(req, BODY_LIMIT, tooLarge)).toString('utf8');
+}
+
+/** A sandbox id from the path; a malformed percent-encoding is a 400. */
+function pathId(segment) {
+  try {
+    return decodeSegment(segment);
+  } catch (err) {
+    throw new ApiError(400, 'GENERAL::BAD_REQUEST', err.message);
+  }
 }
 
 /** JSON body like FastAPI: empty → 422 missing (undefined when `optional`); malformed → 422 json_invalid. */
@@ -153,7 +153,7 @@ export async function startServer(options = {}) {
   function proxyTarget(p, url) {
     const m = /^\/sandboxes\/([^/]+)\/proxy\/(\d+)(\/.*)?$/.exec(p);
     if (!m) return null;
-    const sb = sandboxes.get(decodeURIComponent(m[1]));
+    const sb = sandboxes.get(pathId(m[1]));
     const port = Number(m[2]);
     if (port < 1 || port > 65535) throw new ApiError(400, 'SANDBOX::INVALID_PORT', `invalid port ${m[2]}`);
     const rest = (m[3] ?? '/') + url.search;
@@ -216,7 +216,7 @@ export async function startServer(options = {}) {
     }
     r = /^\/sandboxes\/([^/]+)$/.exec(p);
     if (r) {
-      const id = decodeURIComponent(r[1]);
+      const id = pathId(r[1]);
       if (m === 'GET') return send(res, 200, sandboxes.view(sandboxes.get(id)));
       if (m === 'DELETE') {
         await sandboxes.remove(id);
@@ -225,7 +225,7 @@ export async function startServer(options = {}) {
     }
     r = /^\/sandboxes\/([^/]+)\/(pause|resume|renew-expiration|metadata)$/.exec(p);
     if (r) {
-      const id = decodeURIComponent(r[1]);
+      const id = pathId(r[1]);
       if (r[2] === 'pause' && m === 'POST') {
         sandboxes.pause(id);
         return send(res, 202);
@@ -258,7 +258,7 @@ export async function startServer(options = {}) {
     }
     r = /^\/sandboxes\/([^/]+)\/endpoints\/([^/]+)$/.exec(p);
     if (r && m === 'GET') {
-      const id = decodeURIComponent(r[1]);
+      const id = pathId(r[1]);
       if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
         throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
       }

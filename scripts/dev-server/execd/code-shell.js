@@ -10,7 +10,9 @@ const PIPE_DRAIN_MS = 200;
 
 /**
  * Starts `bash -c code`. emit(event) gets {type:'stdout'|'stderr', text} and, last, the final event.
- * Returns { id, done: Promise<void>, interrupt(): Promise<void>, kill() }.
+ * Returns { id, done: Promise<void>, interrupt(): Promise<void>, kill(), pauseOutput(), resumeOutput() }; while the
+ * output is paused (a client not reading) the process blocks on its writes and the pipe-drain wait after its exit
+ * does not run down.
  */
 export function runShell(code, cwd, env, emit) {
   const id = randomBytes(16).toString('hex');
@@ -23,6 +25,8 @@ export function runShell(code, cwd, env, emit) {
     startError = err;
   }
   let exited = false;
+  let paused = false;
+  let afterResume = null;
   const group = (sig) => {
     try {
       process.kill(-child.pid, sig);
@@ -46,7 +50,12 @@ export function runShell(code, cwd, env, emit) {
     // may hold them open forever).
     child.once('exit', (code, signal) => {
       exited = true;
-      const timer = setTimeout(() => finish(code, signal), PIPE_DRAIN_MS);
+      let timer;
+      const stopReading = () => {
+        if (paused) afterResume = () => { timer = setTimeout(stopReading, PIPE_DRAIN_MS); };
+        else finish(code, signal);
+      };
+      timer = setTimeout(stopReading, PIPE_DRAIN_MS);
       child.once('close', () => { clearTimeout(timer); finish(code, signal); });
     });
     const finish = (code, signal) => {
@@ -82,6 +91,21 @@ export function runShell(code, cwd, env, emit) {
     },
     kill() {
       if (this.running) group('SIGKILL');
+    },
+    pauseOutput() {
+      if (!child) return;
+      paused = true;
+      child.stdout.pause();
+      child.stderr.pause();
+    },
+    resumeOutput() {
+      if (!child) return;
+      paused = false;
+      child.stdout.resume();
+      child.stderr.resume();
+      const f = afterResume;
+      afterResume = null;
+      f?.();
     },
   };
 }

@@ -8,7 +8,7 @@
 // Status codes and messages follow the real execd's controller (codeinterpreting.go).
 import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { HttpError, goJson, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
+import { HttpError, backpressure, decodeSegment, goJson, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
 import { Kernel, SUPPORTED_LANGUAGES } from './code-kernel.js';
 import { runShell } from './code-shell.js';
 import { mkdirpSync } from './mkdirp.js';
@@ -172,10 +172,9 @@ export function createRoutes(ctx) {
 
   function openStream(res) {
     openEventStream(res, streams);
-    const write = (ev) => {
-      if (!res.destroyed && !res.writableEnded) res.write(eventJson(ev));
-    };
-    const pinger = setInterval(() => write({ type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
+    /** false when the client's buffer is full */
+    const write = (ev) => (res.destroyed || res.writableEnded ? true : res.write(eventJson(ev)));
+    const pinger = setInterval(() => res.writableNeedDrain || write({ type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
     const end = () => {
       clearInterval(pinger);
       if (!res.destroyed && !res.writableEnded) res.end();
@@ -289,7 +288,9 @@ export function createRoutes(ctx) {
 
   async function runWithoutLanguage(res, code) {
     const s = openStream(res);
-    const run = runShell(code, defaultCwd(), env(), (ev) => s.write(ev));
+    let run = null;
+    const check = backpressure(res, () => run?.pauseOutput(), () => run?.resumeOutput());
+    run = runShell(code, defaultCwd(), env(), (ev) => check(s.write(ev)));
     shellRuns.set(run.id, run);
     s.write({ type: 'init', text: run.id });
     s.write({ type: 'ping', text: 'pong' });
@@ -311,8 +312,8 @@ export function createRoutes(ctx) {
       if (p === '/code/contexts' && m === 'GET') return guard(res, () => listContexts(res, url)).then(() => true);
       if (p === '/code/contexts' && m === 'DELETE') return guard(res, () => deleteByLanguage(res, url)).then(() => true);
       const id = /^\/code\/contexts\/([^/]+)$/.exec(p)?.[1];
-      if (id && m === 'GET') return guard(res, () => getContext(res, decodeURIComponent(id))).then(() => true);
-      if (id && m === 'DELETE') return guard(res, () => deleteOne(res, decodeURIComponent(id))).then(() => true);
+      if (id && m === 'GET') return guard(res, () => getContext(res, decodeSegment(id))).then(() => true);
+      if (id && m === 'DELETE') return guard(res, () => deleteOne(res, decodeSegment(id))).then(() => true);
       return false;
     },
     close() {

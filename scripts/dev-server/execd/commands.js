@@ -6,14 +6,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
-import { HttpError, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, backpressure, decodeSegment, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
+import { LogRing } from './log-ring.js';
+import { OutputSockets } from './out-socket.js';
 import { osMessage } from './files-info.js';
 
 const PING_INTERVAL_MS = 3000;
 const INTERRUPT_GRACE_MS = 3000;
 /** After the process exits, how long its pipes may stay open (a grandchild holding them) before we stop reading. */
 const PIPE_DRAIN_MS = 200;
+/** Finished command records kept (status and logs stay answerable): the newest 1,000 … */
+export const FINISHED_RECORDS_MAX = 1000;
+/** … as long as their background logs together hold at most 32 MiB … */
+export const FINISHED_LOG_BUDGET = 32 * 1024 * 1024;
+/** … and for at most 24 h after they finished (checked when a command finishes and hourly). */
+export const FINISHED_RETENTION_MS = 24 * 3600 * 1000;
 
 const SIGNAL_TEXT = {
   SIGKILL: 'killed', SIGTERM: 'terminated', SIGINT: 'interrupt', SIGHUP: 'hangup', SIGQUIT: 'quit',
@@ -76,10 +84,27 @@ function validateBody(body) {
 export function createRoutes(ctx) {
   const shell = findShell();
   const tailMs = ctx.commandTailMs ?? 1000;
-  const logDir = os.tmpdir();
   /** id -> command record */
   const commands = new Map();
+  /** finished records, oldest first (see prune) */
+  const finished = [];
   const streams = new Set();
+  const outSockets = new OutputSockets();
+  const sweeper = setInterval(prune, 3600 * 1000);
+  sweeper.unref();
+
+  /** Drops the oldest finished records beyond the count, log-bytes and age bounds. */
+  function prune() {
+    let logBytes = 0;
+    for (const rec of finished) logBytes += rec.log?.size ?? 0;
+    const oldest = Date.now() - FINISHED_RETENTION_MS;
+    while (finished.length > 0 && (finished.length > FINISHED_RECORDS_MAX || logBytes > FINISHED_LOG_BUDGET || finished[0].endMs < oldest)) {
+      const rec = finished.shift();
+      logBytes -= rec.log?.size ?? 0;
+      rec.reader?.destroy(); // a grandchild may still write: its output goes nowhere now
+      commands.delete(rec.id);
+    }
+  }
 
   function defaultCwd() {
     try {
@@ -103,32 +128,53 @@ export function createRoutes(ctx) {
     return env;
   }
 
-  /** Starts the process; returns the record. Throws a start error (caller turns it into an error event). */
-  function start(body, background) {
+  /**
+   * Starts the process; resolves the record. Throws a start error (caller turns it into an error event).
+   * Foreground output is read through pipes that pauseOutput()/resumeOutput() stop and restart (the process
+   * then blocks on its writes, as on a terminal nobody reads); background output goes into a bounded LogRing.
+   */
+  async function start(body, background) {
     const id = crypto.randomBytes(16).toString('hex');
     const rec = {
       id, content: body.command, background, running: true, exitCode: undefined, error: undefined,
-      startedAt: nowStamp(), finishedAt: undefined, startMs: Date.now(), child: null, logFile: null,
-      done: null, onLine: null,
+      startedAt: nowStamp(), finishedAt: undefined, startMs: Date.now(), endMs: undefined, child: null, log: null,
+      reader: null, done: null, onLine: null, pipes: [], paused: false, afterResume: null,
+      pauseOutput() {
+        rec.paused = true;
+        for (const p of rec.pipes) p.pause();
+      },
+      resumeOutput() {
+        rec.paused = false;
+        for (const p of rec.pipes) p.resume();
+        const f = rec.afterResume;
+        rec.afterResume = null;
+        f?.();
+      },
     };
     let done;
     rec.done = new Promise((r) => { done = r; });
     const opts = { cwd: body.cwd ?? defaultCwd(), env: buildEnv(body.envs), detached: true };
     if (body.uid != null) opts.uid = body.uid;
     if (body.gid != null) opts.gid = body.gid;
-    let logFd = null;
+    let writer = null;
     if (background) {
-      rec.logFile = path.join(logDir, `${id}.output`);
-      logFd = fs.openSync(rec.logFile, 'a', 0o644);
-      opts.stdio = ['ignore', logFd, logFd];
+      const pair = await outSockets.pair();
+      writer = pair.writer;
+      rec.reader = pair.reader;
+      rec.log = new LogRing();
+      rec.reader.on('data', (b) => rec.log.push(b));
+      opts.stdio = ['ignore', writer, writer];
     } else {
       opts.stdio = ['ignore', 'pipe', 'pipe'];
     }
     let child;
     try {
       child = spawn(shell, ['-c', body.command], opts);
+    } catch (err) {
+      rec.reader?.destroy();
+      throw err;
     } finally {
-      if (logFd !== null) fs.closeSync(logFd);
+      writer?.destroy(); // the process has its own copy; EOF comes when it and its children are done
     }
     rec.child = child;
     commands.set(id, rec);
@@ -137,6 +183,7 @@ export function createRoutes(ctx) {
       if (!rec.running) return;
       rec.running = false;
       rec.finishedAt = nowStamp();
+      rec.endMs = Date.now();
       clearTimeout(rec.timer);
       if (spawnError) {
         rec.exitCode = -1;
@@ -150,12 +197,19 @@ export function createRoutes(ctx) {
         rec.error = code === 0 ? undefined : `exit status ${code}`;
       }
       rec.child = null;
+      finished.push(rec);
+      prune();
       done();
     };
 
     if (!background) {
       const out = new LineSplitter((t) => rec.onLine?.('stdout', t));
       const err = new LineSplitter((t) => rec.onLine?.('stderr', t));
+      rec.pipes = [child.stdout, child.stderr];
+      rec.discardOutput = () => {
+        out.discard();
+        err.discard();
+      };
       child.stdout.on('data', (b) => out.push(b));
       child.stderr.on('data', (b) => err.push(b));
       let exited = null;
@@ -174,13 +228,19 @@ export function createRoutes(ctx) {
       child.on('exit', (code, signal) => {
         exited = { code, signal };
         if (closed === 2) return end();
-        // A grandchild may keep the pipes open; like execd (which waits for the process, not the pipes) stop reading soon.
-        setTimeout(() => {
+        // A grandchild may keep the pipes open; like execd (which waits for the process, not the pipes) stop reading
+        // soon — counting only time in which we read: output held back for a slow client is not dropped.
+        const stopReading = () => {
           if (!rec.running) return;
+          if (rec.paused) {
+            rec.afterResume = () => setTimeout(stopReading, PIPE_DRAIN_MS).unref();
+            return;
+          }
           child.stdout.destroy();
           child.stderr.destroy();
           end();
-        }, PIPE_DRAIN_MS).unref();
+        };
+        setTimeout(stopReading, PIPE_DRAIN_MS).unref();
       });
     } else {
       child.on('exit', (code, signal) => finish(code, signal));
@@ -201,8 +261,9 @@ export function createRoutes(ctx) {
     try { process.kill(-pid, sig); } catch { /* already gone */ }
   }
 
+  /** Writes one event; false when the client's buffer is full (the caller should wait for 'drain'). */
   function writeEvent(res, ev) {
-    if (res.destroyed || res.writableEnded) return;
+    if (res.destroyed || res.writableEnded) return true;
     // field order of execd's Go struct: type, text, execution_time, timestamp, error
     const { type, text, execution_time: time, error } = ev;
     const out = { type };
@@ -210,7 +271,7 @@ export function createRoutes(ctx) {
     if (time !== undefined) out.execution_time = time;
     out.timestamp = Date.now();
     if (error !== undefined) out.error = error;
-    res.write(goJson(out) + '\n\n');
+    return res.write(goJson(out) + '\n\n');
   }
 
   function endStream(res) {
@@ -249,7 +310,7 @@ export function createRoutes(ctx) {
     let rec;
     let startError = null;
     try {
-      rec = start({ ...body, cwd }, background);
+      rec = await start({ ...body, cwd }, background);
     } catch (e) {
       startError = e;
     }
@@ -265,9 +326,17 @@ export function createRoutes(ctx) {
       writeEvent(res, { type: 'execution_complete' });
       return endStream(res);
     }
-    const pinger = setInterval(() => writeEvent(res, { type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
-    res.on('close', () => clearInterval(pinger));
-    rec.onLine = (type, text) => writeEvent(res, { type, text });
+    // no ping while output waits for the client: it would only pile up behind it
+    const pinger = setInterval(() => res.writableNeedDrain || writeEvent(res, { type: 'ping', text: 'pong' }), PING_INTERVAL_MS);
+    // Backpressure: when the client's buffer is full, stop reading the process's pipes until it drains. A client
+    // that goes away does not stop the command (as with the real execd); its output is then read and discarded.
+    const check = backpressure(res, () => rec.pauseOutput(), () => rec.resumeOutput());
+    rec.onLine = (type, text) => check(writeEvent(res, { type, text }));
+    res.on('close', () => {
+      clearInterval(pinger);
+      rec.onLine = null;
+      rec.discardOutput?.();
+    });
     await rec.done;
     clearInterval(pinger);
     writeEvent(res, finalEvent(rec, true));
@@ -291,32 +360,21 @@ export function createRoutes(ctx) {
     const rec = commands.get(id);
     if (!rec) throw new HttpError(400, 'INVALID_REQUEST_BODY', `command not found: ${id}`);
     if (!rec.background) throw new HttpError(400, 'INVALID_REQUEST_BODY', `command ${id} is not running in background`);
-    // like execd: a cursor that is not an integer counts as 0; a negative one fails the seek
+    // like execd: a cursor that is not an integer counts as 0; a negative one fails the seek (execd's text names the
+    // log file it would keep in $TMPDIR; ours is the in-memory ring)
     const raw = url.searchParams.get('cursor') ?? '';
     const cursor = /^[+-]?\d+$/.test(raw) ? Number(raw) : 0;
-    if (cursor < 0) throw new HttpError(400, 'INVALID_REQUEST_BODY', `error seek file: seek ${rec.logFile}: invalid argument`);
-    let data = Buffer.alloc(0);
-    try {
-      const fh = await fs.promises.open(rec.logFile, 'r');
-      try {
-        const { size } = await fh.stat();
-        if (cursor < size) {
-          data = Buffer.alloc(size - cursor);
-          const { bytesRead } = await fh.read(data, 0, data.length, cursor);
-          data = data.subarray(0, bytesRead);
-        }
-      } finally {
-        await fh.close();
-      }
-    } catch (e) {
-      if (e.code !== 'ENOENT') throw e;
-    }
-    const end = Math.max(cursor, cursor + data.length);
-    res.writeHead(200, {
+    if (cursor < 0) throw new HttpError(400, 'INVALID_REQUEST_BODY', `error seek file: seek ${path.join(os.tmpdir(), `${id}.output`)}: invalid argument`);
+    const log = rec.log;
+    const data = cursor < log.end ? log.read(cursor) : Buffer.alloc(0);
+    const headers = {
       'Content-Type': 'text/plain; charset=utf-8',
       'Content-Length': data.length,
-      'Execd-Commands-Tail-Cursor': String(end),
-    });
+      'Execd-Commands-Tail-Cursor': String(cursor < log.end ? log.end : cursor),
+    };
+    // bytes between the cursor and the oldest retained byte were dropped from the bounded log
+    if (cursor < log.start) headers['Execd-Commands-Dropped-Bytes'] = String(log.start - cursor);
+    res.writeHead(200, headers);
     res.end(data);
   }
 
@@ -344,9 +402,9 @@ export function createRoutes(ctx) {
       if (p === '/command' && req.method === 'POST') return guard(res, () => run(req, res)).then(() => true);
       if (p === '/command' && req.method === 'DELETE') return guard(res, () => interrupt(res, url)).then(() => true);
       let m = /^\/command\/status\/([^/]+)$/.exec(p);
-      if (m && req.method === 'GET') return guard(res, () => status(res, decodeURIComponent(m[1]))).then(() => true);
+      if (m && req.method === 'GET') return guard(res, () => status(res, decodeSegment(m[1]))).then(() => true);
       m = /^\/command\/([^/]+)\/logs$/.exec(p);
-      if (m && req.method === 'GET') return guard(res, () => logs(res, decodeURIComponent(m[1]), url)).then(() => true);
+      if (m && req.method === 'GET') return guard(res, () => logs(res, decodeSegment(m[1]), url)).then(() => true);
       return false;
     },
     close() {
@@ -354,6 +412,9 @@ export function createRoutes(ctx) {
         if (rec.running) signalGroup(rec, 'SIGKILL');
       }
       for (const res of streams) res.destroy();
+      for (const rec of commands.values()) rec.reader?.destroy();
+      clearInterval(sweeper);
+      outSockets.close();
     },
   };
 }

@@ -58,27 +58,70 @@ export function sendNotFound(res) {
   res.end(res.req?.method === 'HEAD' ? undefined : '404 page not found');
 }
 
+/**
+ * Backpressure for an event stream: call the returned function with the result of each res.write(); once the
+ * client's buffer is full it calls pause() (stop reading the process's output, which then blocks on its writes),
+ * and resume() when the buffer drained or the client went away (so nothing stays held for it).
+ */
+export function backpressure(res, pause, resume) {
+  let paused = false;
+  const release = () => {
+    if (!paused) return;
+    paused = false;
+    res.off('drain', release);
+    res.off('close', release);
+    resume();
+  };
+  return (ok) => {
+    if (ok || paused || res.destroyed) return;
+    paused = true;
+    pause();
+    res.once('drain', release);
+    res.once('close', release);
+  };
+}
+
 /** 200 with Content-Length: 0, as execd answers when there is nothing to return. */
 export function sendEmpty(res, status = 200) {
   res.writeHead(status, { 'Content-Length': 0 });
   res.end();
 }
 
-/** Reads the whole request body (bounded) as a Buffer. */
-export function readBody(req, limit = 64 * 1024 * 1024) {
+/** Largest request body execd reads (64 MiB). */
+export const BODY_LIMIT = 64 * 1024 * 1024;
+/** A too-large body is still read (and discarded) up to this many bytes past the limit before the 413 goes out. */
+export const DISCARD_LIMIT = 256 * 1024 * 1024;
+
+/**
+ * Reads the whole request body, at most `limit` bytes, as a Buffer. A larger body rejects with `tooLarge(limit)`
+ * and keeps nothing. The rejection waits until the rest of the body has been read and discarded, so that the client,
+ * which is still writing it, then reads the 413 rather than a connection reset (Node closes a connection whose
+ * request was answered before it was read). Beyond DISCARD_LIMIT more bytes (declared up front or arrived), the
+ * answer goes out at once and the connection is closed after it.
+ */
+export function readBody(req, limit = BODY_LIMIT, tooLarge = (n) => new HttpError(413, 'INVALID_REQUEST_BODY', `request body larger than ${n} bytes`)) {
   return new Promise((resolve, reject) => {
-    const chunks = [];
+    let chunks = [];
     let size = 0;
+    let failed = false;
+    const fail = () => {
+      chunks = null;
+      if (!failed) reject(tooLarge(limit));
+      failed = true;
+    };
+    const declared = Number(req.headers['content-length']);
+    if (declared > limit + DISCARD_LIMIT) fail();
+    else if (declared > limit) chunks = null;
     req.on('data', (c) => {
       size += c.length;
-      if (size > limit) {
-        reject(new HttpError(413, 'INVALID_REQUEST_BODY', `request body larger than ${limit} bytes`));
-        req.destroy();
-        return;
-      }
-      chunks.push(c);
+      if (size > limit) chunks = null;
+      if (size > limit + DISCARD_LIMIT) fail();
+      chunks?.push(c);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('end', () => {
+      if (chunks) resolve(Buffer.concat(chunks));
+      else fail();
+    });
     req.on('error', reject);
   });
 }
@@ -116,4 +159,37 @@ export async function guard(res, fn) {
     if (err instanceof HttpError) sendError(res, err.status, err.code, err.message);
     else sendError(res, 500, 'RUNTIME_ERROR', String(err?.message ?? err));
   }
+}
+
+/** A path with a `%` not followed by two hex digits: the real execd (Go's net/http) refuses it before routing. */
+export function badPercentEncoding(target) {
+  const q = target.indexOf('?');
+  return /%(?![0-9a-fA-F]{2})/.test(q < 0 ? target : target.slice(0, q));
+}
+
+/** Go's answer to a request line it cannot parse (net/http server), written raw; the connection is closed. */
+export function answerBadRequest(socket) {
+  socket.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request');
+}
+
+/**
+ * Decodes one percent-encoded path segment like Go's url.PathUnescape: escapes are bytes, bytes that are not UTF-8
+ * become U+FFFD. Never throws on input that passed badPercentEncoding (a malformed escape is a 400 here).
+ */
+export function decodeSegment(s) {
+  if (!s.includes('%')) return s;
+  if (/%(?![0-9a-fA-F]{2})/.test(s)) throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid URL escape in ${JSON.stringify(s)}`);
+  const bytes = [];
+  for (let i = 0; i < s.length; i++) {
+    if (s[i] === '%') {
+      bytes.push(Buffer.from([parseInt(s.slice(i + 1, i + 3), 16)]));
+      i += 2;
+    } else {
+      let j = i;
+      while (j < s.length && s[j] !== '%') j++;
+      bytes.push(Buffer.from(s.slice(i, j), 'utf8'));
+      i = j - 1;
+    }
+  }
+  return Buffer.concat(bytes).toString('utf8');
 }

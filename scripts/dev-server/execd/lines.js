@@ -1,24 +1,56 @@
 // Line splitter for execd command output: splits a byte stream on \n, \r and \r\n (coalesced), like execd's
 // tailer. Each line is delivered without its terminator; an empty line is delivered as "\n"; flush() delivers
 // a trailing partial line without newline. Bytes are kept until a line is complete so UTF-8 is never cut.
+// A line longer than maxLine bytes is not buffered whole: each maxLine bytes (cut back to a UTF-8 character
+// boundary) are delivered as a line of their own, so memory stays bounded whatever the process writes.
+
+/** Longest line delivered as one piece (1 MiB; the real execd sends a 70 KB line whole). */
+export const MAX_LINE_BYTES = 1024 * 1024;
+
+/** Where to cut buf at most n bytes in so that no UTF-8 character is split (n itself when none would be). */
+function utf8Cut(buf, n) {
+  let cut = n;
+  // step back over continuation bytes (10xxxxxx) to the lead byte of the character that straddles n
+  while (cut > n - 3 && cut > 0 && (buf[cut] & 0xc0) === 0x80) cut--;
+  if (cut === 0 || (buf[cut] & 0xc0) === 0x80) return n; // not UTF-8 there: cut anywhere
+  return cut;
+}
+
 export class LineSplitter {
-  constructor(onLine) {
+  constructor(onLine, { maxLine = MAX_LINE_BYTES } = {}) {
     this.onLine = onLine;
+    this.maxLine = maxLine;
     this.parts = [];
+    this.size = 0; // bytes in parts
     this.pendingCR = false; // the previous chunk ended with \r: a leading \n belongs to it
+    this.discarding = false;
+  }
+
+  /** From now on everything pushed is dropped unread (nobody listens any more): costs no memory and no decoding. */
+  discard() {
+    this.discarding = true;
+    this.parts = [];
+    this.size = 0;
   }
 
   push(buf) {
+    if (this.discarding) return;
     let start = 0;
     let i = 0;
     if (this.pendingCR && buf.length > 0) {
       this.pendingCR = false;
       if (buf[0] === 0x0a) start = i = 1;
     }
+    let nl = -2; // next \n at or after i (-1: none), -2: not looked up yet; likewise cr for \r
+    let cr = -2;
     for (; i < buf.length; i++) {
+      // jump to the next terminator (native search: a long line is not walked byte by byte)
+      if (nl !== -1 && nl < i) nl = buf.indexOf(0x0a, i);
+      if (cr !== -1 && cr < i) cr = buf.indexOf(0x0d, i);
+      i = nl < 0 ? cr : cr < 0 ? nl : Math.min(nl, cr);
+      if (i < 0) break;
       const c = buf[i];
-      if (c !== 0x0a && c !== 0x0d) continue;
-      this.parts.push(buf.subarray(start, i));
+      this.add(buf.subarray(start, i));
       this.emit();
       if (c === 0x0d) {
         if (i + 1 < buf.length) {
@@ -29,17 +61,32 @@ export class LineSplitter {
       }
       start = i + 1;
     }
-    if (start < buf.length) this.parts.push(Buffer.from(buf.subarray(start)));
+    if (start < buf.length) this.add(Buffer.from(buf.subarray(start)));
+  }
+
+  /** Appends bytes of the current line; delivers maxLine-byte pieces while more than maxLine bytes are held. */
+  add(part) {
+    this.parts.push(part);
+    this.size += part.length;
+    while (this.size > this.maxLine) {
+      const all = Buffer.concat(this.parts);
+      const cut = utf8Cut(all, this.maxLine);
+      this.parts = [all.subarray(cut)];
+      this.size = all.length - cut;
+      this.onLine(all.subarray(0, cut).toString('utf8'));
+    }
   }
 
   emit() {
     const text = Buffer.concat(this.parts).toString('utf8');
     this.parts = [];
+    this.size = 0;
     this.onLine(text === '' ? '\n' : text);
   }
 
   flush() {
-    if (this.parts.some((p) => p.length > 0)) this.emit();
+    if (this.size > 0) this.emit();
     this.parts = [];
+    this.size = 0;
   }
 }

@@ -19,7 +19,7 @@
 import http from 'node:http';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { sendEmpty, sendJson, sendNotFound } from './http.js';
+import { answerBadRequest, badPercentEncoding, sendEmpty, sendJson, sendNotFound } from './http.js';
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
 import { createRoutes as ptyRoutes } from './pty.js';
@@ -68,6 +68,7 @@ function redirectTrailingSlash(res, pathname) {
 }
 
 const server = http.createServer(async (req, res) => {
+  if (badPercentEncoding(req.url)) return answerBadRequest(req.socket);
   const url = new URL(req.url, 'http://execd');
   if (!authorized(req)) {
     // read the body first: answering while a proxy in front of us still writes it would reset the connection
@@ -84,6 +85,7 @@ const server = http.createServer(async (req, res) => {
   sendNotFound(res);
 });
 server.on('upgrade', (req, socket, head) => {
+  if (badPercentEncoding(req.url)) return answerBadRequest(socket);
   const url = new URL(req.url, 'http://execd');
   if (!authorized(req)) {
     const body = JSON.stringify(UNAUTHORIZED);

@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { HttpError, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
+import { HttpError, backpressure, decodeSegment, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
 import { mkdirpSync } from './mkdirp.js';
 
@@ -83,9 +83,8 @@ export function createRoutes(ctx) {
     const s = sessions.get(id);
     if (!s) throw new HttpError(500, 'RUNTIME_ERROR', 'error running in session. context not found');
     openEventStream(res);
-    const write = (obj) => {
-      if (!res.destroyed && !res.writableEnded) res.write(goJson(obj) + '\n\n');
-    };
+    /** false when the client's buffer is full */
+    const write = (obj) => (res.destroyed || res.writableEnded ? true : res.write(goJson(obj) + '\n\n'));
     // a failure is execd's bare {"code","message"} object, without `type` and without the blank line
     const fail = (message) => {
       if (!res.destroyed && !res.writableEnded) res.write(goJson({ code: 'RUNTIME_ERROR', message }));
@@ -103,10 +102,12 @@ export function createRoutes(ctx) {
     fs.writeFileSync(s.scriptFile, script(s, body.command, body.cwd));
     const child = spawn('bash', ['--noprofile', '--norc', s.scriptFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env: process.env });
     s.child = child;
-    const lines = new LineSplitter((text) => event('stdout', { text }));
+    // a client that does not read pauses the run's output (the run blocks on its writes); leaving cancels it
+    const check = backpressure(res, () => { child.stdout.pause(); child.stderr.pause(); }, () => { child.stdout.resume(); child.stderr.resume(); });
+    const lines = new LineSplitter((text) => check(event('stdout', { text })));
     child.stdout.on('data', (b) => lines.push(b));
     child.stderr.on('data', (b) => lines.push(b));
-    const pinger = setInterval(() => event('ping', { text: 'pong' }), PING_INTERVAL_MS);
+    const pinger = setInterval(() => res.writableNeedDrain || event('ping', { text: 'pong' }), PING_INTERVAL_MS);
     let timedOut = false;
     const timer = body.timeout ? setTimeout(() => { timedOut = true; kill(s); }, body.timeout) : null;
     // a session run belongs to its request: the client leaving cancels it
@@ -141,10 +142,10 @@ export function createRoutes(ctx) {
       const p = url.pathname;
       if (p === '/session' && req.method === 'POST') return guard(res, () => create(req, res)).then(() => true);
       let m = /^\/session\/([^/]+)\/run$/.exec(p);
-      if (m && req.method === 'POST') return guard(res, () => run(req, res, decodeURIComponent(m[1]))).then(() => true);
+      if (m && req.method === 'POST') return guard(res, () => run(req, res, decodeSegment(m[1]))).then(() => true);
       m = /^\/session\/([^/]+)$/.exec(p);
       if (m && req.method === 'DELETE') {
-        const id = decodeURIComponent(m[1]);
+        const id = decodeSegment(m[1]);
         if (remove(id)) sendEmpty(res);
         else sendJson(res, 404, { code: 'CONTEXT_NOT_FOUND', message: `session ${id} not found` });
         return true;
