@@ -18,6 +18,10 @@
 #define FLUSH_BYTES (64 * 1024)
 #define SERVER_TIMEOUT_GRACE_MS 1000 /* execd's own timeout: a backstop behind ours */
 #define DEFAULT_HIGH_WATER ((size_t)8 * 1024 * 1024)
+/* After a command settles, its /command stream is read on to its end in the background for at most this long:
+ * execd holds a stream open about 1 s after the final event, and closing it earlier makes execd's next write to it
+ * raise SIGPIPE, which execd relays to whatever foreground command runs then (killing it). Tail + margin. */
+#define DRAIN_MS 3000
 
 /* ---- waitReady ---- */
 
@@ -264,6 +268,7 @@ static void settle_waiters(osb_exec_cmd *c) {
 }
 
 static void send_delete(osb_exec_cmd *c);
+static void drain(osb_exec_cmd *c);
 
 /* Ends the command: exactly one on_result. err NULL = success with the current state. */
 static void settle(osb_exec_cmd *c, const osb_error *err) {
@@ -291,7 +296,7 @@ static void settle(osb_exec_cmd *c, const osb_error *err) {
     c->cb.on_result(c->ud, NULL, &r);
   }
   settle_waiters(c);
-  if (c->stream) osb_http_cancel(c->stream); /* close the stream: never wait for the idle tail */
+  if (c->stream) drain(c); /* resolved already; the stream ends in the background */
   /* Failed on our side (malformed or silent stream, cut connection) after execd started it: stop the remote
    * command too, best effort (not while the engine shuts down). */
   if (err && err->kind != OSB_KIND_CANCELLED && c->id && !c->final_seen) send_delete(c);
@@ -327,6 +332,22 @@ static void send_delete(osb_exec_cmd *c) {
   }
   free(eid);
   if (!c->del) settle(c, NULL); /* out of memory: at least settle */
+}
+
+static void on_drain_timer(uv_timer_t *t) {
+  osb_exec_cmd *c = t->data;
+  if (c->stream) osb_http_cancel(c->stream); /* the bound: a stream still open DRAIN_MS after settling */
+}
+
+/* The command is settled but its stream is still open: read it to its end (bytes discarded) instead of closing it
+ * under execd, bounded by DRAIN_MS. Never called from inside on_data with the transfer paused. */
+static void drain(osb_exec_cmd *c) {
+  if (c->net_paused) {
+    c->net_paused = 0;
+    __atomic_store_n(&c->pause_flag, 0, __ATOMIC_SEQ_CST);
+    osb_http_resume(c->stream);
+  }
+  uv_timer_start(&c->timeout_timer, on_drain_timer, DRAIN_MS, 0);
 }
 
 static void on_timeout_timer(uv_timer_t *t) {
@@ -425,11 +446,15 @@ static int on_event(void *ud, const osb_event *ev) {
 static int on_stream_data(void *ud, long status, const char *p, size_t n) {
   (void)status;
   osb_exec_cmd *c = ud;
-  if (c->completed) return 1;
+  if (c->completed) return 0; /* draining: the tail after the final event, discarded */
   int rc = osb_events_feed(c->parser, p, n);
   if (rc == OSB_EVENTS_ERROR && !c->has_pending_err) {
     osb_error_set(&c->pending_err, OSB_KIND_PROTOCOL, "MALFORMED_STREAM", "%s", osb_events_error(c->parser));
     c->has_pending_err = 1;
+  }
+  if (rc == OSB_EVENTS_STOPPED && c->final_seen && !c->has_pending_err) {
+    settle(c, NULL); /* resolve now; the rest of the stream is drained */
+    return 0;
   }
   if (rc != OSB_EVENTS_OK) return 1;
   if (__atomic_load_n(&c->outstanding, __ATOMIC_SEQ_CST) > c->high_water) {

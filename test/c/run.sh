@@ -11,28 +11,38 @@ passed=0
 failed=0
 
 ws=$(mktemp -d)
-node "$ROOT/scripts/dev-server/execd/main.js" --port 0 --workspace "$ws" >"$B/execd.log" 2>&1 &
-execd_pid=$!
+execd_pids=()
 cleanup() {
-  kill "$execd_pid" 2>/dev/null
-  wait "$execd_pid" 2>/dev/null
+  for p in "${execd_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   rm -rf "$ws"
 }
 trap cleanup EXIT
 
-port=""
-for _ in $(seq 1 100); do # up to 10 s for "execd ready <port>"
-  port=$(sed -n 's/^execd ready \([0-9][0-9]*\)$/\1/p' "$B/execd.log")
-  [ -n "$port" ] && break
-  kill -0 "$execd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "execd did not start:"; cat "$B/execd.log"
+# start_execd <var> <log> [execd options…]: starts one execd on a free port and sets <var> to its URL ("" if it
+# did not start).
+start_execd() {
+  local var=$1 log=$2 pid port=""
+  shift 2
+  node "$ROOT/scripts/dev-server/execd/main.js" --port 0 --workspace "$ws" "$@" >"$log" 2>&1 &
+  pid=$!
+  execd_pids+=("$pid")
+  for _ in $(seq 1 100); do # up to 10 s for "execd ready <port>"
+    port=$(sed -n 's/^execd ready \([0-9][0-9]*\)$/\1/p' "$log")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  printf -v "$var" '%s' "${port:+http://127.0.0.1:$port}"
+}
+start_execd EXECD_URL "$B/execd.log"
+# a second execd relaying SIGPIPE to its foreground commands like upstream (only the tests that need it use it)
+start_execd EXECD_FWD_URL "$B/execd-fwd.log" --signal-forwarding
+if [ -z "$EXECD_URL" ] || [ -z "$EXECD_FWD_URL" ]; then
+  echo "execd did not start:"; cat "$B"/execd*.log
   echo "0 passed, 1 failed"
   exit 1
 fi
-export EXECD_URL="http://127.0.0.1:$port"
+export EXECD_URL EXECD_FWD_URL
 # a port nothing listens on: bound, then released
 export CLOSED_PORT=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
 

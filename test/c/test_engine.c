@@ -450,6 +450,56 @@ static void test_exec_shutdown_in_flight(void) {
   osb_conn_free(x);
 }
 
+static long in_flight(osb_engine *e) {
+  osb_engine_stats s;
+  osb_engine_get_stats(e, &s);
+  return s.requests_in_flight;
+}
+
+/* Waits (deadline timeout_ms) until no HTTP transfer is in flight. */
+static int wait_idle(osb_engine *e, unsigned timeout_ms) {
+  for (uint64_t end = uv_hrtime() + (uint64_t)timeout_ms * 1000000u; uv_hrtime() < end; uv_sleep(20))
+    if (in_flight(e) == 0) return 1;
+  return 0;
+}
+
+/* The result comes at the final event, but the stream is read on to its end in the background: upstream execd
+ * relays the SIGPIPE of a write to a closed stream to the foreground command running then (the execd at
+ * EXECD_FWD_URL reproduces it), so closing early would kill the long command. Same after a timeout (round 0's
+ * stream ends while round 1's long command runs). */
+static void test_exec_drains_stream_to_end(void) {
+  const char *fwd = getenv("EXECD_FWD_URL");
+  CHECK(fwd != NULL);
+  if (!fwd) return;
+  char err[256];
+  osb_engine *e = osb_engine_start(err, sizeof err);
+  osb_exec *x = osb_conn_new(fwd, NULL, 0, 5000, 5000, err, sizeof err);
+  run_call c;
+  for (int round = 0; round < 2; round++) {
+    for (int q = 0; q < 3; q++) {
+      osb_exec_cmd *h = run_cmd(e, x, &c, "echo quick", NULL, 0, -1);
+      CHECK(latch_wait(&c.l, 1, 10000));
+      CHECK(!c.failed && c.exit_code == 0);
+      CHECK(in_flight(e) >= 1); /* resolved; its stream is still being read (execd's 1 s tail) */
+      osb_exec_cmd_release(h);
+      latch_destroy(&c.l);
+    }
+    osb_exec_cmd *h = run_cmd(e, x, &c, round ? "sleep 1.5; echo ok" : "sleep 20", NULL, round ? 0 : 300, -1);
+    CHECK(latch_wait(&c.l, 1, 10000));
+    if (round) CHECK(!c.failed && c.exit_code == 0 && strcmp(c.out, "ok\n") == 0 && !c.error_text[0]);
+    else CHECK(!c.failed && c.timed_out);
+    osb_exec_cmd_release(h);
+    latch_destroy(&c.l);
+  }
+  CHECK(wait_idle(e, 5000)); /* every drained stream ended by itself */
+  osb_exec_cmd *h = run_cmd(e, x, &c, "echo last", NULL, 0, -1);
+  CHECK(latch_wait(&c.l, 1, 10000));
+  osb_exec_cmd_release(h);
+  latch_destroy(&c.l);
+  osb_conn_free(x);
+  osb_engine_stop(e); /* with a stream still draining: aborted, nothing leaks */
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!t_peers(&EXECD, CLOSED_URL, sizeof CLOSED_URL)) return 1;
@@ -464,6 +514,7 @@ int main(void) {
   RUN(test_exec_flow_control);
   RUN(test_ready_and_lifecycle_errors);
   RUN(test_exec_shutdown_in_flight);
+  RUN(test_exec_drains_stream_to_end);
   curl_global_cleanup(); /* the test binary only: never in the addon */
   return t_summary();
 }

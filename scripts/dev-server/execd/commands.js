@@ -84,6 +84,9 @@ function validateBody(body) {
 export function createRoutes(ctx) {
   const shell = findShell();
   const tailMs = ctx.commandTailMs ?? 1000;
+  const forwarding = ctx.signalForwarding === true;
+  /** Foreground commands execd relays the signals it receives to (signalForwarding; see relaySignal). */
+  const relayTo = new Set();
   /** id -> command record */
   const commands = new Map();
   /** finished records, oldest first (see prune) */
@@ -178,10 +181,12 @@ export function createRoutes(ctx) {
     }
     rec.child = child;
     commands.set(id, rec);
+    if (!background && forwarding && child.pid) relayTo.add(rec);
 
     const finish = (code, signal, spawnError) => {
       if (!rec.running) return;
       rec.running = false;
+      if (!background) relayTo.clear(); // upstream resets its signal handling process-wide when a command ends
       rec.finishedAt = nowStamp();
       rec.endMs = Date.now();
       clearTimeout(rec.timer);
@@ -261,9 +266,27 @@ export function createRoutes(ctx) {
     try { process.kill(-pid, sig); } catch { /* already gone */ }
   }
 
+  /**
+   * signalForwarding: upstream execd relays every signal it receives (signal.Notify for all signals) to the process
+   * group of the foreground command running at that moment, until a command ends and resets the handling. A write to
+   * a command stream whose client already closed the connection raises SIGPIPE in execd, which is relayed like any
+   * other: a client that closes a stream before its end kills whatever foreground command runs when execd next writes
+   * to it (the end of the stream, a tail after the final event). Here every such write relays SIGPIPE (upstream needs
+   * a second write after the reset, so this is the strict version of the race).
+   */
+  function relaySignal(sig) {
+    for (const rec of relayTo) signalGroup(rec, sig);
+  }
+  function writeToClosed(res) {
+    if (forwarding && res.destroyed && !res.writableEnded) relaySignal('SIGPIPE');
+  }
+
   /** Writes one event; false when the client's buffer is full (the caller should wait for 'drain'). */
   function writeEvent(res, ev) {
-    if (res.destroyed || res.writableEnded) return true;
+    if (res.destroyed || res.writableEnded) {
+      writeToClosed(res);
+      return true;
+    }
     // field order of execd's Go struct: type, text, execution_time, timestamp, error
     const { type, text, execution_time: time, error } = ev;
     const out = { type };
@@ -278,8 +301,9 @@ export function createRoutes(ctx) {
     // execd keeps the response open for its graceful-shutdown tail after the final event
     const t = setTimeout(() => {
       if (!res.destroyed) res.end();
+      else writeToClosed(res); // the terminating chunk written to a stream its client closed
     }, tailMs);
-    res.on('close', () => clearTimeout(t));
+    if (!forwarding) res.on('close', () => clearTimeout(t));
   }
 
   function finalEvent(rec, withTime) {
@@ -407,6 +431,7 @@ export function createRoutes(ctx) {
       if (m && req.method === 'GET') return guard(res, () => logs(res, decodeSegment(m[1]), url)).then(() => true);
       return false;
     },
+    relaySignal,
     close() {
       for (const rec of commands.values()) {
         if (rec.running) signalGroup(rec, 'SIGKILL');

@@ -10,8 +10,9 @@
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
 //     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
 //     close?(): void }                                     // execd shutdown
-// ctx = { token, workspace, ptyExitRace, commandTailMs, self, interrupters }
+// ctx = { token, workspace, ptyExitRace, signalForwarding, commandTailMs, self, interrupters }
 //   token: required X-EXECD-ACCESS-TOKEN or ''; workspace: default cwd; ptyExitRace: --pty-exit-race given;
+//   signalForwarding: --signal-forwarding given (relay signals to the foreground command, SIGPIPE included, see commands.js);
 //   commandTailMs: how long a /command stream stays open after its final event (execd's graceful-shutdown tail);
 //   self: where this execd listens ({ socketPath } or { host, port }), for /proxy/44772 to reach execd itself;
 //   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
@@ -36,6 +37,7 @@ const { values: opts } = parseArgs({
     'access-token': { type: 'string', default: process.env.EXECD_ACCESS_TOKEN ?? '' },
     workspace: { type: 'string', default: '/workspace' },
     'pty-exit-race': { type: 'boolean', default: false },
+    'signal-forwarding': { type: 'boolean', default: false },
     'command-tail-ms': { type: 'string', default: '1000' },
   },
 });
@@ -47,11 +49,13 @@ const ctx = {
   token: opts['access-token'],
   workspace: opts.workspace,
   ptyExitRace: opts['pty-exit-race'],
+  signalForwarding: opts['signal-forwarding'],
   commandTailMs: Math.max(0, Number(opts['command-tail-ms']) || 0),
   self: opts.socket ? { socketPath: opts.socket } : { host: opts.host, port: Number(opts.port ?? 44772) },
   interrupters: [],
 };
-const modules = [commandRoutes(ctx), sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx), metricsRoutes(ctx)];
+const commands = commandRoutes(ctx);
+const modules = [commands, sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx), metricsRoutes(ctx)];
 
 function authorized(req) {
   return !ctx.token || req.headers['x-execd-access-token'] === ctx.token;
@@ -106,6 +110,8 @@ function shutdown() {
 }
 process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);
+// like upstream, signals execd itself receives go on to the foreground command (SIGTERM/SIGINT stay shutdown here)
+if (ctx.signalForwarding) for (const sig of ['SIGHUP', 'SIGUSR2', 'SIGPIPE', 'SIGWINCH']) process.on(sig, () => commands.relaySignal(sig));
 
 if (opts.socket) {
   fs.rmSync(opts.socket, { force: true });
