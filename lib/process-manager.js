@@ -6,7 +6,9 @@ import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { SandboxProcessManager, ProcessHandle } from '@mastra/core/workspace';
 import { binding } from './native.js';
-import { fromNative } from './errors.js';
+import {
+  fromNative, OpenSandboxApiError, OpenSandboxCancelledError, OpenSandboxNotFoundError, OpenSandboxTransportError,
+} from './errors.js';
 
 
 export const DEFAULT_MAX_RETAINED_BYTES = 1024 * 1024;
@@ -27,6 +29,20 @@ function retainedLimit(v) {
   return v; // validated by the base class (non-negative integer or Infinity)
 }
 
+/**
+ * The typed error of a process that settled without an exit status (the native errorCode, see
+ * src/opensandbox/process.h): session gone -> OpenSandboxNotFoundError, taken over -> OpenSandboxApiError (409),
+ * engine shutdown -> OpenSandboxCancelledError, no working connection within the reconnect window (and other
+ * connection failures) -> OpenSandboxTransportError.
+ */
+function processError(pid, code, text) {
+  const details = { operation: `process ${pid}`, code };
+  if (code === 'PROCESS_GONE') return new OpenSandboxNotFoundError(text, { ...details, status: 404 });
+  if (code === 'PROCESS_TAKEN_OVER') return new OpenSandboxApiError(text, { ...details, status: 409 });
+  if (code === 'SHUTDOWN') return new OpenSandboxCancelledError(text, details);
+  return new OpenSandboxTransportError(text, details);
+}
+
 /** A remote process. Output arrives live; exitCode stays undefined until the process has ended. */
 export class OpenSandboxProcessHandle extends ProcessHandle {
   pid;
@@ -34,6 +50,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   #native;
   #result;
   #errorText = null;
+  #error = null;
   #stdinIgnored;
 
   constructor(native, pid, sink, options = {}) {
@@ -61,6 +78,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
       if (se) this.emitStderr(se);
       if (x.errorText) {
         this.#errorText = x.errorText;
+        this.#error = processError(pid, x.errorCode, x.errorText);
         this.emitStderr(`${this.stderr && !this.stderr.endsWith('\n') ? '\n' : ''}${x.errorText}\n`);
       }
       this.exitCode = x.exitCode;
@@ -72,7 +90,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
         executionTimeMs: Date.now() - started,
         killed: x.killed,
         timedOut: x.timedOut,
-        ...(x.errorText ? { errorText: x.errorText } : {}),
+        ...(x.errorText ? { errorText: x.errorText, error: this.#error } : {}),
       };
     });
   }
@@ -80,6 +98,11 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   /** Why no exit status is known (session gone, taken over, shutdown), else null. */
   get errorText() {
     return this.#errorText;
+  }
+
+  /** The typed error (OpenSandboxError, `code` e.g. PROCESS_CONNECTION_LOST) when no exit status is known, else null. */
+  get error() {
+    return this.#error;
   }
 
   async wait() {

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { startServer } from '../scripts/dev-server/index.js';
-import { OpenSandboxSandbox } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxTransportError } from '../lib/index.js';
 import { OpenSandboxProcessManager } from '../lib/process-manager.js';
 import { stats } from '../lib/native.js';
 import { waitFor } from './helpers/poll.js';
@@ -35,16 +35,28 @@ const lines = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}\n`).join
 /**
  * A TCP forwarder between the client and execd, to inject what the real server cannot produce on demand: a
  * connection cut. cut() drops every connection; cut({ keepUpstream: true }) drops only the client side, so execd
- * still believes the old client holds its session.
+ * still believes the old client holds its session. `sabotage(requestLine)` (set by a test) may return 'drop' (the
+ * connection is accepted, then dropped right after execd's first answer) or 'garbage' (an invalid WebSocket frame
+ * follows execd's first answer) for a new connection.
  */
 async function forwarder(host, port) {
   const conns = new Set();
+  const fwd = { sabotage: () => null };
   const server = net.createServer((c) => {
     const u = net.connect(port, host);
     const pair = { c, u, keepUpstream: false };
     conns.add(pair);
-    c.pipe(u);
-    u.pipe(c);
+    let mode;
+    c.on('data', (d) => {
+      mode ??= fwd.sabotage(d.toString('latin1').split('\r\n')[0]) ?? null;
+      u.write(d);
+    });
+    u.on('data', (d) => {
+      c.write(d);
+      if (mode === 'drop') setTimeout(() => c.destroy(), 30);
+      else if (mode === 'garbage') c.write(Buffer.from([0x8b, 0x00])); // FIN + reserved opcode 0xB
+      mode = null;
+    });
     const end = () => {
       conns.delete(pair);
       c.destroy();
@@ -56,7 +68,7 @@ async function forwarder(host, port) {
     u.on('close', end);
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
+  return Object.assign(fwd, {
     port: server.address().port,
     cut({ keepUpstream = false } = {}) {
       const n = conns.size;
@@ -73,7 +85,7 @@ async function forwarder(host, port) {
       }
       await new Promise((resolve) => server.close(resolve));
     },
-  };
+  });
 }
 
 describe('OpenSandboxProcessManager under faults', function () {
@@ -132,6 +144,36 @@ describe('OpenSandboxProcessManager under faults', function () {
       const r = await h.wait();
       assert.equal(r.exitCode, 0);
       assert.equal(r.stdout, lines(40));
+    });
+
+    it('reconnects that are accepted then dropped, or answered with an invalid frame, end after the 10 s window with a typed error', async function () {
+      this.timeout(60000);
+      const hs = await Promise.all(['a', 'b'].map((t) => pm.spawn(`echo up-${t}; sleep 60`)));
+      await waitFor(() => hs.every((h, i) => h.stdout === `up-${'ab'[i]}\n`), { message: 'both running' });
+      const sids = hs.map((h) => h.pid.split('.')[0]);
+      fwd.sabotage = (line) => (line.includes(`/pty/${sids[0]}/ws`) ? 'drop' : line.includes(`/pty/${sids[1]}/ws`) ? 'garbage' : null);
+      try {
+        assert.ok(fwd.cut() >= 2);
+        const rs = await Promise.all(hs.map((h) => h.wait()));
+        for (const [i, r] of rs.entries()) {
+          assert.equal(r.exitCode, -1);
+          assert.equal(r.success, false);
+          assert.match(r.errorText, /could not reconnect within 10 s/);
+          assert.ok(r.error instanceof OpenSandboxTransportError, String(r.error));
+          assert.equal(r.error.code, 'PROCESS_CONNECTION_LOST');
+          assert.equal(hs[i].error, r.error);
+        }
+        // nothing left: no process in the native table, no WebSocket, no pending promise holding the event loop
+        await waitFor(() => {
+          const s = stats();
+          return s.processes === 0 && s.wsConnections === 0 && s.pendingPromises === 0;
+        }, { timeoutMs: 15000, message: `nothing left (${JSON.stringify(stats())})` });
+      } finally {
+        fwd.sabotage = () => null;
+        const pm2 = new OpenSandboxProcessManager({ connection: pm.connection }); // the sleeps still run remotely
+        pm2.sandbox = sandbox;
+        for (const h of hs) await pm2.get(h.pid).then((g) => g?.kill()).catch(() => {});
+      }
     });
 
     it('another client takes the session over: wait() settles failed with a clear message', async () => {

@@ -74,7 +74,7 @@ struct OutputDelivery : Delivery {
 struct ExitDelivery : Delivery {
   ProcJs* pj;
   int exitCode = 0, killed = 0, timedOut = 0, hasError = 0;
-  std::string errorText, out, err;
+  std::string errorText, errorCode, out, err;
   double outDropped = 0, errDropped = 0;
   void Run(Napi::Env env, Addon* a) override {
     Napi::Object o = Napi::Object::New(env);
@@ -82,6 +82,7 @@ struct ExitDelivery : Delivery {
     o.Set("killed", Napi::Boolean::New(env, killed));
     o.Set("timedOut", Napi::Boolean::New(env, timedOut));
     o.Set("errorText", hasError ? Napi::String::New(env, errorText).As<Napi::Value>() : env.Null());
+    o.Set("errorCode", hasError ? Napi::String::New(env, errorCode).As<Napi::Value>() : env.Null());
     o.Set("stdout", Napi::Buffer<char>::Copy(env, out.data(), out.size()));
     o.Set("stderr", Napi::Buffer<char>::Copy(env, err.data(), err.size()));
     o.Set("stdoutDroppedBytes", Napi::Number::New(env, outDropped));
@@ -136,6 +137,7 @@ void OnExit(void* ud, const osb_proc_exit* x) {
   if (x->error_text) {
     d->hasError = 1;
     d->errorText = x->error_text;
+    d->errorCode = x->error_code ? x->error_code : "PROCESS_FAILED";
   }
   d->out.assign(x->out, x->out_len);
   d->err.assign(x->err, x->err_len);

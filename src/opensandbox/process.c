@@ -19,6 +19,10 @@
 #define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
 #define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
 #define RECONNECT_MAX_MS 1600
+/* A connection counts as re-established (the window starts afresh at its loss) only once it delivered output or
+ * stayed up this long: a socket that is accepted and then dropped (or fed an invalid frame) at once must not
+ * renew the window forever. */
+#define RECONNECT_STABLE_MS 3000
 #define HIGH_WATER (8L * 1024 * 1024) /* output handed to the consumer and not yet consumed: pause reading above */
 #define LOW_WATER (1L * 1024 * 1024)  /* … and resume below */
 #define KILLED_EXIT 137
@@ -76,11 +80,13 @@ struct osb_proc {
   osb_buf batch[2];
   uv_timer_t flush_timer, timeout_timer, retry_timer;
   int reconnects, takeover;
-  uint64_t retry_since; /* engine ms when the connection was lost; 0 while connected */
+  uint64_t retry_since; /* engine ms when the connection was first lost; 0 = not reconnecting */
+  uint64_t connected_at, received_at_connect; /* when the current connection was confirmed; bytes seen then */
   stdin_msg *qhead, *qtail;
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
   char error_text[512];
+  const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
   char last_close[200]; /* why the last WebSocket ended (for error texts) */
   long inflight;        /* atomic: bytes given to on_output and not yet reported consumed */
   int paused;           /* engine thread: the socket is paused (flow control) */
@@ -313,6 +319,7 @@ static void settle(osb_proc *p, int code, int killed, int timed_out, const char 
   x.killed = killed;
   x.timed_out = timed_out;
   x.error_text = error_text;
+  x.error_code = error_text ? p->error_code : NULL;
   for (int i = 0; i < 2; i++) osb_tail_align_utf8(&p->tail[i]);
   x.out = osb_tail_data(&p->tail[0], &x.out_len);
   x.err = osb_tail_data(&p->tail[1], &x.err_len);
@@ -323,7 +330,8 @@ static void settle(osb_proc *p, int code, int killed, int timed_out, const char 
   settle_waiters(p, killed || timed_out);
 }
 
-static void settle_failed(osb_proc *p, const char *fmt, const char *detail) {
+static void settle_failed(osb_proc *p, const char *code, const char *fmt, const char *detail) {
+  p->error_code = code;
   snprintf(p->error_text, sizeof p->error_text, fmt, detail ? detail : "");
   osb_redact(p->error_text, sizeof p->error_text, (const char *const *)p->execd.secrets);
   settle(p, -1, 0, 0, p->error_text);
@@ -478,8 +486,8 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
     }
     case OSB_PTY_CONNECTED:
       p->connected = 1;
-      p->reconnects = 0;
-      p->retry_since = 0;
+      p->connected_at = osb_engine_now(p->e);
+      p->received_at_connect = p->received;
       /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
        * the command has not started yet, so start it now. Once started, the wrapper prints a RUN marker. */
       if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
@@ -509,6 +517,11 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
 static void reconnect_later(osb_proc *p);
 
 static void on_ws_close(osb_proc *p, int code, const char *reason, int http_status) {
+  uint64_t now = osb_engine_now(p->e);
+  if (p->connected && (p->received > p->received_at_connect || now - p->connected_at >= RECONNECT_STABLE_MS)) {
+    p->reconnects = 0; /* that connection worked: a new loss gets a new window */
+    p->retry_since = 0;
+  }
   drop_conn(p);
   if (http_status) snprintf(p->last_close, sizeof p->last_close, "WebSocket upgrade answered %d", http_status);
   else if (code) snprintf(p->last_close, sizeof p->last_close, "WebSocket closed with %d %.120s", code, reason);
@@ -519,15 +532,15 @@ static void on_ws_close(osb_proc *p, int code, const char *reason, int http_stat
   }
   if (p->state != S_RUNNING || p->kill_requested) return;
   if (http_status == 404) {
-    settle_failed(p, "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
+    settle_failed(p, "PROCESS_GONE", "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
   } else if (code == 4001) {
-    settle_failed(p, "another client took over the process's session%s", "");
+    settle_failed(p, "PROCESS_TAKEN_OVER", "another client took over the process's session%s", "");
   } else {
     if (http_status == 409) p->takeover = 1;
-    uint64_t now = osb_engine_now(p->e);
     if (!p->retry_since) p->retry_since = now;
     if (now - p->retry_since >= RECONNECT_BUDGET_MS) {
-      settle_failed(p, "lost the connection to the process and could not reconnect within 10 s: %s", p->last_close);
+      settle_failed(p, "PROCESS_CONNECTION_LOST",
+                    "lost the connection to the process and could not reconnect within 10 s: %s", p->last_close);
     } else {
       p->reconnects++;
       reconnect_later(p);
@@ -586,7 +599,7 @@ static void connect_ws(osb_proc *p) {
   p->connected = 0;
   ws_link *l = malloc(sizeof *l);
   if (!l) {
-    settle_failed(p, "out of memory%s", "");
+    settle_failed(p, "OUT_OF_MEMORY", "out of memory%s", "");
     return;
   }
   l->p = p;
@@ -594,7 +607,7 @@ static void connect_ws(osb_proc *p) {
   osb_ws_conn *c = osb_ws_connect(p->ws, url, (const char *const *)p->hdr_kv, p->execd.nheaders, &WS_CB, l, err, sizeof err);
   if (!c) {
     free(l);
-    settle_failed(p, "cannot open the process's WebSocket: %s", err);
+    settle_failed(p, "WS_CONNECT_FAILED", "cannot open the process's WebSocket: %s", err);
     return;
   }
   p->conn = c;
@@ -636,7 +649,7 @@ static void get_status(osb_proc *p) {
   char path[200];
   snprintf(path, sizeof path, "/pty/%s", p->sid);
   p->req = http(p, "GET", path, NULL, on_status_done);
-  if (!p->req) settle_failed(p, "out of memory%s", "");
+  if (!p->req) settle_failed(p, "OUT_OF_MEMORY", "out of memory%s", "");
 }
 
 /* Reconnects go straight to the WebSocket: its upgrade answers 404 when the session is gone and 409 when execd
@@ -855,6 +868,7 @@ static void proc_abort(osb_active *a) {
     p->state = S_SETTLED;
     p->cb.on_started(p->ud, &err, NULL);
   } else {
+    p->error_code = "SHUTDOWN";
     settle(p, -1, 0, 0, "engine shutting down");
   }
   settle_waiters(p, 0);

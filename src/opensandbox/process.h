@@ -50,6 +50,9 @@ typedef struct {
   int exit_code;                  /* the command's status; 124 timed out; 137 killed; -1 unknown (failed) */
   int killed, timed_out;
   const char *error_text;         /* why no exit status is known (session gone, taken over, …), else NULL */
+  const char *error_code;         /* with error_text: PROCESS_GONE (session 404), PROCESS_TAKEN_OVER (4001),
+                                   * PROCESS_CONNECTION_LOST (no working connection within the 10 s reconnect
+                                   * window), WS_CONNECT_FAILED, OUT_OF_MEMORY or SHUTDOWN */
   const char *out, *err;          /* retained output */
   size_t out_len, err_len;
   uint64_t out_dropped, err_dropped;
