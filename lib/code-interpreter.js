@@ -9,6 +9,7 @@ import { binding } from './native.js';
 import { OpenSandboxCancelledError, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
 
 const EXECD_CONNECTION = Symbol.for('mastra-opensandbox.execdConnection');
+const RECOVER = Symbol.for('mastra-opensandbox.recover');
 
 /** Every language execd's code interpreter knows (the server decides which kernels really exist). */
 export const CODE_LANGUAGES = Object.freeze(['python', 'bash', 'java', 'javascript', 'typescript', 'go', 'sql']);
@@ -402,24 +403,31 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     }
   }
 
+  /** Runs `attempt` through the sandbox's dead-sandbox recovery (a sandbox gone behind our back: see lib/recovery.js). */
+  function recovering(attempt, options) {
+    return typeof sandbox[RECOVER] === 'function' ? sandbox[RECOVER](attempt, options) : attempt();
+  }
+
   async function runCode(input, context) {
-    let language = input.language === undefined ? undefined : checkLanguage(input.language); // before any request
-    const c = await client();
-    let contextId = input.contextId;
-    const usedDefault = !contextId;
-    if (contextId) language ??= checkLanguage(await languageOf(c, contextId));
-    else contextId = await defaultContext(c, (language ??= o.defaultLanguage));
+    const asked = input.language === undefined ? undefined : checkLanguage(input.language); // before any request
     const w = writerFor(context);
-    let result;
-    try {
-      result = await runOnce(c, { code: input.code, language, contextId }, context, w.emit);
-    } catch (e) {
-      if (!(usedDefault && e instanceof OpenSandboxContextNotFoundError)) throw e;
-      // the default context went away (deleted, kernel gone): make a new one, once
-      if (state.defaults.has(language)) state.defaults.delete(language);
-      contextId = await defaultContext(c, language);
-      result = await runOnce(c, { code: input.code, language, contextId }, context, w.emit);
-    }
+    const { result, language, contextId } = await recovering(async () => {
+      let language = asked;
+      const c = await client();
+      let contextId = input.contextId;
+      const usedDefault = !contextId;
+      if (contextId) language ??= checkLanguage(await languageOf(c, contextId));
+      else contextId = await defaultContext(c, (language ??= o.defaultLanguage));
+      try {
+        return { language, contextId, result: await runOnce(c, { code: input.code, language, contextId }, context, w.emit) };
+      } catch (e) {
+        if (!(usedDefault && e instanceof OpenSandboxContextNotFoundError)) throw e;
+        // the default context went away (deleted, kernel gone): make a new one, once
+        if (state.defaults.has(language)) state.defaults.delete(language);
+        contextId = await defaultContext(c, language);
+        return { language, contextId, result: await runOnce(c, { code: input.code, language, contextId }, context, w.emit) };
+      }
+    }, { aborted: () => context?.abortSignal?.aborted });
     await w.drained();
     if (o.onResult) {
       try {
@@ -477,8 +485,8 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     requireApproval: approvalFor(o.requireApproval, 'createContext'),
     execute: async (input) => {
       const language = checkLanguage(input.language ?? o.defaultLanguage);
-      const c = await client();
-      return { contextId: await createContext(c, language, input.cwd), language };
+      const contextId = await recovering(async () => createContext(await client(), language, input.cwd));
+      return { contextId, language };
     },
   });
 
@@ -492,8 +500,7 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     requireApproval: approvalFor(o.requireApproval, 'listContexts'),
     execute: async (input) => {
       if (input.language !== undefined) checkLanguage(input.language);
-      const c = await client();
-      const list = await c.listContexts(input.language);
+      const list = await recovering(async () => (await client()).listContexts(input.language), { anyTransport: true });
       if (!Array.isArray(list)) throw new OpenSandboxError('list code contexts: the server did not answer a list', 'PROTOCOL', { kind: 'protocol' });
       const defaults = new Set();
       for (const p of state.defaults.values()) defaults.add(await p.catch(() => undefined));

@@ -152,6 +152,7 @@ function makeSink() {
 
 export class OpenSandboxProcessManager extends SandboxProcessManager {
   #connection;
+  #recover;
   #ackWaitS;
 
   /**
@@ -159,16 +160,20 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
    * @param {Record<string,string|undefined>} [options.env] environment for every process
    * @param {() => ({ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number })} [options.connection]
    *   the execd endpoint; OpenSandboxSandbox passes its own. Without it, `sandbox.opensandbox.execdConnection()` is used.
+   * @param {(attempt: () => Promise<any>, opts: { anyTransport?: boolean }) => Promise<any>} [options.recover] runs
+   *   spawn/get through the sandbox's dead-sandbox recovery (OpenSandboxSandbox passes its own; see lib/recovery.js)
    * @param {number} [options.ackWaitSeconds] how long an ended process waits for a client to collect its exit status
    *   (default 600); after that its status is still recoverable by pid (the wrapper's guard file keeps it).
    */
-  constructor({ env, connection, ackWaitSeconds } = {}) {
+  constructor({ env, connection, recover, ackWaitSeconds } = {}) {
     super({ env });
     if (connection !== undefined && typeof connection !== 'function') throw new TypeError('connection must be a function');
+    if (recover !== undefined && typeof recover !== 'function') throw new TypeError('recover must be a function');
     if (ackWaitSeconds !== undefined && (!Number.isInteger(ackWaitSeconds) || ackWaitSeconds < 1)) {
       throw new TypeError('ackWaitSeconds must be an integer >= 1');
     }
     this.#connection = connection;
+    this.#recover = recover ?? ((attempt) => attempt());
     this.#ackWaitS = ackWaitSeconds ?? 600;
   }
 
@@ -198,22 +203,24 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
     if (timeout !== undefined && (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout < 0)) {
       throw new TypeError('timeout must be a number of milliseconds >= 0');
     }
-    const sink = makeSink();
-    const conn = this.#conn();
-    const native = this.#start(conn, {
-      command,
-      cwd: this.#cwd(options.cwd),
-      env: { ...this.env, ...options.env },
-      stdinIgnore: options.stdinMode === 'ignore',
-      timeout: timeout ? Math.ceil(timeout) : 0,
-      maxRetainedBytes: options.maxRetainedBytes,
-    }, sink);
-    let pid;
-    try {
-      pid = await native.started;
-    } catch (e) {
-      throw fromNative(e, { operation: 'spawn process', secrets: Object.values(conn.headers ?? {}) });
-    }
+    // a failed POST /pty started nothing (the wrapper waits for our go line): any failure may be retried
+    const { native, pid, sink } = await this.#recover(async () => {
+      const sink = makeSink();
+      const conn = this.#conn();
+      const native = this.#start(conn, {
+        command,
+        cwd: this.#cwd(options.cwd),
+        env: { ...this.env, ...options.env },
+        stdinIgnore: options.stdinMode === 'ignore',
+        timeout: timeout ? Math.ceil(timeout) : 0,
+        maxRetainedBytes: options.maxRetainedBytes,
+      }, sink);
+      try {
+        return { native, sink, pid: await native.started };
+      } catch (e) {
+        throw fromNative(e, { operation: 'spawn process', secrets: Object.values(conn.headers ?? {}) });
+      }
+    }, { anyTransport: true });
     const handle = new OpenSandboxProcessHandle(native, pid, sink, options);
     this._tracked.set(pid, handle);
     return handle;
@@ -237,14 +244,21 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
     const tracked = this._tracked.get(pid);
     if (tracked) return tracked;
     if (!PID_RE.test(pid)) return undefined;
-    const sink = makeSink();
-    const native = this.#start(this.#conn(), { pid }, sink);
-    try {
-      await native.started;
-    } catch (e) {
-      if (e?.code === 'PROCESS_NOT_FOUND') return undefined;
-      throw fromNative(e, { operation: `attach to process ${pid}` });
-    }
+    // a sandbox gone behind our back is provisioned again; the pid is then unknown there (undefined)
+    const attached = await this.#recover(async () => {
+      const sink = makeSink();
+      const conn = this.#conn();
+      const native = this.#start(conn, { pid }, sink);
+      try {
+        await native.started;
+      } catch (e) {
+        if (e?.code === 'PROCESS_NOT_FOUND') return undefined;
+        throw fromNative(e, { operation: `attach to process ${pid}`, secrets: Object.values(conn.headers ?? {}) });
+      }
+      return { native, sink };
+    }, { anyTransport: true });
+    if (!attached) return undefined;
+    const { native, sink } = attached;
     const handle = new OpenSandboxProcessHandle(native, pid, sink, {});
     this._tracked.set(pid, handle);
     return handle;

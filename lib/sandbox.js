@@ -15,6 +15,7 @@ import { KeepAlive } from './keepalive.js';
 import { SnapshotClient } from './snapshots.js';
 import { Checkpoints, checkpointCandidates } from './checkpoints.js';
 import { TEMPLATE_BUILD_LABEL, buildTemplate, templateStart } from './template.js';
+import { withRecovery } from './recovery.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
 export const MOUNTS_LABEL = 'mastra.ai/mounts';
@@ -68,7 +69,10 @@ export class OpenSandboxSandbox extends MastraSandbox {
     const cfg = normalizeOptions(options);
     let self;
     // Background processes (sandbox.processes): execd PTY sessions through the native process table.
-    const processes = new OpenSandboxProcessManager({ connection: () => self.#execdConnection() });
+    const processes = new OpenSandboxProcessManager({
+      connection: () => self.#execdConnection(),
+      recover: (attempt, opts) => self.#recovering(attempt, opts),
+    });
     super({
       processes,
       name: 'OpenSandboxSandbox',
@@ -210,15 +214,23 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (call.abortSignal?.aborted) return abortedBeforeRun();
     await this.ensureRunning();
     if (call.abortSignal?.aborted) return abortedBeforeRun(); // aborted while the sandbox was starting
-    const execd = this.#execd;
-    if (!execd || this.status !== 'running') throw new SandboxNotReadyError(this.id);
-    this.#lastUsedAt = new Date();
-
     const envs = {};
     for (const [k, v] of Object.entries({ ...this.getEnv(), ...call.env })) if (v !== undefined) envs[k] = String(v);
     const request = { command: full, cwd: call.cwd ?? this.workingDirectory, envs, timeoutMs: call.timeoutMs, maxRetainedBytes: call.maxRetainedBytes };
     const onBatch = call.onStdout || call.onStderr ? batch => this.#deliver(batch, call) : undefined;
+    // every transport failure before the stream's init event means execd started nothing: safe to retry
+    const r = await this.#recovering(() => this.#runOnce(request, onBatch, call.abortSignal), {
+      anyTransport: true, aborted: () => call.abortSignal?.aborted,
+    });
+    this.#lastUsedAt = new Date();
+    return { ...base, ...this.#toResult(r, started) };
+  }
 
+  /** One POST /command on the current execd; rejects with typed errors. */
+  async #runOnce(request, onBatch, abortSignal) {
+    const execd = this.#execd;
+    if (!execd || this.status !== 'running') throw new SandboxNotReadyError(this.id);
+    this.#lastUsedAt = new Date();
     let cmd;
     try {
       cmd = execd.run(request, onBatch);
@@ -226,21 +238,18 @@ export class OpenSandboxSandbox extends MastraSandbox {
       throw this.#map(e, 'run command');
     }
     const onAbort = () => cmd.cancel().catch(() => {});
-    call.abortSignal?.addEventListener('abort', onAbort, { once: true });
+    abortSignal?.addEventListener('abort', onAbort, { once: true });
     this.#inflight.add(cmd);
     this.#keepAlive.activity();
-    let r;
     try {
-      r = await cmd.result;
+      return await cmd.result;
     } catch (e) {
-      throw await this.#commandFailure(e);
+      throw this.#map(e, 'run command');
     } finally {
-      call.abortSignal?.removeEventListener('abort', onAbort);
+      abortSignal?.removeEventListener('abort', onAbort);
       this.#inflight.delete(cmd);
       this.#keepAlive.activity();
     }
-    this.#lastUsedAt = new Date();
-    return { ...base, ...this.#toResult(r, started) };
   }
 
   #toResult(r, started) {
@@ -295,24 +304,38 @@ export class OpenSandboxSandbox extends MastraSandbox {
     }
   }
 
-  /** Maps a rejected command; when the sandbox itself is gone the handle resets so the next call re-provisions. */
-  async #commandFailure(e, operation = 'run command') {
-    const err = this.#map(e, operation);
-    const suspicious = err.kind === 'transport' || (err.kind === 'api' && [404, 502, 503].includes(err.status));
-    const id = this.#remoteId;
-    if (!suspicious || !id) return err;
+  /**
+   * Runs `attempt` (typed errors) through the dead-sandbox recovery (lib/recovery.js): a sandbox gone behind our back
+   * resets the handle, and a request that provably started nothing is retried once on a newly provisioned sandbox.
+   * Also used by the process manager and the code interpreter tools ([RECOVER]).
+   */
+  #recovering(attempt, { anyTransport = false, aborted } = {}) {
+    return withRecovery({
+      remoteId: () => this.#remoteId,
+      goneError: (id, err) => this.#goneError(id, err),
+      reset: id => {
+        if (this.#remoteId !== id) return; // another call re-provisioned meanwhile
+        this.#forget();
+        if (this.status === 'running') this.status = 'stopped';
+      },
+      ensureRunning: () => this.ensureRunning(),
+      aborted,
+    }, attempt, { anyTransport });
+  }
+
+  /** OpenSandboxSandboxGoneError when the lifecycle API says sandbox `id` is gone (404 or not live), else null. */
+  async #goneError(id, err) {
+    let perr;
     try {
-      await this.#lc().get(id);
-      return err;
+      const remote = await this.#lc().get(id);
+      if (LIVE_STATES.includes(stateOf(remote))) return null;
     } catch (probe) {
-      const perr = this.#map(probe, `get sandbox ${id}`);
-      if (!(perr instanceof OpenSandboxNotFoundError)) return err;
-      this.#forget();
-      if (this.status === 'running') this.status = 'stopped';
-      const gone = new OpenSandboxSandboxGoneError(id, { operation, serverMessage: perr.serverMessage, requestId: perr.requestId, code: perr.code });
-      gone.cause = err;
-      return gone;
+      perr = this.#map(probe, `get sandbox ${id}`);
+      if (!(perr instanceof OpenSandboxNotFoundError)) return null;
     }
+    const gone = new OpenSandboxSandboxGoneError(id, { operation: err.operation, serverMessage: perr?.serverMessage, requestId: perr?.requestId, code: perr?.code });
+    gone.cause = err;
+    return gone;
   }
 
   async #cancelInflight() {
@@ -334,20 +357,22 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
     await this.ensureRunning();
     if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
-    const conn = this.#execdConnection();
-    if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
-    this.#lastUsedAt = new Date();
-    this.#uploads++;
-    this.#keepAlive.activity();
-    try {
-      await uploadFiles(conn, batch, { abortSignal: signal });
-    } catch (e) {
-      if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
-      throw await this.#commandFailure(e, `write ${batch.paths.length} file(s)`);
-    } finally {
-      this.#uploads--;
+    await this.#recovering(async () => {
+      const conn = this.#execdConnection();
+      if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
+      this.#lastUsedAt = new Date();
+      this.#uploads++;
       this.#keepAlive.activity();
-    }
+      try {
+        await uploadFiles(conn, batch, { abortSignal: signal });
+      } catch (e) {
+        if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
+        throw this.#map(e, `write ${batch.paths.length} file(s)`);
+      } finally {
+        this.#uploads--;
+        this.#keepAlive.activity();
+      }
+    }, { aborted: () => signal?.aborted });
   }
 
   /**
@@ -360,14 +385,20 @@ export class OpenSandboxSandbox extends MastraSandbox {
       throw new OpenSandboxError(`getPortUrl: port must be an integer 1-65535, got ${JSON.stringify(port)}`, 'INVALID_OPTION', { kind: 'option' });
     }
     await this.ensureRunning();
-    const id = this.#remoteId;
-    if (!id) throw new SandboxNotReadyError(this.id);
     let ep;
     try {
-      ep = await this.#lc().endpoint(id, port, this.#cfg.useServerProxy);
-    } catch (e) {
-      // a 404 because our sandbox is gone resets the handle (typed error); other 4xx: the port cannot be exposed
-      const err = await this.#commandFailure(e, `get endpoint of port ${port} of sandbox ${id}`);
+      // a 404 because our sandbox is gone: provisioned again, asked once more (a read: nothing started)
+      ep = await this.#recovering(async () => {
+        const id = this.#remoteId;
+        if (!id) throw new SandboxNotReadyError(this.id);
+        try {
+          return await this.#lc().endpoint(id, port, this.#cfg.useServerProxy);
+        } catch (e) {
+          throw this.#map(e, `get endpoint of port ${port} of sandbox ${id}`);
+        }
+      }, { anyTransport: true });
+    } catch (err) {
+      // other 4xx: the port cannot be exposed
       if (err instanceof OpenSandboxSandboxGoneError) throw err;
       if (err.kind === 'api' && err.status >= 400 && err.status < 500 && !(err.status === 401 || err.status === 403)) return null;
       throw err;
@@ -594,27 +625,36 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   /**
    * @internal OpenSandboxFilesystem's requests go through here: the sandbox is started on demand, `fn(conn)` (conn
-   * as from the execdConnection symbol) runs as sandbox activity (keep-alive, last use), and a failure is mapped
-   * like writeFiles' (a sandbox deleted behind our back becomes OpenSandboxSandboxGoneError; execd's own
-   * FILE_NOT_FOUND is not a reason to ask the lifecycle server).
+   * as from the execdConnection symbol) runs as sandbox activity (keep-alive, last use), through the dead-sandbox
+   * recovery like writeFiles' (a sandbox deleted behind our back: provisioned again and retried once when nothing
+   * started, else OpenSandboxSandboxGoneError; execd's own FILE_NOT_FOUND is not a reason to ask the lifecycle server).
    */
   async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn) {
     await this.ensureRunning();
-    const conn = this[Symbol.for('mastra-opensandbox.execdConnection')]();
-    if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
-    this.#lastUsedAt = new Date();
-    this.#uploads++;
-    this.#keepAlive.activity();
-    try {
-      return await fn(conn);
-    } catch (e) {
-      if (typeof e?.kind !== 'string') throw e; // the filesystem's own errors (Mastra's FileNotFoundError, …)
-      if (e.kind === 'api' && e.code === 'FILE_NOT_FOUND') throw this.#map(e, operation);
-      throw await this.#commandFailure(e, operation);
-    } finally {
-      this.#uploads--;
+    return this.#recovering(async () => {
+      const conn = this[Symbol.for('mastra-opensandbox.execdConnection')]();
+      if (!conn || this.status !== 'running') throw new SandboxNotReadyError(this.id);
+      this.#lastUsedAt = new Date();
+      this.#uploads++;
       this.#keepAlive.activity();
-    }
+      try {
+        return await fn(conn);
+      } catch (e) {
+        if (typeof e?.kind !== 'string') throw e; // the filesystem's own errors (Mastra's FileNotFoundError, …)
+        throw this.#map(e, operation);
+      } finally {
+        this.#uploads--;
+        this.#keepAlive.activity();
+      }
+    });
+  }
+
+  /**
+   * @internal For this package's other clients of the sandbox (the code interpreter tools): runs `attempt` (typed
+   * errors) through the dead-sandbox recovery (see #recovering and lib/recovery.js).
+   */
+  [Symbol.for('mastra-opensandbox.recover')](attempt, options) {
+    return this.#recovering(attempt, options);
   }
 
   // ---------------------------------------------------------------- internals

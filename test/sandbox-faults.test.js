@@ -18,6 +18,7 @@ import {
   OpenSandboxProtocolError,
   OpenSandboxTimeoutError,
   OpenSandboxError,
+  createCodeInterpreterTools,
 } from '../lib/index.js';
 
 const API_KEY = `test-api-key-${randomUUID()}`;
@@ -184,27 +185,88 @@ describe('OpenSandboxSandbox faults', function () {
     await assert.rejects(s._start(), err => err instanceof OpenSandboxApiError && err.status >= 400 && err.status < 500 && err.message.length > 0);
   });
 
-  it('sandbox deleted behind our back: typed "gone" error, then the next call re-provisions', async () => {
-    const outcomes = [];
-    const s = make({ id: `gone-${randomUUID()}`, onStart: ({ outcome }) => outcomes.push(outcome) });
-    await s._start();
-    const first = s.opensandbox.sandboxId;
-    const del = await fetch(`${server.baseUrl}/v1/sandboxes/${first}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
-    assert.equal(del.status, 204);
-    await assert.rejects(s.executeCommand('echo hi'), err => {
-      assert.ok(err instanceof OpenSandboxSandboxGoneError, String(err));
-      assert.ok(err instanceof OpenSandboxNotFoundError);
-      assert.equal(err.sandboxId, first);
-      assert.match(err.message, /no longer exists/);
-      noSecret(err);
-      return true;
+  describe('sandbox deleted behind our back (dead-sandbox recovery, lib/recovery.js)', () => {
+    const deleteRemote = async s => {
+      const del = await fetch(`${server.baseUrl}/v1/sandboxes/${s.opensandbox.sandboxId}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
+      assert.equal(del.status, 204);
+    };
+    const started = async (options = {}) => {
+      const outcomes = [];
+      const s = make({ id: `gone-${randomUUID()}`, onStart: ({ outcome }) => outcomes.push(outcome), ...options });
+      await s._start();
+      return { s, outcomes, first: s.opensandbox.sandboxId };
+    };
+
+    it('executeCommand right after the delete: provisions again and succeeds, status running', async () => {
+      const { s, outcomes, first } = await started();
+      await deleteRemote(s);
+      const r = await s.executeCommand('echo', ['recovered']);
+      assert.equal(r.exitCode, 0);
+      assert.equal(r.stdout, 'recovered\n');
+      assert.equal(s.status, 'running');
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.deepEqual(outcomes, ['created', 'created']);
+      await s._destroy();
     });
-    assert.equal(s.status, 'stopped');
-    assert.equal(s.opensandbox.sandboxId, undefined);
-    const r = await s.executeCommand('echo again');
-    assert.equal(r.stdout, 'again\n');
-    assert.notEqual(s.opensandbox.sandboxId, first);
-    assert.deepEqual(outcomes, ['created', 'created']);
+
+    it('processes.spawn and processes.get right after the delete: provisioned again, spawn runs, the old pid is unknown', async () => {
+      const { s, first } = await started();
+      const old = await s.processes.spawn('echo old; sleep 30');
+      await deleteRemote(s);
+      const h = await s.processes.spawn('echo recovered');
+      assert.equal((await h.wait()).stdout, 'recovered\n');
+      assert.equal(s.status, 'running');
+      const second = s.opensandbox.sandboxId;
+      assert.notEqual(second, first);
+      await deleteRemote(s);
+      const [sid, nonce] = old.pid.split('.');
+      assert.equal(await s.processes.get(`${sid}x.${nonce}`), undefined); // untracked: asks execd, which is gone
+      assert.equal(s.status, 'running');
+      assert.notEqual(s.opensandbox.sandboxId, second);
+      await s._destroy();
+    });
+
+    it('writeFiles and getPortUrl right after the delete: provisioned again, then done', async () => {
+      const { s, first } = await started();
+      await deleteRemote(s);
+      await s.writeFiles([{ path: 'note.txt', content: 'kept' }]);
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.equal((await s.executeCommand('cat note.txt')).stdout, 'kept\n');
+      const second = s.opensandbox.sandboxId;
+      await deleteRemote(s);
+      assert.match(await s.networking.getPortUrl(8080), /^http:\/\//);
+      assert.notEqual(s.opensandbox.sandboxId, second);
+      assert.equal(s.status, 'running');
+      await s._destroy();
+    });
+
+    it('run_code of the code interpreter tools right after the delete: provisioned again, a new default context', async () => {
+      const { s, first } = await started();
+      const tools = createCodeInterpreterTools(s, { languages: ['bash'], defaultLanguage: 'bash' });
+      assert.match((await tools.run_code.execute({ code: 'echo one' }, {})).stdout, /^one\n?$/);
+      await deleteRemote(s);
+      assert.match((await tools.run_code.execute({ code: 'echo two' }, {})).stdout, /^two\n?$/);
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.equal(s.status, 'running');
+      await s._destroy();
+    });
+
+    it('a command that had started when the sandbox went away is not run again: typed "gone" error, handle reset', async () => {
+      const { s, first } = await started();
+      const pending = s.executeCommand('echo began; sleep 30', [], { onStdout: () => deleteRemote(s) });
+      await assert.rejects(pending, err => {
+        assert.ok(err instanceof OpenSandboxSandboxGoneError, String(err));
+        assert.ok(err instanceof OpenSandboxNotFoundError);
+        assert.equal(err.sandboxId, first);
+        assert.match(err.message, /no longer exists/);
+        noSecret(err);
+        return true;
+      });
+      assert.equal(s.status, 'stopped');
+      assert.equal(s.opensandbox.sandboxId, undefined);
+      assert.equal((await s.executeCommand('echo again')).stdout, 'again\n');
+      await s._destroy();
+    });
   });
 
   it('a sandbox frozen behind our back: the silent stream times out (typed), no hang', async () => {

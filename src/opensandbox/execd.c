@@ -500,6 +500,7 @@ static void on_stream_done(void *ud, const osb_http_result *res) {
   } else {
     osb_error_from_http(&err, res, (const char *const *)c->cf.secrets, NULL);
     if (err.kind == OSB_KIND_TRANSPORT && c->id) {
+      snprintf(err.code, sizeof err.code, "COMMAND_STREAM_CUT"); /* after init: the command may have run */
       char m[sizeof err.message + 32];
       snprintf(m, sizeof m, "command stream failed: %s", err.message);
       memcpy(err.message, m, sizeof err.message - 1);
