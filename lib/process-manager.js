@@ -52,6 +52,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   #errorText = null;
   #error = null;
   #stdinIgnored;
+  #stdinClosed = false;
 
   constructor(native, pid, sink, options = {}) {
     super(options);
@@ -120,6 +121,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
   async sendStdin(data) {
     if (this.#stdinIgnored) throw new Error(`Process ${this.pid} does not have stdin available (spawned with stdinMode 'ignore')`);
     if (this.exitCode !== undefined) throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
+    if (this.#stdinClosed) throw new Error(`Process ${this.pid}: stdin was closed (closeStdin), cannot send more input`);
     if (typeof data !== 'string' && !Buffer.isBuffer(data)) throw new TypeError('stdin data must be a string or a Buffer');
     try {
       await this.#native.write(data);
@@ -131,7 +133,18 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
       throw e;
     }
   }
-  // closeStdin: the base class throws UnsupportedStdinCloseError — execd's pipe mode has no way to close stdin.
+
+  /**
+   * Ends the process's stdin after every byte sent before (programs reading to EOF — wc, sort, a compiler — then
+   * finish). Our wrapper frames stdin and closes the command's stdin pipe at the end frame (execd's pipe mode has
+   * no EOF of its own; see docs/processes.md). Idempotent; a no-op once the process has exited.
+   */
+  async closeStdin() {
+    if (this.#stdinIgnored) throw new Error(`Process ${this.pid} does not have stdin available (spawned with stdinMode 'ignore')`);
+    if (this.exitCode !== undefined) return;
+    this.#stdinClosed = true;
+    await this.#native.closeStdin();
+  }
 }
 
 /** Collects output batches until the handle exists (batches may arrive before `started` is seen). */

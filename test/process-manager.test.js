@@ -3,7 +3,7 @@
 // reader/writer, abort, timeout), stdin round trips (head -1, a read loop, a python REPL), binary-safe output, and
 // 10 MB through a small maxRetainedBytes.
 import assert from 'node:assert/strict';
-import { UnsupportedStdinCloseError } from '@mastra/core/workspace';
+import { randomBytes } from 'node:crypto';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { stats } from '../lib/native.js';
@@ -97,19 +97,44 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(left.stdout.trim(), '0');
   });
 
-  it('sendStdin into head -1; sendStdin after exit rejects; closeStdin is unsupported', async () => {
+  it('sendStdin into head -1; sendStdin after exit rejects; stdinMode ignore has no stdin', async () => {
     const h = await pm.spawn('head -1');
     await h.sendStdin('hello from stdin\nsecond line\n');
     const r = await h.wait();
     assert.equal(r.stdout, 'hello from stdin\n');
     assert.equal(r.exitCode, 0);
     await assert.rejects(h.sendStdin('late\n'), /already exited with code 0/);
-    const h2 = await pm.spawn('sleep 30');
-    await assert.rejects(h2.closeStdin(), UnsupportedStdinCloseError);
     const h3 = await pm.spawn('cat; echo "cat ended"', { stdinMode: 'ignore' });
     await assert.rejects(h3.sendStdin('x\n'), /does not have stdin available/);
+    await assert.rejects(h3.closeStdin(), /does not have stdin available/);
     assert.equal((await h3.wait()).stdout, 'cat ended\n'); // stdin is /dev/null: cat ends at once
-    assert.equal(await h2.kill(), true);
+  });
+
+  it('closeStdin gives programs that read to EOF their end of input: cat | wc -c, sort', async () => {
+    const wc = await pm.spawn('cat | wc -c');
+    await wc.sendStdin('hello ');
+    await wc.sendStdin('world\n');
+    await wc.closeStdin();
+    assert.deepEqual(await wc.wait().then(r => [r.exitCode, r.stdout]), [0, '12\n']);
+    const sort = await pm.spawn('sort; echo sorted');
+    await sort.sendStdin('pear\napple\n');
+    await sort.sendStdin('fig\n');
+    await sort.closeStdin();
+    await sort.closeStdin(); // twice is fine
+    assert.equal((await sort.wait()).stdout, 'apple\nfig\npear\nsorted\n');
+    assert.equal(await sort.closeStdin(), undefined); // after exit: nothing to close
+  });
+
+  it('closeStdin: binary stdin arrives byte-exact (NUL, CR, invalid UTF-8, no final newline); sendStdin afterwards rejects', async () => {
+    const bytes = Buffer.concat([Buffer.from([0, 1, 2, 255, 254, 13, 10, 0x80]), randomBytes(70000), Buffer.from('end-without-newline')]);
+    const h = await pm.spawn('od -An -v -tx1 | tr -d " \\n"');
+    await h.sendStdin(bytes.subarray(0, 5));
+    await h.sendStdin(bytes.subarray(5)); // larger than one stdin frame
+    await h.closeStdin();
+    await assert.rejects(h.sendStdin('late'), /stdin was closed \(closeStdin\)/);
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, bytes.toString('hex'));
   });
 
   it('stdin into a line-reading loop keeps order, including text with quotes, tabs and UTF-8', async () => {
@@ -214,17 +239,17 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.match(r.stderr, /\/no\/such\/dir/);
   });
 
-  it('reader receives stdout and ends on exit; writer feeds stdin (end() is a no-op success)', async () => {
-    const h = await pm.spawn('head -2');
+  it('reader receives stdout and ends on exit; writer feeds stdin and end() closes it', async () => {
+    const h = await pm.spawn('cat -n');
     const chunks = [];
     const ended = new Promise((resolve) => {
       h.reader.on('data', (d) => chunks.push(String(d)));
       h.reader.on('end', resolve);
     });
-    await new Promise((resolve, reject) => h.writer.write('one\ntwo\nthree\n', (e) => (e ? reject(e) : resolve())));
-    await new Promise((resolve, reject) => h.writer.end((e) => (e ? reject(e) : resolve())));
+    await new Promise((resolve, reject) => h.writer.write('one\ntwo\n', (e) => (e ? reject(e) : resolve())));
+    await new Promise((resolve, reject) => h.writer.end((e) => (e ? reject(e) : resolve()))); // closeStdin: cat ends
     await ended;
-    assert.equal(chunks.join(''), 'one\ntwo\n');
+    assert.equal(chunks.join(''), '     1\tone\n     2\ttwo\n');
   });
 
   it('stdout is binary-safe: NUL, every byte value, multi-byte characters split across chunks', async () => {

@@ -157,7 +157,8 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Process",
-                       {InstanceMethod<&ProcessWrap::Write>("write"), InstanceMethod<&ProcessWrap::Kill>("kill")});
+                       {InstanceMethod<&ProcessWrap::Write>("write"), InstanceMethod<&ProcessWrap::Kill>("kill"),
+                        InstanceMethod<&ProcessWrap::CloseStdin>("closeStdin")});
   }
   explicit ProcessWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ProcessWrap>(info) {}
   ~ProcessWrap() override { osb_proc_release(p_); }
@@ -166,12 +167,13 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
  private:
   osb_proc* p_ = nullptr;
 
-  Napi::Value Op(const Napi::CallbackInfo& info, bool kill) {
+  enum OpKind { kWrite, kKill, kCloseStdin };
+  Napi::Value Op(const Napi::CallbackInfo& info, OpKind kind) {
     Napi::Env env = info.Env();
     Addon* a = GetAddon(env);
     if (!p_) ThrowType(env, "not a process handle");
     std::string data;
-    if (!kill) {
+    if (kind == kWrite) {
       if (info.Length() > 0 && info[0].IsBuffer()) {
         auto b = info[0].As<Napi::Buffer<char>>();
         data.assign(b.Data(), b.Length());
@@ -182,11 +184,12 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
       }
     }
     OpDelivery* d = new OpDelivery(env, a);
-    d->boolean = kill;
+    d->boolean = kind == kKill;
     Napi::Promise pr = d->deferred.Promise();
-    int rc = !a->engine ? -1
-             : kill     ? osb_proc_kill(p_, OnOp, d)
-                        : osb_proc_write(p_, data.data(), data.size(), OnOp, d);
+    int rc = !a->engine           ? -1
+             : kind == kKill       ? osb_proc_kill(p_, OnOp, d)
+             : kind == kCloseStdin ? osb_proc_close_stdin(p_, OnOp, d)
+                                   : osb_proc_write(p_, data.data(), data.size(), OnOp, d);
     if (rc != 0) {
       delete d;
       ThrowType(env, "the native engine is shutting down");
@@ -194,8 +197,9 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
     a->Hold(env);
     return pr;
   }
-  Napi::Value Write(const Napi::CallbackInfo& info) { return Op(info, false); }
-  Napi::Value Kill(const Napi::CallbackInfo& info) { return Op(info, true); }
+  Napi::Value Write(const Napi::CallbackInfo& info) { return Op(info, kWrite); }
+  Napi::Value Kill(const Napi::CallbackInfo& info) { return Op(info, kKill); }
+  Napi::Value CloseStdin(const Napi::CallbackInfo& info) { return Op(info, kCloseStdin); }
 };
 
 // processStart(baseUrl, headerKv[], requestTimeoutMs, maxRetainedBytes, command|null, cwd|null, envKv[],

@@ -85,6 +85,7 @@ struct osb_proc {
   stdin_msg *qhead, *qtail;
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
+  int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
   char last_close[200]; /* why the last WebSocket ended (for error texts) */
@@ -157,6 +158,22 @@ static int is_ident(const char *s) {
   return 1;
 }
 
+/* The command's stdin (see process.h): user bytes arrive as "D<base64>\n" lines and end of input as "E\n"; a
+ * decoder subshell (POSIX sh, base64 -d of coreutils or busybox) writes them into a FIFO that is the command's
+ * stdin and exits (closing it) at "E". Only whole lines are read (the shell reads a pipe byte by byte), so the
+ * wrapper's own protocol lines after the command (ack) stay unread; the decoder is stopped before the markers. Without
+ * a FIFO (read-only TMPDIR) the command gets /dev/null and a note on stderr. */
+#define STDIN_DECODER                                                                                   \
+  "  p=\"$f.in\"; rm -f \"$p\"; d=\n"                                                                  \
+  "  if mkfifo -m 600 \"$p\" 2>/dev/null; then\n"                                                      \
+  "    exec 3<&0\n"                                                                                   \
+  "    ( while IFS= read -r l; do case $l in D*) printf '%s\\n' \"${l#D}\" | base64 -d || exit;; E) exit;; esac; done"\
+  " ) <&3 3<&- >\"$p\" &\n"                                                                           \
+  "    d=$!\n"                                                                                        \
+  "  else\n"                                                                                         \
+  "    p=/dev/null; echo \"cannot create a FIFO in ${TMPDIR:-/tmp}: the process gets no stdin\" >&2\n"  \
+  "  fi\n"
+
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
   if (!o->command || !*o->command) {
     snprintf(err, errlen, "command must be a non-empty string");
@@ -178,8 +195,9 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "  : >\"$f\" 2>/dev/null\n"
                          "  while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; esac; done\n"
                          "  printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
+                         "%s"
                          "  (\n",
-                         nonce);
+                         nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   for (size_t i = 0; i < o->nenv; i++) {
     bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
     bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
@@ -192,10 +210,11 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   }
   bad |= osb_buf_append_str(&b, "  exec bash -c ");
   bad |= shq(&b, o->command);
-  bad |= osb_buf_append_str(&b, o->stdin_ignore ? " </dev/null\n" : "\n");
+  bad |= osb_buf_append_str(&b, o->stdin_ignore ? " </dev/null\n" : " <\"$p\" 3<&-\n");
   bad |= osb_buf_appendf(&b,
                          "  )\n"
                          "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
+                         "  [ -n \"$d\" ] && { kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }; rm -f \"$f.in\"\n"
                          "else\n"
                          "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
                          "fi\n"
@@ -420,6 +439,7 @@ static void flush_stdin(osb_proc *p) {
   }
 }
 
+/* An execd stdin message (0x00 + n bytes); data NULL leaves the bytes to the caller. */
 static stdin_msg *new_msg(const void *data, size_t n) {
   stdin_msg *m = malloc(sizeof *m + n + 1);
   if (!m) return NULL;
@@ -428,8 +448,65 @@ static stdin_msg *new_msg(const void *data, size_t n) {
   m->ud = NULL;
   m->n = n + 1;
   m->data[0] = 0x00;
-  if (n) memcpy(m->data + 1, data, n);
+  if (n && data) memcpy(m->data + 1, data, n);
   return m;
+}
+
+static void enqueue(osb_proc *p, stdin_msg *m, int front);
+
+/* One stdin frame of the wrapper's decoder: "D" + base64(data) + "\n" (n <= STDIN_FRAME_MAX), or "E\n" (data NULL). */
+#define STDIN_FRAME_MAX ((size_t)48 * 1024)
+static stdin_msg *new_frame(const unsigned char *data, size_t n) {
+  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t len = data ? 1 + 4 * ((n + 2) / 3) + 1 : 2;
+  stdin_msg *m = new_msg(NULL, len);
+  if (!m) return NULL;
+  char *o = m->data + 1;
+  if (!data) {
+    memcpy(o, "E\n", 2);
+    return m;
+  }
+  *o++ = 'D';
+  for (size_t i = 0; i < n; i += 3) {
+    unsigned v = (unsigned)data[i] << 16 | (i + 1 < n ? (unsigned)data[i + 1] << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
+    *o++ = b64[v >> 18 & 63];
+    *o++ = b64[v >> 12 & 63];
+    *o++ = i + 1 < n ? b64[v >> 6 & 63] : '=';
+    *o++ = i + 2 < n ? b64[v & 63] : '=';
+  }
+  *o = '\n';
+  return m;
+}
+
+/* Queues user stdin as frames (the last one carries done); 0, or -1 when out of memory (nothing queued). */
+static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_proc_done_fn done, void *ud) {
+  stdin_msg *head = NULL, **tail = &head, *last = NULL;
+  size_t off = 0;
+  do {
+    size_t k = n - off < STDIN_FRAME_MAX ? n - off : STDIN_FRAME_MAX;
+    stdin_msg *m = new_frame(data ? data + off : NULL, k);
+    if (!m) {
+      while (head) {
+        stdin_msg *nx = head->next;
+        free(head);
+        head = nx;
+      }
+      return -1;
+    }
+    *tail = last = m;
+    tail = &m->next;
+    off += k;
+  } while (data && off < n);
+  last->done = done;
+  last->ud = ud;
+  while (head) {
+    stdin_msg *nx = head->next;
+    head->next = NULL;
+    enqueue(p, head, 0);
+    head = nx;
+  }
+  flush_stdin(p);
+  return 0;
 }
 
 static void enqueue(osb_proc *p, stdin_msg *m, int front) {
@@ -760,7 +837,7 @@ static void on_timeout_timer(uv_timer_t *t) {
 
 typedef struct {
   osb_proc *p;
-  int kind; /* 0 write, 1 kill, 2 resume reading */
+  int kind; /* 0 write, 1 kill, 2 resume reading, 3 close stdin */
   osb_proc_done_fn done;
   void *ud;
   size_t n;
@@ -800,22 +877,25 @@ static void op_run(osb_engine *e, void *arg, int shutdown) {
         else p->kill_requested = 1; /* still starting: killed as soon as the session exists */
       }
     }
-  } else {
-    if (p->state == S_SETTLED || !p->engine_side || p->kill_requested) {
+  } else if (p->state == S_SETTLED || !p->engine_side || p->kill_requested) {
+    if (j->kind == 3) {
+      j->done(j->ud, NULL, 0); /* nothing left to close */
+    } else {
       osb_error_set(&err, OSB_KIND_API, "PROCESS_EXITED", "the process has exited: stdin is closed");
       j->done(j->ud, &err, 0);
-    } else {
-      stdin_msg *m = new_msg(j->data, j->n);
-      if (!m) {
-        osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
-        j->done(j->ud, &err, 0);
-      } else {
-        m->done = j->done;
-        m->ud = j->ud;
-        enqueue(p, m, 0);
-        flush_stdin(p);
-      }
     }
+  } else if (p->stdin_closed) {
+    if (j->kind == 3) {
+      j->done(j->ud, NULL, 0); /* closing twice is fine */
+    } else {
+      osb_error_set(&err, OSB_KIND_API, "STDIN_CLOSED", "stdin of the process was closed (closeStdin): cannot write to it");
+      j->done(j->ud, &err, 0);
+    }
+  } else if (enqueue_stdin(p, j->kind == 3 ? NULL : (const unsigned char *)j->data, j->n, j->done, j->ud) != 0) {
+    osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
+    j->done(j->ud, &err, 0);
+  } else if (j->kind == 3) {
+    p->stdin_closed = 1;
   }
   free(j);
   osb_proc_release(p);
@@ -844,6 +924,8 @@ int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn don
 }
 
 int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud) { return post_op(p, 1, NULL, 0, done, ud); }
+
+int osb_proc_close_stdin(osb_proc *p, osb_proc_done_fn done, void *ud) { return post_op(p, 3, NULL, 0, done, ud); }
 
 void osb_proc_consumed(osb_proc *p, size_t n) {
   long left = __atomic_sub_fetch(&p->inflight, (long)n, __ATOMIC_ACQ_REL);

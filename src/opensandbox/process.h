@@ -9,6 +9,9 @@
  *    written before them has been received), sends the ack, and the session exits only then.
  *  - re-run on reconnect (connecting to an exited session starts the command again): the wrapper keeps a guard
  *    file named after the nonce; a second run finds it and only reprints the recorded exit status.
+ * stdin: the user's bytes travel as "D<base64>\n" frames and end of input as "E\n" (osb_proc_close_stdin); a
+ *    decoder in the wrapper (POSIX sh + base64 of coreutils or busybox) feeds them through a FIFO to the command
+ *    and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe, no round trip.
  * The wrapper waits for a "go" line before starting the user command, so no output can end up in the merged
  * replay buffer before the client is attached. The pid is "<session id>.<nonce>": enough for a new process
  * (after a restart) to reattach, replay from a byte offset, send stdin and kill.
@@ -77,6 +80,10 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
 /* Writes to the process's stdin (queued while (re)connecting). done(err, 0) once handed to the socket; err when
  * the process has exited (code PROCESS_EXITED). Returns -1 when the engine is stopping (done not called). */
 int osb_proc_write(osb_proc *p, const void *data, size_t n, osb_proc_done_fn done, void *ud);
+/* Ends the process's stdin (the wrapper closes the command's stdin pipe after every byte written before): done(NULL,
+ * 0) once the end-of-input frame is handed to the socket, or at once when the process has exited or stdin is
+ * already closed. Later writes fail with code STDIN_CLOSED. Returns -1 when the engine is stopping. */
+int osb_proc_close_stdin(osb_proc *p, osb_proc_done_fn done, void *ud);
 /* Kills the process group (DELETE /pty/{id}, confirmed by the server). done(NULL, 1) when it was running and is
  * now killed (on_exit reports killed), done(NULL, 0) when it had already exited. */
 int osb_proc_kill(osb_proc *p, osb_proc_done_fn done, void *ud);

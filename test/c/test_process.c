@@ -144,6 +144,40 @@ static void test_stdin_and_kill(void) {
   rec_free(&r);
 }
 
+/* closeStdin: binary bytes (NUL, 0xff, every remainder of the base64 framing, one frame boundary) reach the command
+ * exactly and it sees EOF; later writes fail STDIN_CLOSED, closing again is fine. */
+static void test_close_stdin(void) {
+  rec r;
+  rec_init(&r);
+  osb_proc *p = spawn(&r, "od -An -v -tu1 | tr -s ' \\n' '  '", 0, 0, -1);
+  CHECK(latch_wait(&r.started, 1, 20000) && !r.start_failed);
+  static unsigned char big[49 * 1024 + 1]; /* more than one frame */
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7);
+  CHECK(osb_proc_write(p, "\0", 1, on_op, &r) == 0);
+  CHECK(osb_proc_write(p, "\xff\x01", 2, on_op, &r) == 0);
+  CHECK(osb_proc_write(p, "abc", 3, on_op, &r) == 0);
+  CHECK(osb_proc_write(p, "", 0, on_op, &r) == 0);
+  CHECK(osb_proc_write(p, big, sizeof big, on_op, &r) == 0);
+  CHECK(osb_proc_close_stdin(p, on_op, &r) == 0);
+  CHECK(osb_proc_close_stdin(p, on_op, &r) == 0);
+  CHECK(latch_wait(&r.op, 7, 20000) && !r.op_failed);
+  CHECK(osb_proc_write(p, "x", 1, on_op, &r) == 0);
+  CHECK(latch_wait(&r.op, 8, 20000));
+  CHECK(r.op_failed && !strcmp(r.op_code, "STDIN_CLOSED"));
+  CHECK(latch_wait(&r.exited, 1, 20000) && r.exit_code == 0);
+  osb_buf want;
+  osb_buf_init(&want);
+  osb_buf_append_str(&want, " 0 255 1 97 98 99");
+  for (size_t i = 0; i < sizeof big; i++) osb_buf_appendf(&want, " %u", (unsigned)big[i]);
+  osb_buf_append_str(&want, " ");
+  uv_mutex_lock(&r.mu);
+  CHECK(r.out.len == want.len && memcmp(r.out.data, want.data, want.len) == 0);
+  uv_mutex_unlock(&r.mu);
+  osb_buf_free(&want);
+  osb_proc_release(p);
+  rec_free(&r);
+}
+
 static void test_timeout(void) {
   rec r;
   rec_init(&r);
@@ -291,6 +325,7 @@ int main(void) {
   }
   RUN(test_output_and_exit);
   RUN(test_stdin_and_kill);
+  RUN(test_close_stdin);
   RUN(test_timeout);
   RUN(test_reattach);
   RUN(test_bad_input);
