@@ -34,6 +34,8 @@ export interface DevServerOptions {
   commandTailMs?: number;
   /** Reproduce the PTY API's exit race. Default false. */
   ptyExitRace?: boolean;
+  /** Relay signals to the foreground command like upstream execd, SIGPIPE of writes to closed /command streams included. Default false. */
+  signalForwarding?: boolean;
   /** A line logger, true (stderr) or false (default: silent). Never receives API keys or tokens. */
   log?: ((line: string) => void) | boolean;
 }

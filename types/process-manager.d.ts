@@ -1,5 +1,6 @@
 // Types of lib/process-manager.js: background processes of an OpenSandbox sandbox (sandbox.processes).
 import type { CommandResult, ProcessInfo, SpawnProcessOptions } from '@mastra/core/workspace';
+import type { OpenSandboxError } from './index.js';
 import { ProcessHandle, SandboxProcessManager } from '@mastra/core/workspace';
 
 /** Default retention per stream (newest bytes kept): 1 MiB. */
@@ -17,6 +18,8 @@ export interface OpenSandboxExecdConnection {
 /** The result of wait(): Mastra's CommandResult, plus errorText when no exit status could be known. */
 export interface OpenSandboxProcessResult extends CommandResult {
   errorText?: string;
+  /** With errorText: the typed error (code PROCESS_CONNECTION_LOST, PROCESS_GONE, PROCESS_TAKEN_OVER, SHUTDOWN, …). */
+  error?: OpenSandboxError;
 }
 
 export declare class OpenSandboxProcessHandle extends ProcessHandle {
@@ -26,6 +29,8 @@ export declare class OpenSandboxProcessHandle extends ProcessHandle {
   readonly exitCode: number | undefined;
   /** Why no exit status is known (session gone, taken over, shutdown), else null. */
   readonly errorText: string | null;
+  /** The typed error when no exit status is known, else null. */
+  readonly error: OpenSandboxError | null;
   wait(options?: {
     onStdout?: (data: string) => void;
     onStderr?: (data: string) => void;
@@ -35,7 +40,7 @@ export declare class OpenSandboxProcessHandle extends ProcessHandle {
   kill(): Promise<boolean>;
   /** Writes to the process's stdin (UTF-8 for strings); rejects after exit. */
   sendStdin(data: string | Buffer): Promise<void>;
-  /** Always rejects with UnsupportedStdinCloseError: execd's pipe mode cannot close stdin. */
+  /** Ends stdin after every byte sent before (the wrapper closes the command's stdin pipe); no-op after exit. */
   closeStdin(): Promise<void>;
 }
 
@@ -45,6 +50,8 @@ export interface OpenSandboxProcessManagerOptions {
   connection?: () => OpenSandboxExecdConnection | undefined;
   /** How long an ended process waits for a client to collect its exit status before its session ends (default 600). */
   ackWaitSeconds?: number;
+  /** Runs spawn/get through the sandbox's dead-sandbox recovery; OpenSandboxSandbox passes its own. */
+  recover?: <T>(attempt: () => Promise<T>, options: { anyTransport?: boolean }) => Promise<T>;
 }
 
 export declare class OpenSandboxProcessManager extends SandboxProcessManager {
