@@ -7,6 +7,7 @@ import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { startServer } from '../scripts/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request } from './helpers/raw.js';
+import { WireWebSocket } from './helpers/wire.js';
 
 const STDIN = 0x00;
 
@@ -286,6 +287,57 @@ describe('dev-server execd PTY WebSocket API', function () {
     assert.equal(await running(), '1');
     assert.equal((await request(`${execd}/pty/${id}`, { method: 'DELETE' })).status, 200);
     await waitFor(async () => (await running()) === '0', { message: 'DELETE killed what the finished run left in its group' });
+  });
+
+  /**
+   * A raw client (frames and the server's FIN visible) attaches to a running bash, sends close 1000 "bye" and
+   * reports the server's answer frame and whether the server closed TCP within 1 s.
+   */
+  async function closeWhileRunning(base) {
+    const id = await session({}, base);
+    const u = new URL(base);
+    const ws = new WireWebSocket(u.hostname, Number(u.port));
+    const hs = await ws.open(`/pty/${id}/ws`, [['Host', u.host], ['Upgrade', 'websocket'], ['Connection', 'Upgrade'],
+      ['Sec-WebSocket-Version', '13'], ['Sec-WebSocket-Key', 'x']]);
+    assert.equal(hs.status, 101);
+    await ws.until((fr) => fr.some((f) => f.opcode === 1), 10000);
+    ws.send(8, Buffer.concat([Buffer.from([0x03, 0xe8]), Buffer.from('bye')]));
+    await ws.until((fr) => fr.some((f) => f.opcode === 8), 10000);
+    await ws.until(() => false, 1000);
+    const answer = ws.inFrames().find((f) => f.opcode === 8).payload;
+    const fin = ws.finAt() !== null;
+    ws.close();
+    const st = await status(id, base);
+    return { answer: [answer.readUInt16BE(0), answer.subarray(2).toString()], fin, running: st.json.running, id };
+  }
+
+  it('client close while the process runs: answered 1000 with no reason, then TCP closed; the process keeps running', async () => {
+    const r = await closeWhileRunning(execd);
+    assert.deepEqual(r, { answer: [1000, ''], fin: true, running: true, id: r.id });
+    assert.equal((await request(`${execd}/pty/${r.id}`, { method: 'DELETE' })).status, 200);
+  });
+
+  describe('with the close-linger switch (ptyCloseLinger)', () => {
+    let lingerServer;
+    let linger;
+    before(async () => {
+      lingerServer = await startServer({ ptyCloseLinger: true });
+      linger = await sandboxExecd(lingerServer);
+    });
+    after(async () => {
+      await linger?.s.kill().catch(() => {});
+      await linger?.s.close().catch(() => {});
+      await lingerServer?.close();
+    });
+
+    it('like the real execd: the close is answered but the server never closes TCP; a new client can attach', async () => {
+      const r = await closeWhileRunning(linger.base);
+      assert.deepEqual(r, { answer: [1000, ''], fin: false, running: true, id: r.id });
+      const again = open(r.id, '?since=0', linger.base);
+      await again.until((x) => x.json('connected').length === 1, 'reattached');
+      again.stdin('exit 5\n');
+      assert.deepEqual(await again.whenClosed, { code: 1000, reason: 'process exited' });
+    });
   });
 
   describe('with the exit-race switch (ptyExitRace)', () => {

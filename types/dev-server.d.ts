@@ -36,6 +36,8 @@ export interface DevServerOptions {
   ptyExitRace?: boolean;
   /** Relay signals to the foreground command like upstream execd, SIGPIPE of writes to closed /command streams included. Default false. */
   signalForwarding?: boolean;
+  /** Like the real execd, answer a PTY client's close frame but never close the TCP connection. Default false. */
+  ptyCloseLinger?: boolean;
   /** A line logger, true (stderr) or false (default: silent). Never receives API keys or tokens. */
   log?: ((line: string) => void) | boolean;
 }

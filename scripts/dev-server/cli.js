@@ -7,7 +7,7 @@ import { startServer } from './index.js';
 
 const USAGE = `usage: dev-server [--port N] [--host H] [--api-key KEY] [--allowed-host-path DIR]... [--isolation bwrap|none]
                   [--data-dir DIR] [--execd-access-token TOK] [--execd-endpoint direct|proxy] [--endpoint-headers]
-                  [--max-sandbox-timeout-seconds N] [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding] [--quiet]
+                  [--max-sandbox-timeout-seconds N] [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding] [--pty-close-linger] [--quiet]
   The API key may also come from OPENSANDBOX_SERVER_API_KEY.`;
 
 let args;
@@ -28,6 +28,7 @@ try {
       'command-tail-ms': { type: 'string', default: '1000' },
       'pty-exit-race': { type: 'boolean', default: false },
       'signal-forwarding': { type: 'boolean', default: false },
+      'pty-close-linger': { type: 'boolean', default: false },
       quiet: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
@@ -67,6 +68,7 @@ try {
     commandTailMs: int('command-tail-ms', args['command-tail-ms']),
     ptyExitRace: args['pty-exit-race'],
     signalForwarding: args['signal-forwarding'],
+    ptyCloseLinger: args['pty-close-linger'],
     log: args.quiet ? false : (line) => console.log(`${new Date().toISOString()} ${line}`),
   });
 } catch (err) {

@@ -15,7 +15,7 @@ import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER } from './relay.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
-  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'log'];
+  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log'];
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie']);
 const BODY_LIMIT = 1024 * 1024;
 
@@ -85,7 +85,7 @@ export async function startServer(options = {}) {
   const opts = {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
-    commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, log: false,
+    commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -107,6 +107,7 @@ export async function startServer(options = {}) {
   }
   if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
+  if (typeof opts.ptyCloseLinger !== 'boolean') throw new Error('ptyCloseLinger must be a boolean');
   let bwrap = null;
   if (opts.isolation === 'bwrap') {
     bwrap = findBwrap();
@@ -124,7 +125,7 @@ export async function startServer(options = {}) {
   const sandboxes = new Sandboxes({
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
-    signalForwarding: opts.signalForwarding,
+    signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
     endpointHeaders: opts.endpointHeaders, log,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });

@@ -55,7 +55,7 @@ function underSystemDir(p) {
 
 /**
  * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork }.
- * The runner options (isolation, execdToken, commandTailMs, ptyExitRace, signalForwarding, bwrap, log) come from the server.
+ * The runner options (isolation, execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, bwrap, log) come from the server.
  */
 export class SandboxProcess {
   constructor(spec, options) {
@@ -120,6 +120,7 @@ export class SandboxProcess {
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
+    if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,

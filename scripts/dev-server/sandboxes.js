@@ -62,7 +62,7 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir }) {
 }
 
 export class Sandboxes {
-  /** options: { dataDir, allowedHostPaths, isolation, bwrap, execdToken, commandTailMs, ptyExitRace, signalForwarding, endpointHeaders, log } */
+  /** options: { dataDir, allowedHostPaths, isolation, bwrap, execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, endpointHeaders, log } */
   constructor(options) {
     this.options = options;
     this.items = new Map();

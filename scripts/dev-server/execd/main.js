@@ -10,9 +10,10 @@
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
 //     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
 //     close?(): void }                                     // execd shutdown
-// ctx = { token, workspace, ptyExitRace, signalForwarding, commandTailMs, self, interrupters }
+// ctx = { token, workspace, ptyExitRace, signalForwarding, ptyCloseLinger, commandTailMs, self, interrupters }
 //   token: required X-EXECD-ACCESS-TOKEN or ''; workspace: default cwd; ptyExitRace: --pty-exit-race given;
 //   signalForwarding: --signal-forwarding given (relay signals to the foreground command, SIGPIPE included, see commands.js);
+//   ptyCloseLinger: --pty-close-linger given (a client's close is answered, the TCP connection never closed);
 //   commandTailMs: how long a /command stream stays open after its final event (execd's graceful-shutdown tail);
 //   self: where this execd listens ({ socketPath } or { host, port }), for /proxy/44772 to reach execd itself;
 //   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
@@ -38,6 +39,7 @@ const { values: opts } = parseArgs({
     workspace: { type: 'string', default: '/workspace' },
     'pty-exit-race': { type: 'boolean', default: false },
     'signal-forwarding': { type: 'boolean', default: false },
+    'pty-close-linger': { type: 'boolean', default: false },
     'command-tail-ms': { type: 'string', default: '1000' },
   },
 });
@@ -50,6 +52,7 @@ const ctx = {
   workspace: opts.workspace,
   ptyExitRace: opts['pty-exit-race'],
   signalForwarding: opts['signal-forwarding'],
+  ptyCloseLinger: opts['pty-close-linger'],
   commandTailMs: Math.max(0, Number(opts['command-tail-ms']) || 0),
   self: opts.socket ? { socketPath: opts.socket } : { host: opts.host, port: Number(opts.port ?? 44772) },
   interrupters: [],

@@ -19,7 +19,7 @@ const HIGH_WATER = 8 * 1024 * 1024;
 const LOW_WATER = 1024 * 1024;
 
 export class PtyConnection {
-  constructor(ws, session, { exitRace = false } = {}) {
+  constructor(ws, session, { exitRace = false, closeLinger = false } = {}) {
     this.ws = ws;
     this.session = session;
     this.exitRace = exitRace;
@@ -37,9 +37,17 @@ export class PtyConnection {
     ws.on('pong', () => this.reader.refresh());
     ws.on('close', () => this.detach());
     ws.on('error', () => this.detach());
-    // the library answers a client's close frame by echoing its code and reason; execd answers with no reason
+    // the library answers a client's close frame by echoing its code and reason; execd answers with no reason.
+    // closeLinger (execd --pty-close-linger) reproduces what the real execd does next: it never closes the TCP
+    // connection (the client has to drop it); the session is free for the next client at once.
     const close = ws.close.bind(ws);
-    ws.close = (code, reason) => close(code, this.closing ? reason : '');
+    ws.close = (code, reason) => {
+      if (this.closing) return close(code, reason);
+      if (!closeLinger) return close(code, '');
+      this.detach();
+      const c = code ?? 1000;
+      ws._socket?.write(Buffer.from([0x88, 2, c >> 8, c & 0xff])); // the answer frame; ws would end the socket after it
+    };
   }
 
   /** Starts the process if needed, then replay + connected, then live output. */

@@ -109,7 +109,7 @@ export function createRoutes(ctx) {
         return;
       }
       if (previous && !previous.pending) previous.evict();
-      const conn = new PtyConnection(ws, session, { exitRace: Boolean(ctx.ptyExitRace) });
+      const conn = new PtyConnection(ws, session, { exitRace: Boolean(ctx.ptyExitRace), closeLinger: Boolean(ctx.ptyCloseLinger) });
       session.holder = conn;
       const since = Number.parseInt(url.searchParams.get('since') ?? '0', 10);
       conn.attach({ pipeMode: url.searchParams.get('pty') === '0', since: Number.isFinite(since) ? since : 0 })
