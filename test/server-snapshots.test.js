@@ -77,7 +77,7 @@ describe('dev-server snapshots API', function () {
     assert.equal(await sh(sb.id, 'cat /workspace/a.txt'), 'modified');
   });
 
-  it('an unnamed snapshot (no body, or {}) has no name; restoring with an entrypoint runs it', async () => {
+  it('an unnamed snapshot (no body, or {}) has no name; two captures at once both complete; restoring with an entrypoint runs it', async () => {
     const sb = await createSandbox();
     await sh(sb.id, 'echo x > /workspace/x');
     const a = await snapshot(sb.id);
@@ -85,6 +85,7 @@ describe('dev-server snapshots API', function () {
     for (const s of [a, b]) assert.equal('name' in s.json, false);
     await ready(a.json.id);
     await ready(b.json.id);
+    assert.equal(await sh(sb.id, 'echo still-running'), 'still-running'); // two captures in a row, then it continues
     const restored = await createSandbox({ snapshotId: a.json.id, entrypoint: ['sh', '-c', 'cp /workspace/x /workspace/copied; exec sleep 600'] });
     assert.deepEqual(restored.entrypoint, ['sh', '-c', 'cp /workspace/x /workspace/copied; exec sleep 600']);
     await waitFor(async () => (await sh(restored.id, 'cat /workspace/copied 2>/dev/null')) === 'x', { timeoutMs: 15000, message: 'entrypoint ran' });

@@ -139,7 +139,12 @@ export class Snapshots {
     const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
     this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot creation accepted.');
     this.items.set(rec.id, rec);
-    const run = this.capture(rec, sb).finally(() => this.captures.delete(run));
+    // captures of one sandbox run one after the other: each stops and continues the sandbox around its own copy
+    const run = (sb.captureChain ?? Promise.resolve())
+      .then(() => this.capture(rec, sb))
+      .catch((err) => this.log?.(`snapshot ${rec.id}: ${err.message}`)) // e.g. its record could not be written
+      .finally(() => this.captures.delete(run));
+    sb.captureChain = run;
     this.captures.add(run);
     return rec;
   }
