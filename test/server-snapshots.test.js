@@ -159,6 +159,21 @@ describe('dev-server snapshots API', function () {
     assert.deepEqual((await api('/v1/snapshots')).json.items, [snap]);
     const restored = await createSandbox({ snapshotId: snap.id });
     assert.equal(await sh(restored.id, 'cat /workspace/k'), 'kept');
+    // a capture cut by a restart is Failed afterwards; an interrupted delete is finished
+    await server.close();
+    const record = (id, state) => {
+      fs.mkdirSync(path.join(dataDir, 'snapshots', id, 'data', 'workspace'), { recursive: true });
+      fs.writeFileSync(path.join(dataDir, 'snapshots', id, 'snapshot.json'),
+        JSON.stringify({ id, sandboxId: sb.id, createdAt: Date.now(), sizeBytes: 0, status: { state, reason: 'x', message: 'x', lastTransitionAt: new Date().toISOString() } }));
+    };
+    record('cut-capture', 'Creating');
+    record('cut-delete', 'Deleting');
+    server = await start();
+    const cut = await api('/v1/snapshots/cut-capture');
+    assert.deepEqual([cut.json.status.state, cut.json.status.reason], ['Failed', 'snapshot_recovery_failed']);
+    assert.equal(fs.existsSync(path.join(dataDir, 'snapshots', 'cut-capture', 'data')), false);
+    assert.equal((await api('/v1/snapshots/cut-delete')).status, 404);
+    assert.equal(fs.existsSync(path.join(dataDir, 'snapshots', 'cut-delete')), false);
   });
 
   it('a capture over the snapshot disk limit fails (Failed, reason and message); the sandbox keeps running', async () => {
