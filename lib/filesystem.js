@@ -35,6 +35,45 @@ const mtimeOf = info => new Date(Date.parse(info.modified_at));
 const execdMode = info => (Number.isInteger(info?.mode) && info.mode > 0 ? info.mode : 644);
 const toBuffer = c => (Buffer.isBuffer(c) ? c : c instanceof Uint8Array ? Buffer.from(c.buffer, c.byteOffset, c.byteLength) : Buffer.from(String(c), 'utf8'));
 
+/** Paths in the order of execd's recursive walk (lexical per directory): 'a/b' before 'a.txt'. */
+function bySegments(a, b) {
+  const x = a.split('/');
+  const y = b.split('/');
+  for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+  return x.length - y.length;
+}
+
+/**
+ * The plain strings one of which every match of a JavaScript regular expression must contain, when the pattern is
+ * only literal text (escaped punctuation allowed) or such texts joined by `|`; else null. Case-insensitive search
+ * only with ASCII strings (grep -i in the C locale folds ASCII only).
+ */
+export function requiredLiterals(pattern, caseSensitive = true) {
+  if (typeof pattern !== 'string' || pattern.includes('\n') || pattern.includes('\uFFFD')) return null;
+  const alts = [];
+  let cur = '';
+  for (let i = 0; i < pattern.length; i++) {
+    const ch = pattern[i];
+    if (ch === '\\') {
+      const next = pattern[i + 1];
+      if (next === undefined || /[A-Za-z0-9]/.test(next)) return null; // \d, \w, \b, \1, \u…: not literal
+      cur += next;
+      i++;
+    } else if (ch === '|') {
+      alts.push(cur);
+      cur = '';
+    } else if ('.*+?()[]{}^$'.includes(ch)) {
+      return null;
+    } else {
+      cur += ch;
+    }
+  }
+  alts.push(cur);
+  if (alts.some(a => a === '')) return null; // an empty alternative matches everywhere
+  if (!caseSensitive && alts.some(a => /[^\x00-\x7f]/.test(a))) return null;
+  return alts;
+}
+
 /** Mastra's FileEntry of an execd FileInfo: symlinks (from #symlinks) with their target's type and text. */
 function fileEntry(info, base, links) {
   const link = links.get(info.path);
@@ -344,7 +383,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       const info = await this.#target(c, abs, options?.path ?? '.');
       if (!info) throw new DirectoryNotFoundError(options?.path ?? '.');
       const root = info.realPath ?? abs;
-      const files = info.type === 'directory' ? await this.#op(c, 'search', [root]) : [{ ...info, path: root }];
+      let files = info.type === 'directory' ? await this.#prefilter(root, pattern, caseSensitive) : [{ ...info, path: root }];
+      if (!files) files = await this.#op(c, 'search', [root]);
       const candidates = [];
       for (const f of files) {
         if (f.type !== 'file') continue;
@@ -383,6 +423,29 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       }
       return results;
     });
+  }
+
+  /**
+   * execd has no content search. When every match of the pattern must contain one of a few plain strings (a
+   * literal, or literals joined by |), one `grep -rlF` command in the sandbox lists the only files that can match;
+   * the JavaScript RegExp still decides. Returns the files (in execd's search order), or undefined when the
+   * pattern has no such strings or the command cannot answer exactly (no grep, an error): then every file is read.
+   */
+  async #prefilter(root, pattern, caseSensitive) {
+    const literals = requiredLiterals(pattern, caseSensitive);
+    if (!literals) return undefined;
+    const args = ['-rlF', ...(caseSensitive ? [] : ['-i']), ...literals.flatMap(l => ['-e', l]), '--', root];
+    let r;
+    try {
+      r = await this.#sandbox.executeCommand('grep', args, { cwd: '/', env: { LC_ALL: 'C' }, maxRetainedBytes: Infinity });
+    } catch {
+      return undefined;
+    }
+    if (r.exitCode === 1 && r.stdout === '') return [];
+    if (r.exitCode !== 0 || r.stdoutTruncated || !r.stdout.endsWith('\n')) return undefined;
+    const paths = r.stdout.slice(0, -1).split('\n');
+    if (paths.some(p => !within(p, root) || p === root)) return undefined; // e.g. a name with a newline
+    return paths.sort(bySegments).map(p => ({ path: p, type: 'file' }));
   }
 
   async exists(inputPath) {

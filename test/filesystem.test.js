@@ -8,6 +8,7 @@ import path from 'node:path';
 import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError, WORKSPACE_TOOLS, createWorkspaceTools } from '@mastra/core/workspace';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError } from '../lib/index.js';
+import { requiredLiterals } from '../lib/filesystem.js';
 
 /** The outcome of a call as comparable data: { ok: value } or { err: class name }. */
 async function outcome(p) {
@@ -164,6 +165,9 @@ describe('OpenSandboxFilesystem', function () {
       { pattern: 'TODO', path: 'g/**/*.md' },
       { pattern: 'TODO', path: 'g/sub/b.ts' },
       { pattern: 'nomatch', path: 'g' },
+      { pattern: 'TODO one|in b', path: 'g' },
+      { pattern: 'x = 1;', path: 'g' },
+      { pattern: 'foo\\(\\)', path: 'g' },
     ]) {
       const ours = await run(osfs, GREP, input);
       assert.equal(ours, await run(plainFs, GREP, input), JSON.stringify(input));
@@ -174,8 +178,28 @@ describe('OpenSandboxFilesystem', function () {
       assert.equal(ours, await run(plainFs, LIST_FILES, input), JSON.stringify(input));
       assert.equal(ours, await run(local, LIST_FILES, input), JSON.stringify(input));
     }
-    // the native methods directly: limits and context
-    const r = await osfs.grep({ pattern: 'TODO', path: 'g', caseSensitive: true, includeHidden: false, maxTotalMatches: 2 });
+    // which patterns narrow the files with one grep -rlF in the sandbox (the RegExp still decides)
+    assert.deepEqual(requiredLiterals('TODO'), ['TODO']);
+    assert.deepEqual(requiredLiterals('TODO one|in b'), ['TODO one', 'in b']);
+    assert.deepEqual(requiredLiterals('foo\\(\\)'), ['foo()']);
+    assert.deepEqual(requiredLiterals('-v'), ['-v']);
+    for (const p of ['fun.*', '\\bword', 'a|', '(x)', '[ab]', '^x', 'x$', 'a?', '\\d']) assert.equal(requiredLiterals(p), null, p);
+    assert.equal(requiredLiterals('café', false), null);
+    assert.deepEqual(requiredLiterals('café', true), ['café']);
+    // the native methods directly: limits and context; a literal pattern went through the sandbox's grep
+    const run0 = sandbox.executeCommand;
+    const greps = [];
+    sandbox.executeCommand = function (cmd, args, o) {
+      if (cmd === 'grep') greps.push(args);
+      return run0.call(this, cmd, args, o);
+    };
+    let r;
+    try {
+      r = await osfs.grep({ pattern: 'TODO', path: 'g', caseSensitive: true, includeHidden: false, maxTotalMatches: 2 });
+    } finally {
+      sandbox.executeCommand = run0;
+    }
+    assert.deepEqual(greps, [['-rlF', '-e', 'TODO', '--', '/workspace/fs/g']]);
     assert.deepEqual(r, [{ path: 'a.js', matches: [{ line: 2, column: 3, text: '// TODO one' }, { line: 5, column: 0, text: 'TODO TODO' }] }]);
     const c = await osfs.grep({ pattern: 'in b', path: 'g/sub', caseSensitive: true, includeHidden: false, contextLines: 1 });
     assert.deepEqual(c, [{ path: 'b.ts', matches: [{ line: 2, column: 5, text: 'TODO in b', before: ['line'], after: ['ctx after'] }] }]);
