@@ -371,24 +371,29 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
   }
 
   /**
-   * Content search with JavaScript regular expressions (the same semantics as Mastra's own search): the files
-   * come from one execd search request, their bytes from concurrent downloads; matching runs here.
+   * Content search with JavaScript regular expressions (the same semantics as Mastra's own search). Files that
+   * may match are found by one `grep -rnF` in the sandbox when every match must contain one of a few plain strings
+   * (see #grepLines), else by one execd search request; their lines come from that grep (no context lines asked)
+   * or from concurrent downloads. The RegExp decides every match here.
    */
   async grep(options) {
     await this.ensureReady();
     const { pattern, caseSensitive = true, includeHidden = false, maxCountPerFile, maxTotalMatches, contextLines = 0 } = options ?? {};
     const regex = new RegExp(pattern, caseSensitive ? '' : 'i');
     const abs = this.#resolve(options?.path ?? '.');
+    const ctx = Math.max(0, Math.floor(contextLines));
     return this.#request(`grep ${abs}`, async c => {
       const info = await this.#target(c, abs, options?.path ?? '.');
       if (!info) throw new DirectoryNotFoundError(options?.path ?? '.');
       const root = info.realPath ?? abs;
-      let files = info.type === 'directory' ? await this.#prefilter(root, pattern, caseSensitive) : [{ ...info, path: root }];
-      if (!files) files = await this.#op(c, 'search', [root]);
+      const isDir = info.type === 'directory';
+      const literals = isDir ? requiredLiterals(pattern, caseSensitive) : null;
+      const hits = literals ? await this.#grepLines(root, literals, caseSensitive) : undefined;
+      const files = hits ? [...hits.keys()].map(p => ({ path: p, type: 'file' })) : isDir ? await this.#op(c, 'search', [root]) : [{ ...info, path: root }];
       const candidates = [];
       for (const f of files) {
         if (f.type !== 'file') continue;
-        const rel = info.type === 'directory' ? f.path.slice(root === '/' ? 1 : root.length + 1) : P.basename(root);
+        const rel = isDir ? f.path.slice(root === '/' ? 1 : root.length + 1) : P.basename(root);
         const segs = rel.split('/');
         if (segs.includes('.git') || (!includeHidden && segs.some(s => s.startsWith('.')))) continue;
         if (!this.isTextFile(segs[segs.length - 1])) continue;
@@ -396,30 +401,37 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       }
       const results = [];
       let total = 0;
-      const ctx = Math.max(0, Math.floor(contextLines));
-      for (let i = 0; i < candidates.length; i += GREP_CONCURRENCY) {
-        if (maxTotalMatches !== undefined && total >= maxTotalMatches) break;
+      const full = () => maxTotalMatches !== undefined && total >= maxTotalMatches;
+      /** Matches of one file from [lineNumber, text] pairs (lines: all of them, for context). */
+      const scan = (rel, numbered, lines) => {
+        const matches = [];
+        for (const [n, text] of numbered) {
+          if (full()) break;
+          const m = regex.exec(text);
+          if (!m) continue;
+          const match = { line: n, column: m.index, text };
+          if (ctx > 0) {
+            match.before = lines.slice(Math.max(0, n - 1 - ctx), n - 1);
+            match.after = lines.slice(n, n + ctx);
+          }
+          matches.push(match);
+          total++;
+          if (maxCountPerFile !== undefined && matches.length >= maxCountPerFile) break;
+        }
+        if (matches.length) results.push({ path: rel, matches });
+      };
+      if (hits && ctx === 0) {
+        for (const f of candidates) if (!full()) scan(f.rel, hits.get(f.abs));
+        return results;
+      }
+      for (let i = 0; i < candidates.length && !full(); i += GREP_CONCURRENCY) {
         const batch = candidates.slice(i, i + GREP_CONCURRENCY);
         const bodies = await Promise.all(batch.map(f => this.#download(c, f.abs, f.size, f.rel).catch(() => undefined)));
-        for (let k = 0; k < batch.length; k++) {
-          if (!bodies[k] || (maxTotalMatches !== undefined && total >= maxTotalMatches)) continue;
+        batch.forEach((f, k) => {
+          if (!bodies[k] || full()) return;
           const lines = bodies[k].toString('utf8').split('\n');
-          const matches = [];
-          for (let n = 0; n < lines.length; n++) {
-            const m = regex.exec(lines[n]);
-            if (!m) continue;
-            const match = { line: n + 1, column: m.index, text: lines[n] };
-            if (ctx > 0) {
-              match.before = lines.slice(Math.max(0, n - ctx), n);
-              match.after = lines.slice(n + 1, n + 1 + ctx);
-            }
-            matches.push(match);
-            total++;
-            if (maxCountPerFile !== undefined && matches.length >= maxCountPerFile) break;
-            if (maxTotalMatches !== undefined && total >= maxTotalMatches) break;
-          }
-          if (matches.length) results.push({ path: batch[k].rel, matches });
-        }
+          scan(f.rel, lines.map((t, n) => [n + 1, t]), lines);
+        });
       }
       return results;
     });
@@ -427,25 +439,36 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
 
   /**
    * execd has no content search. When every match of the pattern must contain one of a few plain strings (a
-   * literal, or literals joined by |), one `grep -rlF` command in the sandbox lists the only files that can match;
-   * the JavaScript RegExp still decides. Returns the files (in execd's search order), or undefined when the
-   * pattern has no such strings or the command cannot answer exactly (no grep, an error): then every file is read.
+   * literal, or literals joined by |), one command in the sandbox, `LC_ALL=C grep -rnaFZ -e … -- <root>` (GNU grep;
+   * NUL after the name, turned into \x01 because execd's output cannot carry NUL), lists every line that can
+   * match: Map(absolute path -> [[line number, text]]) in execd's walk order. undefined when that cannot be
+   * answered exactly (no GNU grep, an error, an odd name or a control byte in a line): then every file is read.
    */
-  async #prefilter(root, pattern, caseSensitive) {
-    const literals = requiredLiterals(pattern, caseSensitive);
-    if (!literals) return undefined;
-    const args = ['-rlF', ...(caseSensitive ? [] : ['-i']), ...literals.flatMap(l => ['-e', l]), '--', root];
+  async #grepLines(root, literals, caseSensitive) {
+    const script = 'r=$1; shift; { LC_ALL=C grep -rnaFZ "$@" -- "$r"; echo "grep-exit:$?" >&2; } | tr "\\000" "\\001"';
+    const args = ['-c', script, 'sh', root, ...(caseSensitive ? [] : ['-i']), ...literals.flatMap(l => ['-e', l])];
     let r;
     try {
-      r = await this.#sandbox.executeCommand('grep', args, { cwd: '/', env: { LC_ALL: 'C' }, maxRetainedBytes: Infinity });
+      r = await this.#sandbox.executeCommand('sh', args, { cwd: '/', maxRetainedBytes: 256 * 1024 * 1024 });
     } catch {
       return undefined;
     }
-    if (r.exitCode === 1 && r.stdout === '') return [];
-    if (r.exitCode !== 0 || r.stdoutTruncated || !r.stdout.endsWith('\n')) return undefined;
-    const paths = r.stdout.slice(0, -1).split('\n');
-    if (paths.some(p => !within(p, root) || p === root)) return undefined; // e.g. a name with a newline
-    return paths.sort(bySegments).map(p => ({ path: p, type: 'file' }));
+    const status = /grep-exit:(\d+)/.exec(r.stderr)?.[1];
+    if (status === '1') return new Map();
+    if (status !== '0' || r.exitCode !== 0 || r.stdoutTruncated) return undefined;
+    const hits = new Map();
+    for (const line of r.stdout.split('\n')) {
+      if (!line) continue;
+      const at = line.indexOf('\x01');
+      const m = at > 0 ? /^(\d+):/.exec(line.slice(at + 1)) : null;
+      const file = line.slice(0, at);
+      if (!m || !within(file, root) || file === root) return undefined;
+      const text = line.slice(at + 1 + m[0].length);
+      if (text.includes('\x01')) return undefined;
+      if (!hits.has(file)) hits.set(file, []);
+      hits.get(file).push([Number(m[1]), text]);
+    }
+    return new Map([...hits.keys()].sort(bySegments).map(k => [k, hits.get(k)]));
   }
 
   async exists(inputPath) {
@@ -555,11 +578,20 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
    * The FileInfo of abs (null when missing), after checking that no path component below basePath is a symlink
    * leading outside it. Every component is asked for in the same request; only when one is a symlink does the
    * sandbox resolve it (one command), and then `realPath` is set (and, with follow, the info is the target's).
+   * With `out`, out.parent is set to the parent directory's info (null when missing): the ancestors and the target
+   * are then asked for in two concurrent requests, so a path that does not exist yet costs no extra round trip.
    */
-  async #target(c, abs, inputPath, { follow = true } = {}) {
+  async #target(c, abs, inputPath, { follow = true, out } = {}) {
     const chain = this.#chain(abs);
-    let infos = await this.#infos(c, chain);
+    let infos;
     let known = chain.length;
+    if (out && chain.length > 1) {
+      const [up, self] = await Promise.all([this.#infos(c, chain.slice(0, -1)), this.#infos(c, [abs])]);
+      known = self && up ? chain.length : chain.length - 1;
+      infos = up ? { ...up, ...self } : null;
+    } else {
+      infos = await this.#infos(c, chain);
+    }
     while (!infos && known > 1) {
       known--; // something missing: find the longest existing prefix (deepest first)
       infos = await this.#infos(c, chain.slice(0, known));
@@ -567,6 +599,11 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     const present = infos ? chain.slice(0, known) : [];
     const info = known === chain.length && infos ? infos[abs] : null;
     const linked = present.filter(p => infos[p]?.type === 'symlink');
+    if (out) {
+      if (!this.#contained || linked.length) out.parent = abs === '/' ? null : await this.#target(c, P.dirname(abs), P.dirname(inputPath));
+      else if (chain.length === 1) out.parent = { type: 'directory' }; // basePath itself
+      else out.parent = infos && known >= chain.length - 1 ? infos[chain[chain.length - 2]] : null;
+    }
     if (!linked.length) return info;
     // resolve the deepest existing component; what follows it (not there yet) is appended as is
     const deepest = present[present.length - 1];
@@ -584,12 +621,11 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     return realInfo ? { ...realInfo, realPath: real } : null;
   }
 
-  /** [parent info, target info] of abs (the parent resolved like #target). */
+  /** [parent info, target info] of abs (both resolved like #target). */
   async #parentAndTarget(c, abs, inputPath) {
-    const info = await this.#target(c, abs, inputPath);
-    if (info) return [{ type: 'directory' }, info];
-    const parent = abs === '/' ? null : await this.#target(c, P.dirname(abs), P.dirname(inputPath));
-    return [parent, null];
+    const out = {};
+    const info = await this.#target(c, abs, inputPath, { out });
+    return [out.parent, info];
   }
 
   async #directory(c, abs, inputPath) {

@@ -146,6 +146,7 @@ describe('OpenSandboxFilesystem', function () {
       'g/.dot.md': 'TODO dot\n',
       'g/img.png': 'TODO binary-ish\n',
       'g/deep/er/d.md': 'nothing\nTODO deep\n',
+      'g/odd:7:name.txt': 'x\nTODO odd name: in x\n',
     };
     for (const [p, c] of Object.entries(files)) await same(f => f.writeFile(p, c));
     const plainFs = new Proxy(osfs, { get: (t, k) => (k === 'grep' || k === 'walk' ? undefined : typeof t[k] === 'function' ? t[k].bind(t) : t[k]) });
@@ -190,7 +191,7 @@ describe('OpenSandboxFilesystem', function () {
     const run0 = sandbox.executeCommand;
     const greps = [];
     sandbox.executeCommand = function (cmd, args, o) {
-      if (cmd === 'grep') greps.push(args);
+      if (cmd === 'sh' && /grep -rnaFZ/.test(args[1])) greps.push(args.slice(3));
       return run0.call(this, cmd, args, o);
     };
     let r;
@@ -199,12 +200,16 @@ describe('OpenSandboxFilesystem', function () {
     } finally {
       sandbox.executeCommand = run0;
     }
-    assert.deepEqual(greps, [['-rlF', '-e', 'TODO', '--', '/workspace/fs/g']]);
+    assert.deepEqual(greps, [['/workspace/fs/g', '-e', 'TODO']]);
     assert.deepEqual(r, [{ path: 'a.js', matches: [{ line: 2, column: 3, text: '// TODO one' }, { line: 5, column: 0, text: 'TODO TODO' }] }]);
     const c = await osfs.grep({ pattern: 'in b', path: 'g/sub', caseSensitive: true, includeHidden: false, contextLines: 1 });
     assert.deepEqual(c, [{ path: 'b.ts', matches: [{ line: 2, column: 5, text: 'TODO in b', before: ['line'], after: ['ctx after'] }] }]);
     const w = await osfs.walk('g', { maxDepth: 2 });
-    assert.deepEqual(w.map(e => e.path).sort(), ['a.js', 'deep', 'deep/er', 'img.png', 'sub', 'sub/b.ts']);
+    assert.deepEqual(w.map(e => e.path).sort(), ['a.js', 'deep', 'deep/er', 'img.png', 'odd:7:name.txt', 'sub', 'sub/b.ts']);
+    // a NUL byte in a matching line: the sandbox's grep cannot report it exactly, every file is read instead
+    await same(f => f.writeFile('g/nul.txt', Buffer.from('TODO\0nul\n')));
+    assert.equal(await run(osfs, GREP, { pattern: 'TODO', path: 'g' }), await run(local, GREP, { pattern: 'TODO', path: 'g' }));
+    assert.deepEqual((await osfs.grep({ pattern: 'nul', path: 'g', caseSensitive: true, includeHidden: false })), [{ path: 'nul.txt', matches: [{ line: 1, column: 5, text: 'TODO\0nul' }] }]);
   });
 
   it('confines paths to basePath: .., absolute paths outside, symlinks leading out', async () => {

@@ -1,0 +1,221 @@
+#!/usr/bin/env node
+// Benchmark of file I/O (`npm run bench`, third part): OpenSandboxFilesystem (execd's files API through the native
+// addon) side by side with the official @alibaba-group/opensandbox client's files API and with doing the same through
+// executeCommand and shell tools, all against one local OpenSandbox-compatible server and one sandbox:
+//   1. 1,000 small files (1 KiB) written, then read back (16 in flight for every path);
+//   2. one 100 MB file up, then down (the shell path moves it as base64 in 64 KiB command lines: --shell-mb of it);
+//   3. grep for a literal over 10,000 files (50 contain it), and ours again with a regex that needs every file read.
+// The server runs in a child process (its relay to execd must not count as our JS-thread time).
+// Every result is verified byte for byte. Reported: wall time, JS-thread time (event-loop active time from
+// performance.eventLoopUtilization: what the operation cost the application's thread), process CPU (all threads),
+// and the largest RSS seen. Options: --small N (1000), --big-mb N (100), --shell-mb N (8), --grep-files N (10000).
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { OpenSandboxSandbox, OpenSandboxFilesystem } from '../lib/index.js';
+
+const { values: args } = parseArgs({
+  options: {
+    small: { type: 'string', default: '1000' },
+    'big-mb': { type: 'string', default: '100' },
+    'shell-mb': { type: 'string', default: '8' },
+    'grep-files': { type: 'string', default: '10000' },
+  },
+});
+const SMALL = Number(args.small);
+const BIG_MB = Number(args['big-mb']);
+const SHELL_MB = Number(args['shell-mb']);
+const GREP_FILES = Number(args['grep-files']);
+const CONCURRENCY = 16;
+const BASE = '/workspace/bench';
+
+/** Runs fn and measures it: wall ms, JS-thread (event loop active) ms, process CPU ms, max RSS MiB. */
+async function measure(fn) {
+  let maxRss = process.memoryUsage.rss();
+  const sampler = setInterval(() => (maxRss = Math.max(maxRss, process.memoryUsage.rss())), 20);
+  const elu0 = performance.eventLoopUtilization();
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  const value = await fn();
+  const wall = performance.now() - t0;
+  const elu = performance.eventLoopUtilization(elu0);
+  const cpu = process.cpuUsage(cpu0);
+  clearInterval(sampler);
+  maxRss = Math.max(maxRss, process.memoryUsage.rss());
+  return { wall, js: elu.active, cpu: (cpu.user + cpu.system) / 1000, rss: maxRss / 1048576, value };
+}
+
+/** Runs fn(i) for i < n, `limit` at a time. */
+async function pool(n, limit, fn) {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => {
+    while (next < n) await fn(next++);
+  }));
+}
+
+const smallContent = i => Buffer.from(`${String(i).padStart(6, '0')} `.repeat(128)); // 1 KiB of text
+const check = (ok, what) => {
+  if (!ok) throw new Error(`verification failed: ${what}`);
+};
+
+/** The local server's CLI in a child process: { domain, close() }. */
+async function startChildServer() {
+  const cli = fileURLToPath(new URL('./dev-server/cli.js', import.meta.url));
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const domain = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the dev server did not start: ${out}`)), 30000);
+    child.stdout.on('data', d => {
+      out += d;
+      const m = /^(\S+:\d+)\n/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.on('exit', code => reject(new Error(`the dev server exited (${code}): ${out}`)));
+  });
+  return {
+    domain,
+    close: () => new Promise(resolve => {
+      child.once('exit', resolve);
+      child.kill('SIGTERM');
+    }),
+  };
+}
+
+async function official(domain, sandboxId) {
+  try {
+    const mod = await import('@alibaba-group/opensandbox');
+    process.env.OPENSANDBOX_DISABLE_METRICS = '1';
+    return await mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', disableMetrics: true } });
+  } catch {
+    return null;
+  }
+}
+
+const shq = s => `'${s.replace(/'/g, "'\\''")}'`;
+
+/** Shell path: a file up as base64 in command lines of at most 64 KiB. */
+async function shellUpload(sandbox, path, data) {
+  const r0 = await sandbox.executeCommand(`mkdir -p "$(dirname ${shq(path)})" && : > ${shq(path)}`);
+  check(r0.exitCode === 0, r0.stderr);
+  const chunk = 48 * 1024; // 64 KiB of base64
+  for (let o = 0; o < data.length; o += chunk) {
+    const r = await sandbox.executeCommand(`printf %s ${data.subarray(o, o + chunk).toString('base64')} | base64 -d >> ${shq(path)}`);
+    check(r.exitCode === 0, r.stderr);
+  }
+}
+
+async function shellDownload(sandbox, path) {
+  const r = await sandbox.executeCommand(`base64 ${shq(path)}`, [], { maxRetainedBytes: Infinity });
+  check(r.exitCode === 0, r.stderr);
+  return Buffer.from(r.stdout.replace(/\n/g, ''), 'base64');
+}
+
+/** A JS grep over file texts (what the official client's users would write): [{ path, line, text }]. */
+function grepTexts(entries, regex) {
+  const out = [];
+  for (const { path, text } of entries) {
+    const lines = text.split('\n');
+    lines.forEach((l, i) => regex.test(l) && out.push({ path, line: i + 1, text: l }));
+  }
+  return out;
+}
+
+const fmt = n => (n === undefined ? '-' : n >= 100 ? n.toFixed(0) : n.toFixed(1));
+const rows = [];
+const row = (what, path, m, note = '') => {
+  rows.push([what, path, m]);
+  console.log(what.padEnd(30), path.padEnd(26), fmt(m.wall).padStart(9), fmt(m.js).padStart(9), fmt(m.cpu).padStart(9), fmt(m.rss).padStart(8), note ? ` ${note}` : '');
+};
+
+async function main() {
+  const server = await startChildServer();
+  const sandbox = new OpenSandboxSandbox({ domain: server.domain, requestTimeoutMs: 300000 });
+  const fs = new OpenSandboxFilesystem({ sandbox, basePath: BASE, maxReadBytes: 512 * 1024 * 1024 });
+  try {
+    await fs.init();
+    const sbx = await official(server.domain, sandbox.opensandbox.sandboxId);
+    console.log(`server ${server.domain} (child process), sandbox ${sandbox.opensandbox.sandboxId}${sbx ? '' : ' (official client not installed: skipped)'}\n`);
+    console.log('operation'.padEnd(30), 'path'.padEnd(26), 'wall ms'.padStart(9), 'JS ms'.padStart(9), 'CPU ms'.padStart(9), 'RSS MiB'.padStart(8));
+
+    // 1. small files
+    const small = Array.from({ length: SMALL }, (_, i) => smallContent(i));
+    row(`${SMALL} x 1 KiB write`, 'ours (filesystem)', await measure(() => pool(SMALL, CONCURRENCY, i => fs.writeFile(`ours/f${i}.txt`, small[i]))));
+    let m = await measure(() => pool(SMALL, CONCURRENCY, async i => check((await fs.readFile(`ours/f${i}.txt`)).equals(small[i]), `ours f${i}`)));
+    row(`${SMALL} x 1 KiB read`, 'ours (filesystem)', m);
+    if (sbx) {
+      row(`${SMALL} x 1 KiB write`, 'official files API', await measure(() => pool(SMALL, CONCURRENCY, i => sbx.files.writeFiles([{ path: `${BASE}/off/f${i}.txt`, data: small[i], mode: 644 }]))));
+      m = await measure(() => pool(SMALL, CONCURRENCY, async i => check(Buffer.from(await sbx.files.readBytes(`${BASE}/off/f${i}.txt`)).equals(small[i]), `official f${i}`)));
+      row(`${SMALL} x 1 KiB read`, 'official files API', m);
+    }
+    await sandbox.executeCommand(`mkdir -p ${BASE}/sh`);
+    row(`${SMALL} x 1 KiB write`, 'executeCommand + shell', await measure(() => pool(SMALL, CONCURRENCY, async i => {
+      const r = await sandbox.executeCommand(`printf %s ${shq(small[i].toString())} > ${BASE}/sh/f${i}.txt`);
+      check(r.exitCode === 0, r.stderr);
+    })));
+    row(`${SMALL} x 1 KiB read`, 'executeCommand + shell', await measure(() => pool(SMALL, CONCURRENCY, async i => {
+      const r = await sandbox.executeCommand(`cat ${BASE}/sh/f${i}.txt`);
+      check(r.stdout === `${small[i].toString()}\n`, `shell f${i}`); // execd delivers lines: the last one gets a \n
+    })));
+
+    // 2. one big file
+    const big = randomBytes(BIG_MB * 1048576);
+    row(`${BIG_MB} MB up`, 'ours (filesystem)', await measure(() => fs.writeFile('big.bin', big)));
+    row(`${BIG_MB} MB down`, 'ours (filesystem)', await measure(async () => check((await fs.readFile('big.bin')).equals(big), 'ours big')));
+    if (sbx) {
+      row(`${BIG_MB} MB up`, 'official files API', await measure(() => sbx.files.writeFiles([{ path: `${BASE}/big-off.bin`, data: big, mode: 644 }])));
+      row(`${BIG_MB} MB down`, 'official files API', await measure(async () => check(Buffer.from(await sbx.files.readBytes(`${BASE}/big-off.bin`)).equals(big), 'official big')));
+    }
+    const part = big.subarray(0, SHELL_MB * 1048576);
+    const up = await measure(() => shellUpload(sandbox, `${BASE}/big-sh.bin`, part));
+    row(`${SHELL_MB} MB up (x${(BIG_MB / SHELL_MB).toFixed(1)} = ${BIG_MB} MB)`, 'executeCommand + shell', up, `~${fmt((up.wall * BIG_MB) / SHELL_MB)} ms for ${BIG_MB} MB`);
+    const down = await measure(async () => check((await shellDownload(sandbox, `${BASE}/big-sh.bin`)).equals(part), 'shell big'));
+    row(`${SHELL_MB} MB down (x${(BIG_MB / SHELL_MB).toFixed(1)})`, 'executeCommand + shell', down, `~${fmt((down.wall * BIG_MB) / SHELL_MB)} ms for ${BIG_MB} MB`);
+    await sandbox.executeCommand(`rm -f ${BASE}/big*.bin`);
+
+    // 3. grep over many files (setup not measured: 20 uploads of 500 files)
+    const dirs = 100;
+    const needles = new Set(Array.from({ length: 50 }, (_, k) => Math.floor((k * GREP_FILES) / 50) + 7));
+    const text = i => `file ${i}\nsome ordinary text line\n${needles.has(i) ? 'a needle in the haystack\n' : 'just hay here\n'}the end\n`;
+    for (let o = 0; o < GREP_FILES; o += 500) {
+      await sandbox.writeFiles(Array.from({ length: Math.min(500, GREP_FILES - o) }, (_, k) => ({ path: `${BASE}/g/d${(o + k) % dirs}/f${o + k}.txt`, content: text(o + k) })));
+    }
+    const expect = needles.size;
+    m = await measure(async () => (await fs.grep({ pattern: 'needle', path: 'g', caseSensitive: true, includeHidden: false })).length);
+    check(m.value === expect, `ours grep found ${m.value}`);
+    row(`grep literal, ${GREP_FILES} files`, 'ours (filesystem)', m);
+    m = await measure(async () => (await fs.grep({ pattern: 'ne+dle', path: 'g', caseSensitive: true, includeHidden: false })).length);
+    check(m.value === expect, `ours regex grep found ${m.value}`);
+    row(`grep regex, ${GREP_FILES} files`, 'ours (reads every file)', m);
+    if (sbx) {
+      m = await measure(async () => {
+        const found = await sbx.files.search({ path: `${BASE}/g`, pattern: '*' });
+        const list = Array.isArray(found) ? found : found.files ?? found.items ?? [];
+        const texts = [];
+        await pool(list.length, CONCURRENCY, async i => texts.push({ path: list[i].path, text: await sbx.files.readFile(list[i].path) }));
+        return new Set(grepTexts(texts, /needle/).map(x => x.path)).size;
+      });
+      check(m.value === expect, `official grep found ${m.value}`);
+      row(`grep, ${GREP_FILES} files`, 'official (search+read)', m);
+    }
+    m = await measure(async () => {
+      const r = await sandbox.executeCommand(`grep -rn needle ${BASE}/g`, [], { maxRetainedBytes: Infinity });
+      return new Set(r.stdout.split('\n').filter(Boolean).map(l => l.slice(0, l.indexOf(':')))).size;
+    });
+    check(m.value === expect, `shell grep found ${m.value}`);
+    row(`grep, ${GREP_FILES} files`, 'executeCommand grep -rn', m);
+    console.log('\nJS ms = time the operation kept the JS thread busy (event-loop active time); CPU ms = all threads of the process.');
+  } finally {
+    await sandbox._destroy().catch(() => {});
+    await server.close();
+  }
+}
+
+main().catch(err => {
+  console.error(err);
+  process.exit(1);
+});
