@@ -383,12 +383,16 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     const abs = this.#resolve(options?.path ?? '.');
     const ctx = Math.max(0, Math.floor(contextLines));
     return this.#request(`grep ${abs}`, async c => {
+      // a literal pattern: the sandbox's grep starts at once, next to the path check (used only when the path is
+      // a directory reached without symlinks; it never rejects)
+      const literals = requiredLiterals(pattern, caseSensitive);
+      const early = literals ? this.#grepLines(abs, literals, caseSensitive) : undefined;
       const info = await this.#target(c, abs, options?.path ?? '.');
+      const speculated = await early;
       if (!info) throw new DirectoryNotFoundError(options?.path ?? '.');
       const root = info.realPath ?? abs;
       const isDir = info.type === 'directory';
-      const literals = isDir ? requiredLiterals(pattern, caseSensitive) : null;
-      const hits = literals ? await this.#grepLines(root, literals, caseSensitive) : undefined;
+      const hits = literals && isDir ? (root === abs ? speculated : await this.#grepLines(root, literals, caseSensitive)) : undefined;
       const files = hits ? [...hits.keys()].map(p => ({ path: p, type: 'file' })) : isDir ? await this.#op(c, 'search', [root]) : [{ ...info, path: root }];
       const candidates = [];
       for (const f of files) {

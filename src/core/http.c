@@ -495,7 +495,10 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
   r->url = dup_or_null(o->url);
   r->method = dup_or_null(o->method ? o->method : "GET");
   r->has_body = o->body != NULL;
-  if (r->has_body) {
+  if (r->has_body && o->take_body) {
+    r->body = (char *)o->body; /* the caller's allocation, taken (no copy of a large upload) */
+    r->body_len = o->body_len;
+  } else if (r->has_body) {
     r->body = malloc(o->body_len + 1);
     if (r->body) {
       memcpy(r->body, o->body, o->body_len);
@@ -519,7 +522,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
     curl_slist_free_all(r->headers);
     free(r->url);
     free(r->method);
-    free(r->body);
+    if (!o->take_body) free(r->body); /* a taken body stays the caller's when the request cannot start */
     free(r->ca_file);
     free(r);
     return NULL;

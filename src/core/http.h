@@ -50,6 +50,8 @@ typedef struct {
   size_t nheaders;
   const char *body;             /* copied; NULL = no body */
   size_t body_len;
+  int take_body;                /* 1: body is a malloc'd buffer the request takes over (freed with it) instead of a
+                                   copy; when osb_http_start returns NULL it is still the caller's */
   long timeout_ms;              /* whole request including retries; 0 = no deadline */
   long idle_timeout_ms;         /* max silence while waiting for/reading the response; 0 = none */
   int retry_connect;            /* retry connection failures with backoff (idempotent requests only) */

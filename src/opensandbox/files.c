@@ -73,6 +73,7 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
   o.method = "POST";
   o.body = u->body;
   o.body_len = u->body_len;
+  o.take_body = 1;
   o.timeout_ms = u->timeout_ms;
   o.on_done = on_http_done;
   o.ud = u;
@@ -82,9 +83,7 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
     finish(u, &err);
     return;
   }
-  /* the body was copied by the HTTP layer */
-  free(u->body);
-  u->body = NULL;
+  u->body = NULL; /* taken by the HTTP layer (no second copy of a large upload) */
 }
 
 static void cancel_job(osb_engine *e, void *arg, int shutdown) {
@@ -134,6 +133,14 @@ static char *build_body(const osb_upload_file *files, size_t n, const char *boun
                         size_t errlen) {
   osb_buf b;
   osb_buf_init(&b);
+  /* one allocation for the whole body: the file bytes plus generous room for the part headers and metadata */
+  size_t total = 64;
+  for (size_t i = 0; i < n; i++) {
+    size_t part = files[i].len + 2 * strlen(files[i].path) + 512;
+    if (part < files[i].len || total + part < total) goto oom;
+    total += part;
+  }
+  if (osb_buf_reserve_exact(&b, total) != 0) goto oom;
   for (size_t i = 0; i < n; i++) {
     cJSON *meta = cJSON_CreateObject();
     if (!meta || !cJSON_AddStringToObject(meta, "path", files[i].path) ||
