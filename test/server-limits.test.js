@@ -77,23 +77,23 @@ describe('dev-server execd bounded memory (soak)', function () {
   });
 
   /**
-   * Starts `command` over a raw socket, reads up to its init event (the command id), then stops reading: the socket
-   * is paused, so the kernel buffers fill and execd has to hold back. Resolves { id, socket }.
+   * POSTs `body` to `url` over a raw socket, reads up to the stream's init event, then stops reading: the socket is
+   * paused, so the kernel buffers fill and execd has to hold back. Resolves { id: the init text, socket }.
    */
-  function startUnread(base, command) {
-    const u = new URL(`${base}/command`);
-    const body = JSON.stringify({ command });
+  function startUnread(url, body) {
+    const u = new URL(url);
+    const text = JSON.stringify(body);
     return new Promise((resolve, reject) => {
       const socket = net.connect(Number(u.port), u.hostname);
       let got = '';
       const timer = setTimeout(() => reject(new Error('no init event within 20 s')), 20000);
       socket.on('error', reject);
       socket.on('connect', () => {
-        socket.write(`POST ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        socket.write(`POST ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
       });
       socket.on('data', function onData(d) {
         got += d.toString('latin1');
-        const m = /"type":"init","text":"([0-9a-f]{32})"/.exec(got);
+        const m = /"type":"init","text":"([^"]+)"/.exec(got);
         if (!m) return;
         clearTimeout(timer);
         socket.off('data', onData);
@@ -103,18 +103,23 @@ describe('dev-server execd bounded memory (soak)', function () {
     });
   }
 
-  async function nonReadingClient(base) {
-    const { id, socket } = await startUnread(base, 'yes');
-    const yes = await waitFor(() => findProc('yes'), { message: 'yes runs' });
-    // backpressure: yes ends up blocked on its output (it writes nothing more between two looks)
+  /** Waits until `yes` (pid) stops writing because nobody reads; resolves the bytes it wrote. */
+  async function blocked(pid) {
     let last = -1;
     await waitFor(() => {
-      const now = written(yes);
+      const now = written(pid);
       const stalled = now === last;
       last = now;
       return stalled;
     }, { timeoutMs: 30000, intervalMs: 500, message: 'yes blocks on its output while the client does not read' });
     assert.ok(last < 256 * MiB, `yes wrote ${last} bytes before blocking`);
+    return last;
+  }
+
+  async function nonReadingClient(base) {
+    const { id, socket } = await startUnread(`${base}/command`, { command: 'yes' });
+    const yes = await waitFor(() => findProc('yes'), { message: 'yes runs' });
+    const last = await blocked(yes);
     assertUnderCeiling('non-reading client');
     // the client goes away: the command goes on (as with the real execd), its output now read and discarded
     socket.destroy();
@@ -131,6 +136,22 @@ describe('dev-server execd bounded memory (soak)', function () {
 
   it('the same through the server proxy route', async () => {
     await nonReadingClient(viaProxy);
+  });
+
+  it('/session runs and language-less /code runs block too; leaving cancels the session run', async () => {
+    const sid = (await request(`${execd}/session`, { method: 'POST' })).json.session_id;
+    const run = await startUnread(`${execd}/session/${sid}/run`, { command: 'yes' });
+    await blocked(await waitFor(() => findProc('yes'), { message: 'yes runs in the session' }));
+    assertUnderCeiling('non-reading /session client');
+    run.socket.destroy();
+    await waitFor(() => !findProc('yes'), { message: 'the session run is cancelled when its client leaves' });
+
+    const cell = await startUnread(`${execd}/code`, { code: 'yes' });
+    await blocked(await waitFor(() => findProc('yes'), { message: 'yes runs as a language-less /code run' }));
+    assertUnderCeiling('non-reading /code client');
+    cell.socket.destroy();
+    assert.equal((await request(`${execd}/code?id=${cell.id}`, { method: 'DELETE' })).status, 200);
+    await waitFor(() => !findProc('yes'), { message: 'the /code run is interrupted' });
   });
 
   it('one 1 GiB output line: 1 MiB events, never the whole line; discarded once the client leaves', async () => {
