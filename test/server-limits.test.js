@@ -44,12 +44,17 @@ describe('dev-server execd bounded memory (soak)', function () {
   let execdPid;
   let peak = 0;
   let sampler;
+  const phases = []; // [title, peak MB] per test
 
   const sample = () => {
     const mb = rssMb(execdPid);
     peak = Math.max(peak, mb);
+    if (phases.length) phases.at(-1)[1] = Math.max(phases.at(-1)[1], mb);
     return mb;
   };
+  beforeEach(function () {
+    phases.push([this.currentTest.title.slice(0, 40), 0]);
+  });
   const assertUnderCeiling = (what) => {
     const mb = sample();
     assert.ok(peak < RSS_CEILING_MB, `${what}: execd RSS peaked at ${peak.toFixed(1)} MB (now ${mb.toFixed(1)} MB), ceiling ${RSS_CEILING_MB} MB`);
@@ -73,7 +78,7 @@ describe('dev-server execd bounded memory (soak)', function () {
     await sbx?.kill().catch(() => {});
     await sbx?.close();
     await server?.close();
-    console.log(`      execd RSS peak over the soak: ${peak.toFixed(1)} MB (ceiling ${RSS_CEILING_MB} MB)`);
+    console.log(`      execd RSS peak over the soak: ${peak.toFixed(1)} MB (ceiling ${RSS_CEILING_MB} MB); per test: ${phases.map(([t, mb]) => `${t}… ${mb.toFixed(0)} MB`).join('; ')}`);
   });
 
   /**

@@ -27,6 +27,7 @@ export function runShell(code, cwd, env, emit) {
   let exited = false;
   let paused = false;
   let afterResume = null;
+  let splitters = [];
   const group = (sig) => {
     try {
       process.kill(-child.pid, sig);
@@ -43,6 +44,7 @@ export function runShell(code, cwd, env, emit) {
     if (startError) return fail(startError.message);
     const out = new LineSplitter((text) => emit({ type: 'stdout', text }));
     const err = new LineSplitter((text) => emit({ type: 'stderr', text }));
+    splitters = [out, err];
     child.stdout.on('data', (c) => out.push(c));
     child.stderr.on('data', (c) => err.push(c));
     child.once('error', (e) => { exited = true; fail(e.message); });
@@ -101,6 +103,8 @@ export function runShell(code, cwd, env, emit) {
     resumeOutput() {
       if (!child) return;
       paused = false;
+      for (const sp of splitters) sp.resume();
+      if (paused) return; // what the splitters held filled the client's buffer again
       child.stdout.resume();
       child.stderr.resume();
       const f = afterResume;

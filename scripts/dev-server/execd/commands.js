@@ -18,8 +18,8 @@ const INTERRUPT_GRACE_MS = 3000;
 const PIPE_DRAIN_MS = 200;
 /** Finished command records kept (status and logs stay answerable): the newest 1,000 … */
 export const FINISHED_RECORDS_MAX = 1000;
-/** … as long as their background logs together hold at most 32 MiB … */
-export const FINISHED_LOG_BUDGET = 32 * 1024 * 1024;
+/** … as long as their background logs together hold at most 16 MiB … */
+export const FINISHED_LOG_BUDGET = 16 * 1024 * 1024;
 /** … and for at most 24 h after they finished (checked when a command finishes and hourly). */
 export const FINISHED_RETENTION_MS = 24 * 3600 * 1000;
 
@@ -141,13 +141,15 @@ export function createRoutes(ctx) {
     const rec = {
       id, content: body.command, background, running: true, exitCode: undefined, error: undefined,
       startedAt: nowStamp(), finishedAt: undefined, startMs: Date.now(), endMs: undefined, child: null, log: null,
-      reader: null, done: null, onLine: null, pipes: [], paused: false, afterResume: null,
+      reader: null, done: null, onLine: null, pipes: [], splitters: [], paused: false, afterResume: null,
       pauseOutput() {
         rec.paused = true;
         for (const p of rec.pipes) p.pause();
       },
       resumeOutput() {
         rec.paused = false;
+        for (const sp of rec.splitters) sp.resume();
+        if (rec.paused) return; // what was held filled the client's buffer again
         for (const p of rec.pipes) p.resume();
         const f = rec.afterResume;
         rec.afterResume = null;
@@ -166,6 +168,7 @@ export function createRoutes(ctx) {
       rec.reader = pair.reader;
       rec.log = new LogRing();
       rec.reader.on('data', (b) => rec.log.push(b));
+      rec.reader.on('close', () => { rec.reader = null; });
       opts.stdio = ['ignore', writer, writer];
     } else {
       opts.stdio = ['ignore', 'pipe', 'pipe'];
@@ -211,6 +214,7 @@ export function createRoutes(ctx) {
       const out = new LineSplitter((t) => rec.onLine?.('stdout', t));
       const err = new LineSplitter((t) => rec.onLine?.('stderr', t));
       rec.pipes = [child.stdout, child.stderr];
+      rec.splitters = [out, err];
       rec.discardOutput = () => {
         out.discard();
         err.discard();
@@ -355,7 +359,7 @@ export function createRoutes(ctx) {
     // Backpressure: when the client's buffer is full, stop reading the process's pipes until it drains. A client
     // that goes away does not stop the command (as with the real execd); its output is then read and discarded.
     const check = backpressure(res, () => rec.pauseOutput(), () => rec.resumeOutput());
-    rec.onLine = (type, text) => check(writeEvent(res, { type, text }));
+    rec.onLine = (type, text) => check(writeEvent(res, { type, text })); // false: hold the rest of the chunk
     res.on('close', () => {
       clearInterval(pinger);
       rec.onLine = null;

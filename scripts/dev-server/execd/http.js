@@ -61,7 +61,8 @@ export function sendNotFound(res) {
 /**
  * Backpressure for an event stream: call the returned function with the result of each res.write(); once the
  * client's buffer is full it calls pause() (stop reading the process's output, which then blocks on its writes),
- * and resume() when the buffer drained or the client went away (so nothing stays held for it).
+ * and resume() when the buffer drained or the client went away (so nothing stays held for it). It returns false
+ * while paused (a LineSplitter's onLine can return it to stop mid-chunk).
  */
 export function backpressure(res, pause, resume) {
   let paused = false;
@@ -73,11 +74,12 @@ export function backpressure(res, pause, resume) {
     resume();
   };
   return (ok) => {
-    if (ok || paused || res.destroyed) return;
+    if (ok || paused || res.destroyed) return !paused;
     paused = true;
     pause();
     res.once('drain', release);
     res.once('close', release);
+    return false;
   };
 }
 

@@ -3,6 +3,8 @@
 // a trailing partial line without newline. Bytes are kept until a line is complete so UTF-8 is never cut.
 // A line longer than maxLine bytes is not buffered whole: each maxLine bytes (cut back to a UTF-8 character
 // boundary) are delivered as a line of their own, so memory stays bounded whatever the process writes.
+// When onLine returns false (the consumer's buffer is full) the splitter stops at that line and holds the rest of
+// the chunk until resume(), so one pipe read never turns into thousands of queued events.
 
 /** Longest line delivered as one piece (1 MiB; the real execd sends a 70 KB line whole). */
 export const MAX_LINE_BYTES = 1024 * 1024;
@@ -24,6 +26,16 @@ export class LineSplitter {
     this.size = 0; // bytes in parts
     this.pendingCR = false; // the previous chunk ended with \r: a leading \n belongs to it
     this.discarding = false;
+    this.blocked = false; // onLine said stop: the rest of the current chunk waits in `held`
+    this.held = null;
+  }
+
+  /** Delivers what was held back since onLine returned false (it may stop again). */
+  resume() {
+    this.blocked = false;
+    const rest = this.held;
+    this.held = null;
+    if (rest) this.push(rest);
   }
 
   /** From now on everything pushed is dropped unread (nobody listens any more): costs no memory and no decoding. */
@@ -31,10 +43,16 @@ export class LineSplitter {
     this.discarding = true;
     this.parts = [];
     this.size = 0;
+    this.held = null;
   }
 
   push(buf) {
     if (this.discarding) return;
+    if (this.blocked) {
+      // a read already under way when the consumer asked to stop: keep it behind what is held, in order
+      this.held = this.held ? Buffer.concat([this.held, buf]) : Buffer.from(buf);
+      return;
+    }
     let start = 0;
     let i = 0;
     if (this.pendingCR && buf.length > 0) {
@@ -60,6 +78,10 @@ export class LineSplitter {
         }
       }
       start = i + 1;
+      if (this.blocked) {
+        if (start < buf.length) this.held = buf.subarray(start);
+        return;
+      }
     }
     if (start < buf.length) this.add(Buffer.from(buf.subarray(start)));
   }
@@ -73,7 +95,7 @@ export class LineSplitter {
       const cut = utf8Cut(all, this.maxLine);
       this.parts = [all.subarray(cut)];
       this.size = all.length - cut;
-      this.onLine(all.subarray(0, cut).toString('utf8'));
+      if (this.onLine(all.subarray(0, cut).toString('utf8')) === false) this.blocked = true;
     }
   }
 
@@ -81,11 +103,15 @@ export class LineSplitter {
     const text = Buffer.concat(this.parts).toString('utf8');
     this.parts = [];
     this.size = 0;
-    this.onLine(text === '' ? '\n' : text);
+    if (this.onLine(text === '' ? '\n' : text) === false) this.blocked = true;
   }
 
+  /** Delivers everything still held (the output ended), whether or not the consumer asked to stop. */
   flush() {
+    while (this.held) this.resume();
+    this.blocked = false;
     if (this.size > 0) this.emit();
+    this.blocked = false;
     this.parts = [];
     this.size = 0;
   }

@@ -103,7 +103,20 @@ export function createRoutes(ctx) {
     const child = spawn('bash', ['--noprofile', '--norc', s.scriptFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env: process.env });
     s.child = child;
     // a client that does not read pauses the run's output (the run blocks on its writes); leaving cancels it
-    const check = backpressure(res, () => { child.stdout.pause(); child.stderr.pause(); }, () => { child.stdout.resume(); child.stderr.resume(); });
+    let held = false;
+    const hold = () => {
+      held = true;
+      child.stdout.pause();
+      child.stderr.pause();
+    };
+    const release = () => {
+      held = false;
+      lines.resume();
+      if (held) return; // what the splitter held filled the client's buffer again
+      child.stdout.resume();
+      child.stderr.resume();
+    };
+    const check = backpressure(res, hold, release);
     const lines = new LineSplitter((text) => check(event('stdout', { text })));
     child.stdout.on('data', (b) => lines.push(b));
     child.stderr.on('data', (b) => lines.push(b));
