@@ -198,10 +198,13 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     await this.ensureReady();
     const abs = this.#resolve(inputPath);
     return this.#request(`read ${abs}`, async c => {
-      const info = await this.#target(c, abs, inputPath);
+      // the download starts next to the path check (one round trip); its bytes are used only for a file reached
+      // without symlinks, anything else (missing, a directory, a symlink, an error) is read again the careful way
+      const early = this.#op(c, 'download', [abs], { maxBytes: this.#maxReadBytes }).then(bytes => bytes, () => undefined);
+      const [info, speculated] = await Promise.all([this.#target(c, abs, inputPath), early]);
       if (!info) throw new FileNotFoundError(inputPath);
       if (info.type === 'directory') throw new IsDirectoryError(inputPath);
-      const buf = await this.#download(c, info.realPath ?? abs, info.size, inputPath);
+      const buf = !info.realPath && speculated ? speculated : await this.#download(c, info.realPath ?? abs, info.size, inputPath);
       return options?.encoding ? buf.toString(options.encoding) : buf;
     });
   }

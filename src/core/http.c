@@ -48,6 +48,7 @@ struct osb_http_req {
   char request_id[128];
   long status;
   osb_http_data_fn on_data;
+  osb_http_begin_fn on_begin;
   osb_http_done_fn on_done;
   void *ud;
   uv_timer_t watchdog, retry;
@@ -218,6 +219,11 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
   curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
   r->status = status;
   if (r->on_data && status >= 200 && status < 300) {
+    if (!r->streamed && r->on_begin) {
+      curl_off_t cl = -1;
+      if (curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK) cl = -1;
+      r->on_begin(r->ud, status, (long long)cl);
+    }
     r->streamed = 1;
     int rc = r->on_data(r->ud, status, p, len);
     if (rc == 1) {
@@ -528,6 +534,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
     return NULL;
   }
   r->on_data = o->on_data;
+  r->on_begin = o->on_begin;
   r->on_done = o->on_done;
   r->ud = o->ud;
   r->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;

@@ -40,6 +40,9 @@ typedef struct {
  * (flow control: nothing more is read from the socket, the idle watchdog is suspended) until osb_http_resume.
  * Non-2xx bodies are buffered instead. */
 typedef int (*osb_http_data_fn)(void *ud, long status, const char *p, size_t n);
+/* Optional, streaming only: called once, before the first on_data of a 2xx body, with its Content-Length (-1 when
+ * the response has none), e.g. to reserve a buffer of the right size. */
+typedef void (*osb_http_begin_fn)(void *ud, long status, long long content_length);
 /* Called exactly once, on the engine thread, never from inside osb_http_start. */
 typedef void (*osb_http_done_fn)(void *ud, const osb_http_result *res);
 
@@ -58,6 +61,7 @@ typedef struct {
   size_t max_body;              /* buffered body limit; 0 = 32 MiB */
   const char *ca_file;          /* PEM CA bundle for https (copied); NULL = curl's default bundle */
   osb_http_data_fn on_data;     /* NULL = buffer the body */
+  osb_http_begin_fn on_begin;   /* optional, with on_data */
   osb_http_done_fn on_done;
   void *ud;
 } osb_http_opts;

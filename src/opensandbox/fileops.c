@@ -74,6 +74,16 @@ static int on_data(void *ud, long status, const char *p, size_t n) {
   return 0;
 }
 
+/* The body's announced length: one allocation for the whole file when it is known and within the limit (a
+ * larger announcement is not trusted: the limit check in on_data decides). */
+static void on_begin(void *ud, long status, long long content_length) {
+  (void)status;
+  osb_fop *op = ud;
+  if (content_length <= 0 || (op->max_bytes && (unsigned long long)content_length > op->max_bytes)) return;
+  if ((unsigned long long)content_length > (size_t)-1 / 2) return;
+  osb_buf_reserve_exact(&op->data, (size_t)content_length); /* best effort: on failure appends grow it */
+}
+
 static void on_http_done(void *ud, const osb_http_result *res) {
   osb_fop *op = ud;
   osb_error err;
@@ -137,7 +147,10 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
   o.body_len = op->body_len;
   o.timeout_ms = op->timeout_ms;
   o.retry_connect = strcmp(op->method, "GET") == 0;
-  if (op->kind == OSB_FOP_DOWNLOAD) o.on_data = on_data;
+  if (op->kind == OSB_FOP_DOWNLOAD) {
+    o.on_data = on_data;
+    o.on_begin = on_begin;
+  }
   o.on_done = on_http_done;
   o.ud = op;
   op->req = osb_conn_start(e, &op->conn, &o, extra, nextra, "%s", op->path);

@@ -35,7 +35,8 @@ typedef struct {
   long num;          /* LIST depth (>= 0), MKDIR/CHMOD mode as octal digits (755) */
   long long range_start; /* DOWNLOAD: first byte; < 0 = the whole file */
   long long range_end;   /* DOWNLOAD: last byte (inclusive); < 0 = to the end */
-  size_t size_hint;  /* DOWNLOAD: expected length, reserved up front (one allocation for the whole file) */
+  size_t size_hint;  /* DOWNLOAD: expected length, reserved up front; else the response's Content-Length (within
+                        max_bytes) is: one allocation for the whole file either way */
   size_t max_bytes;  /* DOWNLOAD: more than this fails with RESPONSE_TOO_LARGE; 0 = no limit */
   long timeout_ms;   /* whole request; 0 = none */
 } osb_fop_req;
