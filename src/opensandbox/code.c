@@ -3,6 +3,7 @@
 #include "code.h"
 #include "conn.h"
 #include "lifecycle.h"
+#include "core/batch.h"
 #include "core/buf.h"
 #include "core/events.h"
 #include "core/http.h"
@@ -12,8 +13,6 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#define FLUSH_DELAY_MS 5
-#define FLUSH_BYTES (64 * 1024)
 #define INTERRUPT_GRACE_MS 10000 /* after DELETE /code?id=: how long the stream may take to end */
 #define MAX_TRACEBACK_LINES 200
 
@@ -217,11 +216,11 @@ struct osb_code_run {
   /* engine thread state */
   osb_http_req *stream, *del;
   osb_events *parser;
-  osb_buf out, err, bout, berr, results;
+  osb_buf out, err, results;
+  osb_batch batch;
   uint64_t out_dropped, err_dropped;
   size_t results_count, results_dropped;
-  uv_timer_t flush_timer, deadline_timer;
-  int open_handles;
+  uv_timer_t deadline_timer;
   char *id, *status, *ename, *evalue;
   char **traceback;
   size_t ntraceback;
@@ -241,8 +240,7 @@ static void run_free(osb_code_run *r) {
   osb_events_free(r->parser);
   osb_buf_free(&r->out);
   osb_buf_free(&r->err);
-  osb_buf_free(&r->bout);
-  osb_buf_free(&r->berr);
+  osb_batch_free(&r->batch);
   osb_buf_free(&r->results);
   free(r->id);
   free(r->status);
@@ -261,32 +259,20 @@ void osb_code_run_release(osb_code_run *r) {
   if (r && __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) run_free(r);
 }
 
-static void handle_closed(uv_handle_t *h) {
-  osb_code_run *r = h->data;
-  if (--r->open_handles == 0) osb_code_run_release(r); /* the engine's reference */
-}
+static void run_closed(void *ud) { osb_code_run_release(ud); /* the engine's reference */ }
 
 static void maybe_teardown(osb_code_run *r) {
   if (!r->settled || r->stream || r->del || r->teardown) return;
   r->teardown = 1;
   osb_engine_remove_active(r->e, &r->active);
-  uv_timer_stop(&r->flush_timer);
-  uv_timer_stop(&r->deadline_timer);
-  uv_close((uv_handle_t *)&r->flush_timer, handle_closed);
-  uv_close((uv_handle_t *)&r->deadline_timer, handle_closed);
+  uv_timer_t *const others[] = {&r->deadline_timer};
+  osb_batch_close(&r->batch, others, 1);
 }
 
-static void flush(osb_code_run *r) {
-  uv_timer_stop(&r->flush_timer);
-  if (!r->bout.len && !r->berr.len) return;
-  if (r->cb.on_output)
-    r->cb.on_output(r->ud, r->bout.data ? r->bout.data : "", r->bout.len, r->berr.data ? r->berr.data : "",
-                    r->berr.len);
-  osb_buf_reset(&r->bout);
-  osb_buf_reset(&r->berr);
+static void on_flush(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
+  osb_code_run *r = ud;
+  if (r->cb.on_output) r->cb.on_output(r->ud, out, out_len, err, err_len);
 }
-
-static void on_flush_timer(uv_timer_t *t) { flush(t->data); }
 
 static void settle_waiters(osb_code_run *r, const osb_error *err) {
   while (r->waiters) {
@@ -302,7 +288,7 @@ static void settle(osb_code_run *r, const osb_error *err) {
   if (r->settled) return;
   r->settled = 1;
   uv_timer_stop(&r->deadline_timer);
-  flush(r);
+  osb_batch_flush(&r->batch);
   if (err) {
     r->cb.on_result(r->ud, err, NULL);
   } else if (osb_buf_append_str(&r->results, "]") != 0) {
@@ -408,7 +394,6 @@ static void on_deadline(uv_timer_t *t) {
 
 static void keep_output(osb_code_run *r, int is_err, const char *text, size_t len) {
   osb_buf *kept = is_err ? &r->err : &r->out;
-  osb_buf *batch = is_err ? &r->berr : &r->bout;
   uint64_t *dropped = is_err ? &r->err_dropped : &r->out_dropped;
   size_t take = len;
   if (r->max_output >= 0) {
@@ -422,12 +407,10 @@ static void keep_output(osb_code_run *r, int is_err, const char *text, size_t le
       }
     }
   }
-  if (take && (osb_buf_append(kept, text, take) != 0 || osb_buf_append(batch, text, take) != 0)) take = 0;
+  if (take && (osb_buf_append(kept, text, take) != 0 || osb_batch_append(&r->batch, is_err, text, take) != 0))
+    take = 0;
   *dropped += len - take;
-  if (!take) return;
-  if (r->bout.len + r->berr.len >= FLUSH_BYTES) flush(r);
-  else if (!uv_is_active((uv_handle_t *)&r->flush_timer))
-    uv_timer_start(&r->flush_timer, on_flush_timer, FLUSH_DELAY_MS, 0);
+  if (take) osb_batch_kick(&r->batch);
 }
 
 static void keep_result(osb_code_run *r, const cJSON *bundle) {
@@ -584,10 +567,9 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
     osb_code_run_release(r);
     return;
   }
-  uv_timer_init(osb_engine_loop(e), &r->flush_timer);
+  osb_batch_start(&r->batch, osb_engine_loop(e), on_flush, run_closed, r);
   uv_timer_init(osb_engine_loop(e), &r->deadline_timer);
-  r->flush_timer.data = r->deadline_timer.data = r;
-  r->open_handles = 2;
+  r->deadline_timer.data = r;
   r->active.abort = run_abort;
   osb_engine_add_active(e, &r->active);
   r->start_ms = osb_engine_now(e);

@@ -3,6 +3,7 @@
 #include "execd.h"
 #include "conn.h"
 #include "lifecycle.h"
+#include "core/batch.h"
 #include "core/buf.h"
 #include "core/events.h"
 #include "core/http.h"
@@ -14,8 +15,6 @@
 #include <cjson/cJSON.h>
 
 #define PING_INTERVAL_MS 200
-#define FLUSH_DELAY_MS 5
-#define FLUSH_BYTES (64 * 1024)
 #define SERVER_TIMEOUT_GRACE_MS 1000 /* execd's own timeout: a backstop behind ours */
 #define DEFAULT_HIGH_WATER ((size_t)8 * 1024 * 1024)
 /* After a command settles, its /command stream is read on to its end in the background for at most this long:
@@ -187,9 +186,8 @@ struct osb_exec_cmd {
   osb_http_req *stream, *del;
   osb_events *parser;
   osb_tail out, err;
-  osb_buf bout, berr;
-  uv_timer_t flush_timer, timeout_timer;
-  int open_handles;
+  osb_batch batch;
+  uv_timer_t timeout_timer;
   char *id;
   int final_seen, exit_code;
   char *error_text;
@@ -212,8 +210,7 @@ static void cmd_free(osb_exec_cmd *c) {
   osb_events_free(c->parser);
   osb_tail_free(&c->out);
   osb_tail_free(&c->err);
-  osb_buf_free(&c->bout);
-  osb_buf_free(&c->berr);
+  osb_batch_free(&c->batch);
   free(c->id);
   free(c->error_text);
   while (c->waiters) {
@@ -230,33 +227,22 @@ void osb_exec_cmd_release(osb_exec_cmd *c) {
   if (c && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) cmd_free(c);
 }
 
-static void cmd_handle_closed(uv_handle_t *h) {
-  osb_exec_cmd *c = h->data;
-  if (--c->open_handles == 0) osb_exec_cmd_release(c); /* the engine's reference */
-}
+static void cmd_closed(void *ud) { osb_exec_cmd_release(ud); /* the engine's reference */ }
 
 static void maybe_teardown(osb_exec_cmd *c) {
   if (!c->completed || c->stream || c->del || c->teardown) return;
   c->teardown = 1;
   osb_engine_remove_active(c->e, &c->active);
-  uv_timer_stop(&c->flush_timer);
-  uv_timer_stop(&c->timeout_timer);
-  uv_close((uv_handle_t *)&c->flush_timer, cmd_handle_closed);
-  uv_close((uv_handle_t *)&c->timeout_timer, cmd_handle_closed);
+  uv_timer_t *const others[] = {&c->timeout_timer};
+  osb_batch_close(&c->batch, others, 1);
 }
 
-static void flush(osb_exec_cmd *c) {
-  uv_timer_stop(&c->flush_timer);
-  if (!c->bout.len && !c->berr.len) return;
-  if (c->cb.on_output) __atomic_add_fetch(&c->outstanding, c->bout.len + c->berr.len, __ATOMIC_SEQ_CST);
-  if (c->cb.on_output)
-    c->cb.on_output(c->ud, c->bout.data ? c->bout.data : "", c->bout.len, c->berr.data ? c->berr.data : "",
-                    c->berr.len);
-  osb_buf_reset(&c->bout);
-  osb_buf_reset(&c->berr);
+static void on_flush(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
+  osb_exec_cmd *c = ud;
+  if (!c->cb.on_output) return;
+  __atomic_add_fetch(&c->outstanding, out_len + err_len, __ATOMIC_SEQ_CST);
+  c->cb.on_output(c->ud, out, out_len, err, err_len);
 }
-
-static void on_flush_timer(uv_timer_t *t) { flush(t->data); }
 
 static void settle_waiters(osb_exec_cmd *c) {
   while (c->waiters) {
@@ -275,7 +261,7 @@ static void settle(osb_exec_cmd *c, const osb_error *err) {
   if (c->completed) return;
   c->completed = 1;
   uv_timer_stop(&c->timeout_timer);
-  flush(c);
+  osb_batch_flush(&c->batch);
   if (err) {
     c->cb.on_result(c->ud, err, NULL);
   } else {
@@ -361,17 +347,14 @@ static void on_timeout_timer(uv_timer_t *t) {
 static void add_output(osb_exec_cmd *c, int is_err, const char *text, size_t len) {
   const char *nl = "\n";
   osb_tail *t = is_err ? &c->err : &c->out;
-  osb_buf *b = is_err ? &c->berr : &c->bout;
   int only_nl = len == 1 && text[0] == '\n';
   osb_tail_append(t, text, len);
-  osb_buf_append(b, text, len);
+  osb_batch_append(&c->batch, is_err, text, len);
   if (!only_nl) {
     osb_tail_append(t, nl, 1);
-    osb_buf_append(b, nl, 1);
+    osb_batch_append(&c->batch, is_err, nl, 1);
   }
-  if (c->bout.len + c->berr.len >= FLUSH_BYTES) flush(c);
-  else if (!uv_is_active((uv_handle_t *)&c->flush_timer))
-    uv_timer_start(&c->flush_timer, on_flush_timer, FLUSH_DELAY_MS, 0);
+  osb_batch_kick(&c->batch);
 }
 
 static int parse_exit_code(const char *s, int *out) {
@@ -531,10 +514,9 @@ static void run_job(osb_engine *e, void *arg, int shutdown) {
     osb_exec_cmd_release(c);
     return;
   }
-  uv_timer_init(osb_engine_loop(e), &c->flush_timer);
+  osb_batch_start(&c->batch, osb_engine_loop(e), on_flush, cmd_closed, c);
   uv_timer_init(osb_engine_loop(e), &c->timeout_timer);
-  c->flush_timer.data = c->timeout_timer.data = c;
-  c->open_handles = 2;
+  c->timeout_timer.data = c;
   c->active.abort = cmd_abort;
   osb_engine_add_active(e, &c->active);
   c->start_ms = osb_engine_now(e);

@@ -4,6 +4,7 @@
 #include "conn.h"
 #include "ptyframe.h"
 #include "lifecycle.h"
+#include "core/batch.h"
 #include "core/buf.h"
 #include "core/http.h"
 
@@ -13,8 +14,6 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#define FLUSH_MS 5
-#define FLUSH_BYTES (64 * 1024)
 #define DRAIN_MS 2000        /* after the ack: wait this long for the exit frame before deleting the session */
 #define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
 #define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
@@ -66,7 +65,7 @@ struct osb_proc {
   osb_proc_callbacks cb;
   void *ud;
   /* engine-thread state */
-  int state, engine_side, cleaning, handles_open;
+  int state, engine_side, cleaning;
   int go_pending;       /* send the go line at "connected" */
   int connected;
   osb_ws_conn *conn;
@@ -77,8 +76,8 @@ struct osb_proc {
   uint64_t received;    /* bytes of the merged output stream seen */
   osb_pty_markers mk;   /* the wrapper's markers: patterns, held-back prefixes, what arrived */
   osb_tail tail[2];
-  osb_buf batch[2];
-  uv_timer_t flush_timer, timeout_timer, retry_timer;
+  osb_batch batch;
+  uv_timer_t timeout_timer, retry_timer;
   int reconnects, takeover;
   uint64_t retry_since; /* engine ms when the connection was first lost; 0 = not reconnecting */
   uint64_t connected_at, received_at_connect; /* when the current connection was confirmed; bytes seen then */
@@ -116,10 +115,8 @@ static void proc_free(osb_proc *p) {
   osb_strv_free(p->hdr_kv, 2 * p->execd.nheaders);
   osb_conn_clear(&p->execd);
   free(p->body);
-  for (int i = 0; i < 2; i++) {
-    osb_buf_free(&p->batch[i]);
-    osb_tail_free(&p->tail[i]);
-  }
+  osb_batch_free(&p->batch);
+  for (int i = 0; i < 2; i++) osb_tail_free(&p->tail[i]);
   while (p->qhead) {
     stdin_msg *m = p->qhead;
     p->qhead = m->next;
@@ -249,31 +246,23 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
 
 /* ---------------------------------------------------------------- output */
 
-static void flush(osb_proc *p) {
-  uv_timer_stop(&p->flush_timer);
-  if (!p->batch[0].len && !p->batch[1].len) return;
-  long n = (long)(p->batch[0].len + p->batch[1].len);
+static void on_flush(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
+  osb_proc *p = ud;
+  long n = (long)(out_len + err_len);
   if (__atomic_add_fetch(&p->inflight, n, __ATOMIC_ACQ_REL) > HIGH_WATER && !p->paused) {
     p->paused = 1;
     __atomic_store_n(&p->paused_flag, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&g_paused, 1, __ATOMIC_RELAXED);
     if (p->conn) osb_ws_pause(p->conn, 1);
   }
-  if (p->cb.on_output)
-    p->cb.on_output(p->ud, p->batch[0].data ? p->batch[0].data : "", p->batch[0].len,
-                    p->batch[1].data ? p->batch[1].data : "", p->batch[1].len);
-  osb_buf_reset(&p->batch[0]);
-  osb_buf_reset(&p->batch[1]);
+  if (p->cb.on_output) p->cb.on_output(p->ud, out, out_len, err, err_len);
 }
-
-static void on_flush_timer(uv_timer_t *t) { flush(t->data); }
 
 static void emit(osb_proc *p, int which, const char *s, size_t n) {
   if (!n || p->state == S_SETTLED) return;
   osb_tail_append(&p->tail[which], s, n);
-  osb_buf_append(&p->batch[which], s, n);
-  if (p->batch[0].len + p->batch[1].len >= FLUSH_BYTES) flush(p);
-  else if (!uv_is_active((uv_handle_t *)&p->flush_timer)) uv_timer_start(&p->flush_timer, on_flush_timer, FLUSH_MS, 0);
+  osb_batch_append(&p->batch, which, s, n);
+  osb_batch_kick(&p->batch);
 }
 
 static void try_finish(osb_proc *p);
@@ -328,7 +317,7 @@ static void fail_stdin(osb_proc *p, int all) {
 static void settle(osb_proc *p, int code, int killed, int timed_out, const char *error_text) {
   if (p->state == S_SETTLED) return;
   for (int i = 0; i < 2; i++) osb_pty_markers_flush(&p->mk, i, emit_cb, p); /* a marker prefix is output after all */
-  flush(p);
+  osb_batch_flush(&p->batch);
   p->state = S_SETTLED;
   uv_timer_stop(&p->timeout_timer);
   uv_timer_stop(&p->retry_timer);
@@ -364,12 +353,9 @@ static void on_cleanup_delete(void *ud, const osb_http_result *res) {
   cleanup(p);
 }
 
-static void handle_closed(uv_handle_t *h) {
-  osb_proc *p = h->data;
-  if (--p->handles_open == 0) {
-    __atomic_sub_fetch(&g_count, 1, __ATOMIC_RELAXED);
-    osb_proc_release(p); /* the engine side's reference */
-  }
+static void proc_closed(void *ud) {
+  __atomic_sub_fetch(&g_count, 1, __ATOMIC_RELAXED);
+  osb_proc_release(ud); /* the engine side's reference */
 }
 
 /* Ends the engine side once settled: closes the socket, waits for requests in flight, closes the timers. */
@@ -386,12 +372,8 @@ static void cleanup(osb_proc *p) {
     __atomic_sub_fetch(&g_paused, 1, __ATOMIC_RELAXED);
   }
   osb_engine_remove_active(p->e, &p->active);
-  uv_timer_stop(&p->flush_timer);
-  uv_timer_stop(&p->timeout_timer);
-  uv_timer_stop(&p->retry_timer);
-  uv_close((uv_handle_t *)&p->flush_timer, handle_closed);
-  uv_close((uv_handle_t *)&p->timeout_timer, handle_closed);
-  uv_close((uv_handle_t *)&p->retry_timer, handle_closed);
+  uv_timer_t *const others[] = {&p->timeout_timer, &p->retry_timer};
+  osb_batch_close(&p->batch, others, 2);
 }
 
 /* After a natural exit: the wrapper got its ack; once it is gone (exit frame, close or DRAIN_MS), delete the
@@ -972,11 +954,10 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
     return;
   }
   uv_loop_t *loop = osb_engine_loop(e);
-  uv_timer_init(loop, &p->flush_timer);
+  osb_batch_start(&p->batch, loop, on_flush, proc_closed, p);
   uv_timer_init(loop, &p->timeout_timer);
   uv_timer_init(loop, &p->retry_timer);
-  p->flush_timer.data = p->timeout_timer.data = p->retry_timer.data = p;
-  p->handles_open = 3;
+  p->timeout_timer.data = p->retry_timer.data = p;
   p->engine_side = 1;
   p->active.abort = proc_abort;
   osb_engine_add_active(e, &p->active);
