@@ -49,13 +49,14 @@ export function normalizeFiles(files, cwd) {
 }
 
 /**
- * Uploads in one request. conn = { baseUrl, headers, requestTimeoutMs }. Resolves when execd has stored every
+ * Uploads in one request. conn = { baseUrl, headers, requestTimeoutMs, caFile }. Resolves when execd has stored every
  * file; rejects with the native error shape (kind/status/code/…), `cancelled` when abortSignal fires.
  */
 export async function uploadFiles(conn, { paths, modes, buffers }, { abortSignal, timeoutMs } = {}) {
   const kv = [];
   for (const [k, v] of Object.entries(conn.headers ?? {})) kv.push(k, String(v));
-  const h = binding.filesUpload(conn.baseUrl, kv, paths, modes, buffers, timeoutMs ?? conn.requestTimeoutMs ?? 30000);
+  const h = binding.filesUpload(conn.baseUrl, kv, paths, modes, buffers, timeoutMs ?? conn.requestTimeoutMs ?? 30000,
+    conn.caFile ?? null);
   const onAbort = () => binding.filesCancel(h.handle);
   abortSignal?.addEventListener('abort', onAbort, { once: true });
   try {

@@ -2,6 +2,7 @@
 // OpenSandboxOptionError naming it), applies the documented defaults, and builds the lifecycle base URL.
 // Also validates the per-call options of executeCommand.
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
 import { OpenSandboxOptionError } from './errors.js';
 import { LOGICAL_ID_LABEL, labelProblem } from './labels.js';
 import { Template } from './template.js';
@@ -24,7 +25,7 @@ export const DEFAULTS = Object.freeze({
 const KNOWN = new Set([
   'id', 'domain', 'apiKey', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'resources', 'env',
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
-  'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes',
+  'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes', 'caFile',
   'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template',
 ]);
 
@@ -41,6 +42,19 @@ function optString(o, key, { nonEmpty = true } = {}) {
   if (typeof v !== 'string') fail(key, `expected a string, got ${typeName(v)}`);
   if (nonEmpty && v.trim() === '') fail(key, 'must not be empty');
   return v;
+}
+
+/** A PEM CA bundle for https/wss: must be a readable file now (the native clients read it on every connection). */
+function parseCaFile(o) {
+  const p = optString(o, 'caFile');
+  if (p === undefined) return undefined;
+  try {
+    fs.accessSync(p, fs.constants.R_OK);
+    if (!fs.statSync(p).isFile()) throw new Error('not a file');
+  } catch {
+    fail('caFile', `${JSON.stringify(p)} is not a readable file`);
+  }
+  return p;
 }
 
 function optPositiveInt(o, key) {
@@ -249,6 +263,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     networkPolicy: o.networkPolicy === undefined ? undefined : structuredClone(o.networkPolicy),
     useServerProxy: o.useServerProxy ?? DEFAULTS.useServerProxy,
     execdAccessToken: optString(o, 'execdAccessToken'),
+    caFile: parseCaFile(o),
     requestTimeoutMs: optPositiveInt(o, 'requestTimeoutMs') ?? DEFAULTS.requestTimeoutMs,
     readyTimeoutMs: optPositiveInt(o, 'readyTimeoutMs') ?? DEFAULTS.readyTimeoutMs,
     instructions: o.instructions,

@@ -171,7 +171,7 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
   /**
    * @param {object} [options]
    * @param {Record<string,string|undefined>} [options.env] environment for every process
-   * @param {() => ({ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number })} [options.connection]
+   * @param {() => ({ baseUrl: string, headers?: Record<string,string>, requestTimeoutMs?: number, caFile?: string })} [options.connection]
    *   the execd endpoint; OpenSandboxSandbox passes its own. Without it, `sandbox.opensandbox.execdConnection()` is used.
    * @param {(attempt: () => Promise<any>, opts: { anyTransport?: boolean }) => Promise<any>} [options.recover] runs
    *   spawn/get through the sandbox's dead-sandbox recovery (OpenSandboxSandbox passes its own; see lib/recovery.js)
@@ -206,7 +206,7 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
     return binding.processStart(
       c.baseUrl, pairs(c.headers), c.requestTimeoutMs ?? 30000, retainedLimit(maxRetainedBytes),
       command, cwd, pairs(env), stdinIgnore, timeout ?? 0, this.#ackWaitS, pid, 0,
-      (o, e) => sink.push(o, e),
+      (o, e) => sink.push(o, e), c.caFile ?? null,
     );
   }
 

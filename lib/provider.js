@@ -39,6 +39,7 @@ export const openSandboxConfigSchema = Object.freeze({
     },
     networkPolicy: { type: 'object', description: 'Egress policy: { defaultAction, egress: [{ action, target }] }.' },
     useServerProxy: { type: 'boolean', default: DEFAULTS.useServerProxy, description: "Reach execd through the lifecycle server's proxy." },
+    caFile: str('https/wss: PEM CA bundle to verify the lifecycle server and execd with (default: SSL_CERT_FILE/SSL_CERT_DIR, else the system bundle).'),
     requestTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.requestTimeoutMs, description: 'Deadline of each lifecycle/execd request.' },
     readyTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.readyTimeoutMs, description: 'Deadline for the sandbox to become Running and execd to answer.' },
     workingDirectory: str('Default cwd of commands, created on start.', { default: DEFAULTS.workingDirectory }),

@@ -661,8 +661,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   #lc() {
     if (!this.#lifecycleClient) {
-      const { lifecycleBaseUrl, apiKey, requestTimeoutMs } = this.#cfg;
-      this.#lifecycleClient = new Lifecycle({ baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs });
+      const { lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile } = this.#cfg;
+      this.#lifecycleClient = new Lifecycle({ baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile });
     }
     return this.#lifecycleClient;
   }
@@ -700,7 +700,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   /** The execd endpoint for the process manager; undefined until started. */
   #execdConnection() {
     if (!this.#execdUrl) return undefined;
-    return { baseUrl: this.#execdUrl, headers: this.#execdHeaders, requestTimeoutMs: this.#cfg.requestTimeoutMs };
+    return { baseUrl: this.#execdUrl, headers: this.#execdHeaders, requestTimeoutMs: this.#cfg.requestTimeoutMs, caFile: this.#cfg.caFile };
   }
 
   #forget() {
@@ -907,7 +907,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (cfg.execdAccessToken) headers['X-EXECD-ACCESS-TOKEN'] = cfg.execdAccessToken;
     const baseUrl = /^https?:\/\//i.test(ep.endpoint) ? ep.endpoint.replace(/\/+$/, '') : `${cfg.protocol}://${ep.endpoint.replace(/\/+$/, '')}`;
     this.#endpoint = { endpoint: ep.endpoint, headers: ep.headers ?? {} };
-    const execd = new Execd({ baseUrl, headers, requestTimeoutMs: cfg.requestTimeoutMs });
+    const execd = new Execd({ baseUrl, headers, requestTimeoutMs: cfg.requestTimeoutMs, caFile: cfg.caFile });
     try {
       await execd.waitReady(cfg.readyTimeoutMs);
     } catch (e) {

@@ -12,6 +12,8 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { startServer } from '../scripts/dev-server/index.js';
 import { Lifecycle, Execd, stats } from '../lib/native.js';
+import { OpenSandboxProcessManager, OpenSandboxSandbox } from '../lib/index.js';
+import { uploadFiles } from '../lib/files.js';
 import { waitFor } from './helpers/poll.js';
 import { request } from './helpers/raw.js';
 import { runNodeCode } from './helpers/run-node.js';
@@ -424,6 +426,63 @@ describe('native API (C core) against the local server', function () {
       const r = await x.run({ command: 'echo over-tls' }).result;
       assert.equal(r.stdout, 'over-tls\n');
       assert.throws(() => new Execd({ baseUrl: execdBase, caFile: path.join(dir, 'missing.pem') }), /caFile/);
+    });
+
+    /** An OpenSandboxSandbox on the local server whose process manager reaches execd through a TLS proxy. */
+    async function processesOverTls(extra) {
+      const sandbox = new OpenSandboxSandbox({ domain: new URL(srv.baseUrl).host, apiKey: API_KEY });
+      await sandbox._start();
+      const conn = sandbox[Symbol.for('mastra-opensandbox.execdConnection')]();
+      const u = new URL(conn.baseUrl);
+      const baseUrl = `https://127.0.0.1:${await tlsProxy(Number(u.port))}${u.pathname.replace(/\/$/, '')}`;
+      const pm = new OpenSandboxProcessManager({ connection: () => ({ ...conn, baseUrl, ...extra }) });
+      pm.sandbox = sandbox;
+      return { sandbox, pm, baseUrl, headers: conn.headers };
+    }
+
+    it('processes (https + wss) and uploads with caFile; without it they fail on the certificate', async () => {
+      const caFile = path.join(dir, 'cert.pem');
+      const { sandbox, pm, baseUrl, headers } = await processesOverTls({ caFile });
+      try {
+        await uploadFiles({ baseUrl, headers, caFile }, { paths: ['/workspace/tls.txt'], modes: [644], buffers: [Buffer.from('uploaded')] });
+        const h = await pm.spawn('read line; echo "got $line"; cat /workspace/tls.txt');
+        await h.sendStdin('over-wss\n');
+        const r = await h.wait();
+        assert.deepEqual([r.exitCode, r.stdout], [0, 'got over-wss\nuploaded']);
+        const one = { paths: ['/workspace/x'], modes: [644], buffers: [Buffer.from('x')] };
+        await assert.rejects(uploadFiles({ baseUrl, headers, requestTimeoutMs: 2000 }, one), /certificate/i);
+        await assert.rejects(uploadFiles({ baseUrl, headers, caFile: path.join(dir, 'missing.pem') }, one), /caFile/);
+        for (const [extra, re] of [[{ requestTimeoutMs: 2000 }, /certificate/i], [{ caFile: path.join(dir, 'missing.pem') }, /caFile/]]) {
+          const other = new OpenSandboxProcessManager({ connection: () => ({ baseUrl, headers, ...extra }) });
+          other.sandbox = sandbox;
+          await assert.rejects(other.spawn('echo x'), re);
+        }
+      } finally {
+        await sandbox._destroy();
+      }
+    });
+
+    it('without caFile, SSL_CERT_FILE names the CA bundle for https and wss', async () => {
+      const { sandbox, baseUrl, headers } = await processesOverTls({});
+      const lcUrl = `https://127.0.0.1:${await tlsProxy(Number(new URL(srv.baseUrl).port))}/v1`;
+      const code = `
+        import { Lifecycle, binding } from ${JSON.stringify(pathToFileURL(path.join(root, 'lib/native.js')).href)};
+        const lc = new Lifecycle({ baseUrl: ${JSON.stringify(lcUrl)}, apiKey: ${JSON.stringify(API_KEY)}, requestTimeoutMs: 5000 });
+        console.log('lifecycle', (await lc.get(${JSON.stringify(sb.id)})).id);
+        const kv = ${JSON.stringify(Object.entries(headers).flat())};
+        const p = binding.processStart(${JSON.stringify(baseUrl)}, kv, 5000, 65536, 'echo env-ca', null, [], true, 0, 0, null, 0, null);
+        await p.started;
+        console.log('process', (await p.exited).stdout.toString().trim());`;
+      try {
+        const trusted = await runNodeCode(code, { env: { SSL_CERT_FILE: path.join(dir, 'cert.pem') } });
+        assert.equal(trusted.out, `lifecycle ${sb.id}\nprocess env-ca\n`);
+        assert.equal(trusted.code, 0);
+        const other = await runNodeCode(code, { env: { SSL_CERT_FILE: path.join(dir, 'key.pem') } });
+        assert.notEqual(other.code, 0);
+        assert.match(other.out, /certificate|CA/i);
+      } finally {
+        await sandbox._destroy();
+      }
     });
   });
 

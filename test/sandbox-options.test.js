@@ -26,6 +26,9 @@ describe('OpenSandboxSandbox options', () => {
     rejectsOption({ imagee: 'x' }, 'imagee', /unknown option/);
     rejectsOption({ domain: 42 }, 'domain', /string/);
     rejectsOption({ domain: '' }, 'domain', /empty/);
+    rejectsOption({ caFile: '/nonexistent/ca.pem' }, 'caFile', /not a readable file/);
+    rejectsOption({ caFile: '/' }, 'caFile', /not a readable file/);
+    rejectsOption({ caFile: 7 }, 'caFile', /string/);
     rejectsOption({ domain: 'ftp://x' }, 'domain', /scheme/);
     rejectsOption({ domain: 'http://u:p@h:1' }, 'domain', /credentials/);
     rejectsOption({ protocol: 'ws' }, 'protocol');

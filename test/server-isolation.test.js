@@ -313,6 +313,26 @@ describe('dev-server without isolation', function () {
     }
   });
 
+  it('serves sandboxes whose data dir is deeper than a Unix socket path can be (both isolation modes)', async () => {
+    // regression: execd's socket lived at <dataDir>/sb/<id>/run/execd.sock and the server refused to start a
+    // sandbox once that path passed the 107-byte limit of sun_path
+    const top = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-deep-'));
+    const deep = path.join(top, 'd'.repeat(120), 'e'.repeat(60));
+    for (const isolation of ['bwrap', 'none']) {
+      const server = await startServer({ dataDir: path.join(deep, isolation), isolation, commandTailMs: 20, log: () => {} });
+      try {
+        const c = client(server);
+        const sb = await c.create();
+        assert.equal(sb.status, 202, JSON.stringify(sb.json));
+        assert.equal((await c.run(sb, 'echo deep')).out, 'deep', isolation);
+        assert.equal((await c.remove(sb)).status, 204);
+      } finally {
+        await server.close();
+      }
+    }
+    fs.rmSync(top, { recursive: true, force: true });
+  });
+
   it('refuses to start without bwrap on PATH unless isolation is none', async () => {
     const saved = process.env.PATH;
     process.env.PATH = path.dirname(process.execPath);

@@ -93,6 +93,9 @@ export interface OpenSandboxSandboxOptions {
   useServerProxy?: boolean;
   /** Sent as X-EXECD-ACCESS-TOKEN to execd when set. */
   execdAccessToken?: string;
+  /** https/wss: PEM CA bundle that the lifecycle server and execd are verified with (processes, uploads and the
+   * code interpreter too). Default: SSL_CERT_FILE / SSL_CERT_DIR, else the system bundle found at run time. */
+  caFile?: string;
   /** Deadline of each lifecycle/execd request (not of command runs). Default 30000. */
   requestTimeoutMs?: number;
   /** Deadline for the sandbox to become Running and execd to answer /ping. Default 30000. */

@@ -13,6 +13,7 @@ const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
 const READY_TIMEOUT_MS = 15000;
 const EXIT_TIMEOUT_MS = 5000;
 const SOCKET_DIR_IN_SANDBOX = '/run/execd';
+const SOCKET_NAME = 'execd.sock';
 const SYSTEM_DIRS = ['/usr', '/bin', '/sbin', '/lib', '/lib64', '/lib32', '/libx32', '/etc'];
 
 function alive(pid) {
@@ -68,10 +69,19 @@ export class SandboxProcess {
       home: path.join(spec.dir, 'home'),
       run: path.join(spec.dir, 'run'),
     };
-    this.socketPath = path.join(this.dirs.run, 'execd.sock');
+    this.runDirFd = null;
     this.child = null;
     this.exited = null;
     this.paused = false;
+  }
+
+  /**
+   * Where this process reaches execd's socket: through an open descriptor of the run dir
+   * (/proc/self/fd/N/execd.sock, under 40 bytes) because the real path grows with the data dir and a Unix socket
+   * path has at most 107 bytes. Open from start() until kill().
+   */
+  get socketPath() {
+    return this.runDirFd === null ? path.join(this.dirs.run, SOCKET_NAME) : `/proc/self/fd/${this.runDirFd}/${SOCKET_NAME}`;
   }
 
   bwrapArgs(execdArgs) {
@@ -113,10 +123,9 @@ export class SandboxProcess {
     const { nodeDir } = runtimeDirs();
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;
-    const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/execd.sock` : this.socketPath;
-    if (Buffer.byteLength(this.socketPath) > 100) {
-      throw new Error(`socket path too long for a Unix socket (${this.socketPath}); use a shorter dataDir`);
-    }
+    if (this.runDirFd === null) this.runDirFd = fs.openSync(this.dirs.run, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+    // without isolation execd binds relative to its working directory (the sandbox's workspace, a sibling of run)
+    const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
@@ -212,6 +221,10 @@ export class SandboxProcess {
       await Promise.race([this.exitPromise, new Promise((r) => setTimeout(r, EXIT_TIMEOUT_MS).unref())]);
       // then until every process of the tree is gone (or only a zombie waiting for its reaper)
       while (Date.now() < deadline && all.some(alive)) await new Promise((r) => setTimeout(r, 10));
+    }
+    if (this.runDirFd !== null) {
+      fs.closeSync(this.runDirFd);
+      this.runDirFd = null;
     }
   }
 

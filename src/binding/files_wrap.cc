@@ -1,8 +1,9 @@
 // Files: the thin binding of src/opensandbox/files.h and fileops.h. filesUpload(baseUrl, headerKv, paths, modes,
-// buffers, timeoutMs) -> { result: Promise<void>, handle }; filesCancel(handle) ends it early. new FilesClient(baseUrl,
-// headerKv, requestTimeoutMs, idleTimeoutMs, caFile|null).op(kind, paths, text|null, text2|null, num, rangeStart,
-// rangeEnd, sizeHint, maxBytes, timeoutMs) -> { result: Promise<string|Buffer|undefined>, handle }; fileOpCancel(handle).
-// A download resolves a Buffer over the C allocation itself (no copy). lib/filesystem.js wraps them.
+// buffers, timeoutMs, caFile|null) -> { result: Promise<void>, handle }; filesCancel(handle) ends it early.
+// new FilesClient(baseUrl, headerKv, requestTimeoutMs, idleTimeoutMs, caFile|null).op(kind, paths, text|null,
+// text2|null, num, rangeStart, rangeEnd, sizeHint, maxBytes, timeoutMs) -> { result: Promise<string|Buffer|undefined>,
+// handle }; fileOpCancel(handle). A download resolves a Buffer over the C allocation itself (no copy).
+// lib/filesystem.js wraps them.
 #include "addon.h"
 
 #include <cstdlib>
@@ -27,6 +28,8 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   Napi::Array modes = info[3].As<Napi::Array>(), bufs = info[4].As<Napi::Array>();
   if (modes.Length() != paths.size() || bufs.Length() != paths.size()) ThrowType(env, "paths, modes and buffers differ in length");
   long timeout = ArgLong(info, 5, 0, "timeoutMs");
+  bool hasCa = !ArgIsNullish(info, 6);
+  std::string ca = hasCa ? ArgString(info, 6, "caFile") : "";
   std::vector<osb_upload_file> files(paths.size());
   for (size_t i = 0; i < paths.size(); i++) {
     Napi::Value m = modes.Get(i), b = bufs.Get(i);
@@ -41,8 +44,8 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   Napi::Promise p = d->deferred.Promise();
   auto kv = CStrs(headers);
   char err[256] = "";
-  osb_upload* u = osb_upload_start(e, base.c_str(), kv.data(), headers.size() / 2, files.data(), files.size(), timeout,
-                                   DeliverDone, d, err, sizeof err);
+  osb_upload* u = osb_upload_start(e, base.c_str(), kv.data(), headers.size() / 2, hasCa ? ca.c_str() : nullptr,
+                                   files.data(), files.size(), timeout, DeliverDone, d, err, sizeof err);
   if (!u) {
     delete d;
     ThrowType(env, err);

@@ -203,7 +203,7 @@ class ProcessWrap : public Napi::ObjectWrap<ProcessWrap> {
 };
 
 // processStart(baseUrl, headerKv[], requestTimeoutMs, maxRetainedBytes, command|null, cwd|null, envKv[],
-//              stdinIgnore, timeoutMs, ackWaitS, attachPid|null, attachSince, onOutput) -> Process
+//              stdinIgnore, timeoutMs, ackWaitS, attachPid|null, attachSince, onOutput, caFile|null) -> Process
 Napi::Value ProcessStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Addon* a = GetAddon(env);
@@ -223,6 +223,8 @@ Napi::Value ProcessStart(const Napi::CallbackInfo& info) {
   std::string pid = hasPid ? ArgString(info, 10, "pid") : "";
   long since = ArgLong(info, 11, 0, "since");
   if (!ArgIsNullish(info, 12) && !info[12].IsFunction()) ThrowType(env, "onOutput must be a function");
+  bool hasCa = !ArgIsNullish(info, 13);
+  std::string ca = hasCa ? ArgString(info, 13, "caFile") : "";
   if (!hasCmd && !hasPid) ThrowType(env, "a command or a pid is required");
 
   osb_engine* e = a->Engine(env);
@@ -235,6 +237,7 @@ Napi::Value ProcessStart(const Napi::CallbackInfo& info) {
   o.nheaders = hkv.size() / 2;
   o.request_timeout_ms = reqTimeout;
   o.max_retained = maxRetained;
+  o.ca_file = hasCa ? ca.c_str() : nullptr;
   o.command = hasCmd ? command.c_str() : nullptr;
   o.cwd = hasCwd ? cwd.c_str() : nullptr;
   o.env_kv = ev.data();

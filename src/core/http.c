@@ -1,6 +1,7 @@
 /* HTTP on curl multi + uv_poll/uv_timer on the engine loop (see http.h). */
 #define _GNU_SOURCE
 #include "http.h"
+#include "tls_ca.h"
 #include "buf.h"
 
 #include <stdio.h>
@@ -560,7 +561,13 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (r->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+  if (r->ca_file) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+  } else {
+    const osb_tls_ca *ca = osb_tls_default_ca();
+    if (ca->file) curl_easy_setopt(h, CURLOPT_CAINFO, ca->file);
+    if (ca->dir) curl_easy_setopt(h, CURLOPT_CAPATH, ca->dir);
+  }
   if (r->has_body) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);

@@ -59,7 +59,7 @@ typedef struct {
   long idle_timeout_ms;         /* max silence while waiting for/reading the response; 0 = none */
   int retry_connect;            /* retry connection failures with backoff (idempotent requests only) */
   size_t max_body;              /* buffered body limit; 0 = 32 MiB */
-  const char *ca_file;          /* PEM CA bundle for https (copied); NULL = curl's default bundle */
+  const char *ca_file;          /* PEM CA bundle for https (copied); NULL = osb_tls_default_ca() (tls_ca.h) */
   osb_http_data_fn on_data;     /* NULL = buffer the body */
   osb_http_begin_fn on_begin;   /* optional, with on_data */
   osb_http_done_fn on_done;

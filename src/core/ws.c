@@ -1,6 +1,7 @@
 /* WebSocket client on its own libwebsockets thread (see ws.h). */
 #include "ws.h"
 #include "buf.h"
+#include "tls_ca.h"
 
 #include <libwebsockets.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ struct osb_ws_conn {
   struct lws *wsi;         /* lws thread only */
   /* connect parameters (immutable after connect) */
   char *host, *path, *hosthdr;
+  char *ca_file;           /* NULL = the context's default (tls_ca.h) */
   int port, ssl;
   char **hdr_names, **hdr_values;
   size_t nh;
@@ -59,8 +61,17 @@ struct osb_ws {
   int nconnecting;        /* lws thread */
   long nconns;            /* atomic */
   long running;           /* atomic */
+  struct ca_vhost *ca_vhosts; /* lws thread: one client vhost per caFile in use */
   int refs;               /* guarded by mu: the owner's (until stop) + one per connection */
 };
+
+/* lws verifies a server with its vhost's CA store: connections with their own caFile use a vhost made for that
+ * file on first use (kept until the context goes). */
+typedef struct ca_vhost {
+  struct ca_vhost *next;
+  struct lws_vhost *vh;
+  char path[];
+} ca_vhost;
 
 /* Drops a reference to w (mu not held); frees it with the last one. */
 static void ws_unref(osb_ws *w) {
@@ -90,6 +101,7 @@ static void conn_free(osb_ws_conn *c) {
   free(c->host);
   free(c->path);
   free(c->hosthdr);
+  free(c->ca_file);
   osb_buf_free(&c->rx);
   free(c);
   if (w) ws_unref(w);
@@ -145,11 +157,20 @@ static void gone(osb_ws_conn *c, const char *reason, int http_status) {
   if (f) conn_free(c);
 }
 
+static struct lws_vhost *vhost_for_ca(osb_ws *w, const char *path);
+
 static void start_connect(osb_ws_conn *c) {
   osb_ws *w = c->w;
   struct lws_client_connect_info ci;
   memset(&ci, 0, sizeof ci);
   ci.context = w->ctx;
+  if (c->ca_file && c->ssl && !(ci.vhost = vhost_for_ca(w, c->ca_file))) {
+    uv_mutex_lock(&w->mu);
+    c->state = C_CONNECTING;
+    uv_mutex_unlock(&w->mu);
+    gone(c, "cannot load the certificates of caFile", 0);
+    return;
+  }
   ci.address = c->host;
   ci.port = c->port;
   ci.ssl_connection = c->ssl ? LCCSCF_USE_SSL : 0;
@@ -343,6 +364,33 @@ static const struct lws_protocols protocols[] = {
   {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
+/* The client vhost that verifies servers with path's certificates, made on first use. lws thread. */
+static struct lws_vhost *vhost_for_ca(osb_ws *w, const char *path) {
+  for (ca_vhost *v = w->ca_vhosts; v; v = v->next)
+    if (strcmp(v->path, path) == 0) return v->vh;
+  size_t n = strlen(path) + 1;
+  ca_vhost *v = malloc(sizeof *v + n);
+  if (!v) return NULL;
+  memcpy(v->path, path, n);
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.port = CONTEXT_PORT_NO_LISTEN;
+  info.protocols = protocols;
+  info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+  info.vhost_name = v->path;
+  info.client_ssl_ca_filepath = v->path;
+  info.gid = -1;
+  info.uid = -1;
+  v->vh = lws_create_vhost(w->ctx, &info);
+  if (!v->vh) {
+    free(v);
+    return NULL;
+  }
+  v->next = w->ca_vhosts;
+  w->ca_vhosts = v;
+  return v->vh;
+}
+
 static void worker(void *arg) {
   osb_ws *w = arg;
   for (;;) {
@@ -370,6 +418,8 @@ osb_ws *osb_ws_start(char *err, size_t errlen) {
   info.port = CONTEXT_PORT_NO_LISTEN;
   info.protocols = protocols;
   info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+  /* without a file lws' OpenSSL uses its default paths, which honour SSL_CERT_DIR */
+  info.client_ssl_ca_filepath = osb_tls_default_ca()->file;
   info.user = w;
   info.gid = -1;
   info.uid = -1;
@@ -426,6 +476,11 @@ void osb_ws_stop(osb_ws *w) {
   w->waiting_tail = NULL;
   lws_context_destroy(w->ctx); /* WSI_DESTROY for every live wsi: drops their references without callbacks */
   w->ctx = NULL;
+  while (w->ca_vhosts) { /* the vhosts went with the context */
+    ca_vhost *v = w->ca_vhosts;
+    w->ca_vhosts = v->next;
+    free(v);
+  }
   ws_unref(w); /* freed now, or when the last connection handle is released */
 }
 
@@ -488,8 +543,8 @@ static int parse_url(osb_ws_conn *c, const char *url, char *err, size_t errlen) 
   return 0;
 }
 
-osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *const *header_kv, size_t nh,
-                            const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen) {
+osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, const char *const *header_kv,
+                            size_t nh, const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen) {
   osb_ws_conn *c = calloc(1, sizeof *c);
   if (!c) {
     snprintf(err, errlen, "out of memory");
@@ -500,6 +555,11 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *const *heade
   c->ud = ud;
   if (!url || parse_url(c, url, err, errlen) != 0) {
     if (!url) snprintf(err, errlen, "WebSocket URL missing");
+    conn_free(c);
+    return NULL;
+  }
+  if (ca_file && !(c->ca_file = strdup(ca_file))) {
+    snprintf(err, errlen, "out of memory");
     conn_free(c);
     return NULL;
   }

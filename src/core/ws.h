@@ -30,11 +30,12 @@ osb_ws *osb_ws_start(char *err, size_t errlen);
  * have closed theirs, or must not rely on on_close after this). Then frees w. Not from the lws thread. */
 void osb_ws_stop(osb_ws *w);
 
-/* Starts a connection to url (ws:// or wss://; http:// and https:// are accepted as aliases). header_kv: 2*nh
- * strings (name, value), sent on the handshake. Returns a handle with one reference for the caller, or NULL +
- * err (bad URL, stopping, OOM; no callback then). */
-osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *const *header_kv, size_t nh,
-                            const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen);
+/* Starts a connection to url (ws:// or wss://; http:// and https:// are accepted as aliases). ca_file: PEM
+ * bundle that wss servers are verified with (copied), NULL = osb_tls_default_ca() (tls_ca.h); a file that cannot
+ * be loaded ends the connection through on_close. header_kv: 2*nh strings (name, value), sent on the handshake.
+ * Returns a handle with one reference for the caller, or NULL + err (bad URL, stopping, OOM; no callback then). */
+osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, const char *const *header_kv,
+                            size_t nh, const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen);
 /* Queues a message (copied). Returns 0, or -1 when the connection is closed/closing or on OOM. */
 int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n);
 /* Flow control: paused = 1 stops reading from the socket (the peer's sends then back up), 0 resumes. Applies

@@ -16,7 +16,7 @@ typedef struct osb_conn {
   size_t nheaders;
   long timeout_ms;  /* per request */
   long idle_ms;     /* stream watchdog */
-  char *ca_file;    /* NULL = curl's default bundle */
+  char *ca_file;    /* NULL = osb_tls_default_ca() (core/tls_ca.h) */
 } osb_conn;
 
 /* Validates and copies: base_url must be http(s); header_kv is 2*nheaders strings (name, value; a NULL value is

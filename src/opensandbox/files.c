@@ -168,8 +168,8 @@ oom:
 }
 
 osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *const *header_kv, size_t nheaders,
-                             const osb_upload_file *files, size_t n, long timeout_ms, osb_upload_done_fn done,
-                             void *ud, char *errbuf, size_t errlen) {
+                             const char *ca_file, const osb_upload_file *files, size_t n, long timeout_ms,
+                             osb_upload_done_fn done, void *ud, char *errbuf, size_t errlen) {
   if (!e || !base_url || !*base_url || !done) {
     snprintf(errbuf, errlen, "upload: engine, base URL and callback are required");
     return NULL;
@@ -195,6 +195,11 @@ osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *co
   osb_upload *u = calloc(1, sizeof *u);
   if (!u) goto oom;
   if (osb_conn_init(&u->execd, base_url, header_kv, nheaders, 0, 0, errbuf, errlen) != 0) {
+    free(u);
+    return NULL;
+  }
+  if (ca_file && osb_conn_set_ca_file(&u->execd, ca_file, errbuf, errlen) != 0) {
+    osb_conn_clear(&u->execd);
     free(u);
     return NULL;
   }

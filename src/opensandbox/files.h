@@ -21,11 +21,12 @@ typedef struct {
 typedef void (*osb_upload_done_fn)(void *ud, const osb_error *err);
 
 /* Starts the upload of n >= 1 files to `${base_url}/files/upload` with the endpoint headers (2*nheaders strings;
- * their values are treated as secrets in error messages). timeout_ms: whole request (0 = none). Returns a handle
- * holding one reference for the caller (osb_upload_release), or NULL with errbuf set (done never called). */
+ * their values are treated as secrets in error messages). ca_file: PEM CA bundle for https (NULL = the default,
+ * core/tls_ca.h). timeout_ms: whole request (0 = none). Returns a handle holding one reference for the caller
+ * (osb_upload_release), or NULL with errbuf set (done never called). */
 osb_upload *osb_upload_start(osb_engine *e, const char *base_url, const char *const *header_kv, size_t nheaders,
-                             const osb_upload_file *files, size_t n, long timeout_ms, osb_upload_done_fn done,
-                             void *ud, char *errbuf, size_t errlen);
+                             const char *ca_file, const osb_upload_file *files, size_t n, long timeout_ms,
+                             osb_upload_done_fn done, void *ud, char *errbuf, size_t errlen);
 /* Thread-safe: ends the upload early; done then reports a cancelled error (no-op once finished). */
 void osb_upload_cancel(osb_engine *e, osb_upload *u);
 void osb_upload_release(osb_upload *u);

@@ -15,7 +15,7 @@
 struct osb_lc {
   char *base_url; /* without a trailing "/" */
   char *api_key;  /* NULL when none */
-  char *ca_file;  /* NULL = curl's default bundle */
+  char *ca_file;  /* NULL = osb_tls_default_ca() (core/tls_ca.h) */
   long timeout_ms;
 };
 

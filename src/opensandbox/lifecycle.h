@@ -14,7 +14,7 @@ typedef struct osb_lc osb_lc;
  * api_key may be NULL. Nothing is kept borrowed. */
 osb_lc *osb_lc_new(const char *base_url, const char *api_key, long timeout_ms, char *err, size_t errlen);
 void osb_lc_free(osb_lc *lc);
-/* https: trust the PEM CA bundle at path (copied) instead of curl's default bundle. Returns 0, or -1 (message)
+/* https: trust the PEM CA bundle at path (copied) instead of the default CAs (core/tls_ca.h). Returns 0, or -1 (message)
  * when the file is not readable. Call before the first request. */
 int osb_lc_set_ca_file(osb_lc *lc, const char *path, char *err, size_t errlen);
 

@@ -663,7 +663,7 @@ static void connect_ws(osb_proc *p) {
   }
   l->p = p;
   l->gen = ++p->gen;
-  osb_ws_conn *c = osb_ws_connect(p->ws, url, (const char *const *)p->hdr_kv, p->execd.nheaders, &WS_CB, l, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(p->ws, url, p->execd.ca_file, (const char *const *)p->hdr_kv, p->execd.nheaders, &WS_CB, l, err, sizeof err);
   if (!c) {
     free(l);
     settle_failed(p, "WS_CONNECT_FAILED", "cannot open the process's WebSocket: %s", err);
@@ -998,6 +998,10 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
   osb_conn execd;
   if (osb_conn_init(&execd, o->base_url, o->header_kv, o->nheaders, o->request_timeout_ms, 0, errbuf, errlen) != 0)
     return NULL;
+  if (o->ca_file && osb_conn_set_ca_file(&execd, o->ca_file, errbuf, errlen) != 0) {
+    osb_conn_clear(&execd);
+    return NULL;
+  }
   osb_proc *p = calloc(1, sizeof *p);
   if (!p) {
     osb_conn_clear(&execd);

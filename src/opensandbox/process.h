@@ -34,6 +34,7 @@ typedef struct {
   const char *const *header_kv;   /* 2*nheaders strings: endpoint headers (+ X-EXECD-ACCESS-TOKEN) */
   size_t nheaders;
   long request_timeout_ms;        /* per HTTP request; 0 = 30000 */
+  const char *ca_file;            /* PEM CA bundle for https/wss; NULL = osb_tls_default_ca() (tls_ca.h) */
   int64_t max_retained;           /* per stream; < 0 = unbounded */
   /* spawn (attach_pid == NULL) */
   const char *command;            /* non-empty */

@@ -56,7 +56,7 @@ static void test_many_files(void) {
   result r = {0};
   latch_init(&r.l);
   const char *hdr[] = {"X-Test", "secret-header-value"};
-  osb_upload *u = osb_upload_start(e, EXECD, hdr, 1, files, 3, 10000, on_done, &r, err, sizeof err);
+  osb_upload *u = osb_upload_start(e, EXECD, hdr, 1, NULL, files, 3, 10000, on_done, &r, err, sizeof err);
   CHECK(u != NULL);
   CHECK(latch_wait(&r.l, 1, 15000));
   CHECK(r.called == 1 && !r.failed);
@@ -83,7 +83,7 @@ static void test_errors(void) {
   result r = {0};
   latch_init(&r.l);
   const char *hdr[] = {"X-EXECD-ACCESS-TOKEN", "tok-secret-1234"};
-  osb_upload *u = osb_upload_start(e, EXECD, hdr, 1, &dir, 1, 10000, on_done, &r, err, sizeof err);
+  osb_upload *u = osb_upload_start(e, EXECD, hdr, 1, NULL, &dir, 1, 10000, on_done, &r, err, sizeof err);
   CHECK(latch_wait(&r.l, 1, 15000));
   CHECK(r.failed && r.err.kind == OSB_KIND_API && r.err.status == 500);
   CHECK(strstr(r.err.message, "tok-secret-1234") == NULL);
@@ -93,19 +93,19 @@ static void test_errors(void) {
   result t = {0};
   latch_init(&t.l);
   osb_upload_file f = {"/tmp/x", 0, "x", 1};
-  u = osb_upload_start(e, CLOSED, NULL, 0, &f, 1, 5000, on_done, &t, err, sizeof err);
+  u = osb_upload_start(e, CLOSED, NULL, 0, NULL, &f, 1, 5000, on_done, &t, err, sizeof err);
   CHECK(latch_wait(&t.l, 1, 10000));
   CHECK(t.failed && t.err.kind == OSB_KIND_TRANSPORT);
   osb_upload_release(u);
 
   /* bad input: refused synchronously, callback never called */
   osb_upload_file rel = {"relative.txt", 644, "x", 1};
-  CHECK(osb_upload_start(e, EXECD, NULL, 0, &rel, 1, 0, on_done, &t, err, sizeof err) == NULL);
+  CHECK(osb_upload_start(e, EXECD, NULL, 0, NULL, &rel, 1, 0, on_done, &t, err, sizeof err) == NULL);
   CHECK(strstr(err, "absolute") != NULL);
   osb_upload_file mode = {"/tmp/m", 648, "x", 1};
-  CHECK(osb_upload_start(e, EXECD, NULL, 0, &mode, 1, 0, on_done, &t, err, sizeof err) == NULL);
+  CHECK(osb_upload_start(e, EXECD, NULL, 0, NULL, &mode, 1, 0, on_done, &t, err, sizeof err) == NULL);
   CHECK(strstr(err, "octal") != NULL);
-  CHECK(osb_upload_start(e, EXECD, NULL, 0, &mode, 0, 0, on_done, &t, err, sizeof err) == NULL);
+  CHECK(osb_upload_start(e, EXECD, NULL, 0, NULL, &mode, 0, 0, on_done, &t, err, sizeof err) == NULL);
   CHECK(t.called == 1);
   osb_engine_stop(e);
   latch_destroy(&r.l);
@@ -122,7 +122,7 @@ static void test_cancel_and_shutdown(void) {
   osb_upload_file f = {p, 644, data, big};
   result r = {0};
   latch_init(&r.l);
-  osb_upload *u = osb_upload_start(e, EXECD, NULL, 0, &f, 1, 30000, on_done, &r, err, sizeof err);
+  osb_upload *u = osb_upload_start(e, EXECD, NULL, 0, NULL, &f, 1, 30000, on_done, &r, err, sizeof err);
   CHECK(u != NULL);
   osb_upload_cancel(e, u); /* queued after the start job: cancels the transfer */
   CHECK(latch_wait(&r.l, 1, 15000));
@@ -132,7 +132,7 @@ static void test_cancel_and_shutdown(void) {
 
   result s = {0};
   latch_init(&s.l);
-  u = osb_upload_start(e, EXECD, NULL, 0, &f, 1, 30000, on_done, &s, err, sizeof err);
+  u = osb_upload_start(e, EXECD, NULL, 0, NULL, &f, 1, 30000, on_done, &s, err, sizeof err);
   osb_engine_stop(e); /* settles the upload */
   CHECK(s.called == 1 && s.failed);
   osb_upload_release(u);

@@ -1,10 +1,14 @@
 /* Unit tests of the pure C modules: byte buffers, tail retention, the execd event-stream parser (every case,
  * every chunk boundary), the HTTP error mapping (bodies, 422 summaries, redaction) and the PTY WebSocket frame and
  * marker parser (every split of a marker stream). No network. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include "harness.h"
 #include "core/buf.h"
 #include "core/events.h"
+#include "core/tls_ca.h"
 #include "opensandbox/error.h"
 #include "opensandbox/ptyframe.h"
 
@@ -468,6 +472,34 @@ static void test_pty_frames_real_execd(void) {
   CHECK(checked >= 60);
 }
 
+static void test_tls_ca(void) {
+  char dir[] = "/tmp/osb-ca-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char present[64];
+  snprintf(present, sizeof present, "%s/bundle.pem", dir);
+  FILE *f = fopen(present, "w");
+  CHECK(f != NULL);
+  fclose(f);
+  char missing[64];
+  snprintf(missing, sizeof missing, "%s/none.pem", dir);
+  const char *const cands[] = {missing, present, NULL};
+  /* the first readable candidate */
+  osb_tls_ca ca = osb_tls_pick_ca(NULL, NULL, cands);
+  CHECK(ca.file == present && ca.dir == NULL);
+  /* the variables win, each on its own; an empty one counts as unset */
+  ca = osb_tls_pick_ca("/x/ca.pem", NULL, cands);
+  CHECK(ca.file && strcmp(ca.file, "/x/ca.pem") == 0 && ca.dir == NULL);
+  ca = osb_tls_pick_ca(NULL, "/x/certs", cands);
+  CHECK(ca.file == NULL && ca.dir && strcmp(ca.dir, "/x/certs") == 0);
+  ca = osb_tls_pick_ca("", "", cands);
+  CHECK(ca.file == present && ca.dir == NULL);
+  const char *const none[] = {missing, NULL};
+  ca = osb_tls_pick_ca(NULL, NULL, none);
+  CHECK(ca.file == NULL && ca.dir == NULL);
+  remove(present);
+  rmdir(dir);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   RUN(test_buf);
@@ -482,5 +514,6 @@ int main(void) {
   RUN(test_pty_replay);
   RUN(test_pty_markers_every_split);
   RUN(test_pty_markers_not_markers);
+  RUN(test_tls_ca);
   return t_summary();
 }

@@ -249,7 +249,7 @@ static void test_round_trip(osb_ws *w) {
   rec_init(&r);
   const char *hdrs[] = {"X-Test-Token", "s3cret value"};
   char err[128] = "";
-  osb_ws_conn *c = osb_ws_connect(w, url, hdrs, 1, &CB, &r, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(w, url, NULL, hdrs, 1, &CB, &r, err, sizeof err);
   CHECK(c != NULL, "connect: %s", err);
   CHECK(wait_for(&r, &r.opened, 1), "opened");
   CHECK(osb_ws_send(c, 0, "token", 5) == 0, "send");
@@ -279,7 +279,7 @@ static void test_refused(osb_ws *w) {
   uv_thread_t t;
   raw_start(&t);
   snprintf(bad, sizeof bad, "ws://127.0.0.1:%d/pty/x/ws", raw_port);
-  osb_ws_conn *c = osb_ws_connect(w, bad, NULL, 0, &CB, &r, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(w, bad, NULL, NULL, 0, &CB, &r, err, sizeof err);
   CHECK(c != NULL, "connect: %s", err);
   CHECK(wait_for(&r, &r.closed, 1), "refused upgrade reported");
   CHECK(r.opened == 0 && r.http_status == 409, "refused upgrade: status %d reason %s", r.http_status, r.reason);
@@ -290,23 +290,23 @@ static void test_refused(osb_ws *w) {
 
   rec_init(&r);
   /* a port nobody listens on: the server's port + 1 is not guaranteed free, so use port 1 (privileged, unused) */
-  c = osb_ws_connect(w, "ws://127.0.0.1:1/x", NULL, 0, &CB, &r, err, sizeof err);
+  c = osb_ws_connect(w, "ws://127.0.0.1:1/x", NULL, NULL, 0, &CB, &r, err, sizeof err);
   CHECK(c != NULL, "connect: %s", err);
   CHECK(wait_for(&r, &r.closed, 1), "connection refused reported");
   CHECK(r.opened == 0 && r.http_status == 0 && r.code == 0 && strstr(r.reason, "failed"), "refused: %s", r.reason);
   osb_ws_conn_release(c);
   rec_free(&r);
 
-  CHECK(osb_ws_connect(w, "ftp://x/", NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "ws://"), "bad scheme");
-  CHECK(osb_ws_connect(w, "ws://host:99999/", NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "port"), "bad port");
-  CHECK(osb_ws_connect(w, "ws:///x", NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "host"), "no host");
+  CHECK(osb_ws_connect(w, "ftp://x/", NULL, NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "ws://"), "bad scheme");
+  CHECK(osb_ws_connect(w, "ws://host:99999/", NULL, NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "port"), "bad port");
+  CHECK(osb_ws_connect(w, "ws:///x", NULL, NULL, 0, &CB, &r, err, sizeof err) == NULL && strstr(err, "host"), "no host");
 }
 
 static void test_close_silences(osb_ws *w) {
   rec r;
   rec_init(&r);
   char err[128] = "";
-  osb_ws_conn *c = osb_ws_connect(w, url, NULL, 0, &CB, &r, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(w, url, NULL, NULL, 0, &CB, &r, err, sizeof err);
   CHECK(wait_for(&r, &r.opened, 1), "opened");
   osb_ws_close(c);
   osb_ws_close(c); /* idempotent */
@@ -331,7 +331,7 @@ static void test_many(osb_ws *w) {
   char err[128] = "";
   for (int i = 0; i < N; i++) {
     rec_init(&rs[i]);
-    cs[i] = osb_ws_connect(w, url, NULL, 0, &CB, &rs[i], err, sizeof err);
+    cs[i] = osb_ws_connect(w, url, NULL, NULL, 0, &CB, &rs[i], err, sizeof err);
   }
   for (int i = 0; i < N; i++) {
     char msg[16];
@@ -370,7 +370,7 @@ int main(void) {
   /* stop with a connection still open (its handle released after stop) */
   rec r;
   rec_init(&r);
-  osb_ws_conn *c = osb_ws_connect(w, url, NULL, 0, &CB, &r, err, sizeof err);
+  osb_ws_conn *c = osb_ws_connect(w, url, NULL, NULL, 0, &CB, &r, err, sizeof err);
   CHECK(wait_for(&r, &r.opened, 1), "opened before stop");
   osb_ws_stop(w);
   CHECK(r.closed == 0, "stop does not call back");
