@@ -8,8 +8,9 @@
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],
       "cflags_c": ["-std=gnu11", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
       "cflags_cc": ["-std=gnu++17", "-Wall", "-Wextra"],
-      "cflags": ["<!@(pkg-config --cflags libcurl libcjson libwebsockets)"],
-      "libraries": ["<!@(pkg-config --libs libcurl libcjson libwebsockets)"]
+      "cflags": ["<!@(node scripts/build.js --cflags)"],
+      "ldflags": ["<!@(node scripts/build.js --ldflags)"],
+      "libraries": ["<!@(node scripts/build.js --libs)"]
     }
   ]
 }

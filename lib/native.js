@@ -1,6 +1,9 @@
-// The native API (docs/ARCHITECTURE.md): loads build/Release/mastra_opensandbox.node with a clear message when
-// it is missing, and adapts JS values to the thin binding (objects -> JSON text / string pairs, JSON text ->
-// objects). Failures are Errors with own properties kind, status, code, message, requestId, attempts.
+// The native API (docs/ARCHITECTURE.md): loads the addon — $MASTRA_OPENSANDBOX_ADDON when set, else the prebuilt
+// prebuilds/linux-<arch>/mastra_opensandbox.node that the npm package carries, else a source build in
+// build/Release — with a clear message when none loads, and adapts JS values to the thin binding (objects -> JSON
+// text / string pairs, JSON text -> objects). Failures are Errors with own properties kind, status, code, message,
+// requestId, attempts.
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,19 +12,31 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
 
 function load() {
-  const file = path.join(root, 'build', 'Release', 'mastra_opensandbox.node');
-  try {
-    return require(file);
-  } catch (err) {
-    const e = new Error(
-      `mastra-opensandbox: cannot load the native addon (${file}): ${err.message}\n` +
-        'Rebuild it with `npm rebuild mastra-opensandbox` (or `node scripts/build.js` in the package); it needs ' +
-        'the Debian packages libcurl4-openssl-dev libcjson-dev libwebsockets-dev pkg-config build-essential python3.',
-    );
-    e.code = 'NATIVE_ADDON_MISSING';
-    e.cause = err;
-    throw e;
+  const explicit = process.env.MASTRA_OPENSANDBOX_ADDON;
+  const files = explicit ? [path.resolve(explicit)] : [
+    path.join(root, 'prebuilds', `${process.platform}-${process.arch}`, 'mastra_opensandbox.node'),
+    path.join(root, 'build', 'Release', 'mastra_opensandbox.node'),
+  ];
+  const failures = [];
+  for (const file of files) {
+    if (!explicit && !fs.existsSync(file)) continue;
+    try {
+      return require(file);
+    } catch (err) {
+      failures.push({ file, err }); // e.g. a prebuilt binary on a musl or too old glibc: try the source build
+    }
   }
+  const why = failures.length ? failures.map((f) => `${f.file}: ${f.err.message}`).join('; ')
+    : `no prebuilt binary for ${process.platform}-${process.arch} and no source build (${files.join(', ')})`;
+  const e = new Error(
+    `mastra-opensandbox: cannot load the native addon (${why}).\n` +
+      `Build it from source with \`node ${path.join(root, 'scripts', 'build.js')}\`; it needs a C toolchain, ` +
+      'python3, pkg-config and the C libraries libcurl, libcjson and libwebsockets with their headers (Debian/Ubuntu: ' +
+      'apt-get install build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev).',
+  );
+  e.code = 'NATIVE_ADDON_MISSING';
+  e.cause = failures[0]?.err;
+  throw e;
 }
 
 /** The loaded addon, for the other lib/ modules that wrap its classes (process table, upload, code interpreter). */

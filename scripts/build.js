@@ -3,7 +3,9 @@
 // 1. checks the Debian -dev packages through pkg-config (one clear message naming what is missing);
 // 2. finds Node's headers on disk (never downloads them from nodejs.org);
 // 3. runs npm's bundled node-gyp with --nodedir.
-// `node scripts/build.js --list-sources` prints the C/C++ sources for binding.gyp.
+// `node scripts/build.js --list-sources` prints the C/C++ sources for binding.gyp; `--cflags`, `--libs` and
+// `--ldflags` print how the C libraries are compiled in: pkg-config's flags (Debian's shared libraries), or with
+// MASTRA_OPENSANDBOX_STATIC_DEPS=<dir> the static link of the prebuilt addon (scripts/prebuild.sh makes <dir>).
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -18,9 +20,44 @@ function listSources() {
     .filter((f) => /\.(c|cc)$/.test(f)).sort().map((f) => `${d}/${f}`)).join(' ');
 }
 
+const PKGS = ['libcurl', 'libcjson', 'libwebsockets'];
+const staticDir = process.env.MASTRA_OPENSANDBOX_STATIC_DEPS;
+
+/** Compiler/linker flags of the C libraries for binding.gyp (`kind`: cflags, libs or ldflags). */
+function depFlags(kind) {
+  if (!staticDir) {
+    if (kind === 'ldflags') return '';
+    const r = spawnSync('pkg-config', [kind === 'cflags' ? '--cflags' : '--libs', ...PKGS], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`pkg-config --${kind} failed: ${r.stderr}`);
+    return r.stdout.trim();
+  }
+  // <dir>: include/, lib/lib{curl,websockets,cjson,ssl,crypto}.a, exports.map, and optionally glibc-compat.o
+  // with wrap.txt (the symbols it redirects, one a line)
+  const d = path.resolve(staticDir);
+  const q = (p) => JSON.stringify(p);
+  if (kind === 'cflags') return `-I${q(path.join(d, 'include'))} -DCURL_STATICLIB`;
+  const compat = fs.existsSync(path.join(d, 'glibc-compat.o'));
+  if (kind === 'libs') {
+    return [...['curl', 'websockets', 'cjson', 'ssl', 'crypto'].map((n) => q(path.join(d, 'lib', `lib${n}.a`))),
+      ...(compat ? [q(path.join(d, 'glibc-compat.o'))] : []),
+      // named libpthread/libdl: on glibc < 2.34 the old symbol versions live there, not in libc.so.6
+      '-Wl,--no-as-needed', '-l:libpthread.so.0', '-l:libdl.so.2', '-lm'].join(' ');
+  }
+  const wraps = compat ? fs.readFileSync(path.join(d, 'wrap.txt'), 'utf8').split('\n').filter(Boolean) : [];
+  // only the two Node-API entry points are exported; -z nodelete: OpenSSL's exit handlers live in this object
+  return [`-Wl,--version-script=${q(path.join(d, 'exports.map'))}`, '-Wl,-z,nodelete', '-Wl,--exclude-libs,ALL',
+    ...wraps.map((w) => `-Wl,--wrap=${w}`)].join(' ');
+}
+
 if (process.argv.includes('--list-sources')) {
   process.stdout.write(listSources() + '\n');
   process.exit(0);
+}
+for (const kind of ['cflags', 'libs', 'ldflags']) {
+  if (process.argv.includes(`--${kind}`)) {
+    process.stdout.write(depFlags(kind) + '\n');
+    process.exit(0);
+  }
 }
 
 const fail = (msg) => {
@@ -33,11 +70,11 @@ const DEPS = [
   ['libcjson', 'libcjson-dev'],
   ['libwebsockets', 'libwebsockets-dev'],
 ];
-const pc = spawnSync('pkg-config', ['--version'], { encoding: 'utf8' });
+const pc = staticDir ? { status: 0 } : spawnSync('pkg-config', ['--version'], { encoding: 'utf8' });
 if (pc.error || pc.status !== 0) {
   fail(`pkg-config not found. Install the build dependencies with:\n  apt-get install -y pkg-config build-essential python3 ${DEPS.map((d) => d[1]).join(' ')}`);
 }
-const missing = DEPS.filter(([mod]) => spawnSync('pkg-config', ['--exists', mod]).status !== 0);
+const missing = staticDir ? [] : DEPS.filter(([mod]) => spawnSync('pkg-config', ['--exists', mod]).status !== 0);
 if (missing.length) {
   fail(`missing C libraries: ${missing.map((d) => d[0]).join(', ')} (pkg-config cannot find them).\n` +
     `Install them with:\n  apt-get install -y ${missing.map((d) => d[1]).join(' ')}`);
@@ -80,7 +117,8 @@ const stampText = listSources() + '\n' + fs.readFileSync(path.join(root, 'bindin
 const incremental = process.argv.includes('--incremental') && fs.existsSync(path.join(root, 'build', 'Makefile')) &&
   fs.existsSync(sourcesStamp) && fs.readFileSync(sourcesStamp, 'utf8') === stampText;
 const args = [...(gypJs ? [gypJs] : []), incremental ? 'build' : 'rebuild', `--nodedir=${nodedir}`,
-  `--target=${ver}`, '--jobs=max', ...(process.env.MASTRA_OPENSANDBOX_DEBUG ? ['--debug'] : [])];
+  `--target=${ver}`, '--jobs=max', ...(process.env.MASTRA_OPENSANDBOX_DEBUG ? ['--debug'] : []),
+  ...process.argv.filter((a) => a.startsWith('--arch='))];
 
 console.log(`${NAME}: node ${process.version} building with headers ${ver} from ${nodedir}`);
 const r = spawnSync(cmd, args, { stdio: 'inherit', cwd: root });

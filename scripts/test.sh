@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: the addon is rebuilt if its sources changed, the C tests run under ASan/UBSan, valgrind and
-# TSan (plus a bounded fuzz run), the TypeScript examples are type-checked, then mocha runs every JS test against the
-# local OpenSandbox-compatible server. The last line sums everything up as "N passed, N failed, N skipped".
+# TSan (plus a bounded fuzz run), the TypeScript examples are type-checked, the package is packed with its prebuilt
+# addon and smoke-tested as a user installs it (scripts/test-packed.sh: no compiler, no C libraries), then mocha runs
+# every JS test against the local OpenSandbox-compatible server — loading that prebuilt .node
+# (MASTRA_OPENSANDBOX_ADDON), so the binary that ships is the one the whole suite exercises; the source build is
+# exercised by the C tests and compiled here. The last line sums everything up as "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MASTRA_TELEMETRY_DISABLED=1
@@ -17,14 +20,22 @@ c_fail=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log"
 ts_rc=0
 npx tsc -p examples || { echo "tsc -p examples (type check of the TypeScript examples) failed"; ts_rc=1; }
 
+packed_rc=0
+bash scripts/test-packed.sh || packed_rc=1
+prebuilt=$PWD/build/prebuild/linux-$(node -p process.arch)/mastra_opensandbox.node
+if [ "$packed_rc" -eq 0 ] && [ -f "$prebuilt" ]; then
+  echo "mocha runs against the prebuilt addon $prebuilt"
+  export MASTRA_OPENSANDBOX_ADDON=$prebuilt
+fi
+
 npx mocha --reporter spec "test/**/*.test.js" 2>&1 | tee "$log"
 js_rc=${PIPESTATUS[0]}
 js_pass=$(sed -n 's/^ *\([0-9][0-9]*\) passing.*/\1/p' "$log" | tail -1)
 js_fail=$(sed -n 's/^ *\([0-9][0-9]*\) failing.*/\1/p' "$log" | tail -1)
 js_skip=$(sed -n 's/^ *\([0-9][0-9]*\) pending.*/\1/p' "$log" | tail -1)
 
-passed=$(( ${c_pass:-0} + ${js_pass:-0} + (ts_rc == 0 ? 1 : 0) ))
-failed=$(( ${c_fail:-0} + ${js_fail:-0} + ts_rc ))
+passed=$(( ${c_pass:-0} + ${js_pass:-0} + (ts_rc == 0 ? 1 : 0) + (packed_rc == 0 ? 1 : 0) ))
+failed=$(( ${c_fail:-0} + ${js_fail:-0} + ts_rc + packed_rc ))
 # a runner that died without its own count still fails the suite
 [ "$c_rc" -ne 0 ] && [ "${c_fail:-0}" -eq 0 ] && failed=$((failed + 1))
 [ "$js_rc" -ne 0 ] && [ "${js_fail:-0}" -eq 0 ] && failed=$((failed + 1))

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# npm run prebuild [-- --arch x64|arm64] [--stage]: the self-contained prebuilt addon that the npm package carries,
+#   build/prebuild/linux-<arch>/mastra_opensandbox.node  + build/prebuild/linux-<arch>/NOTICES/
+# --stage (prepack) also copies it to prebuilds/linux-<arch>/, which lib/native.js loads first and the package's
+# "files" include; postpack removes prebuilds/ again, so a checkout keeps loading its own build/Release.
+# curl (HTTP/HTTPS only), libwebsockets, cJSON and OpenSSL are built from Debian's source packages of the versions
+# installed on this machine and linked in statically; the .node exports only the two Node-API entry points and
+# needs nothing but glibc >= 2.28, libstdc++ and libgcc_s. The script fails when the binary breaks that promise
+# (highest GLIBC_ version, NEEDED list, exported symbols).
+#
+# The static libraries are cached, keyed by the source versions, the compiler and scripts/prebuild/deps.sh, in
+# $MASTRA_OPENSANDBOX_PREBUILD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/mastra-opensandbox/prebuild): a cold run
+# downloads ~18 MB of sources and compiles them (minutes), a warm one only links the addon. Needs: dpkg-dev
+# (apt-get source), cmake, ninja-build, libssl-dev (its libssl.a/libcrypto.a) and the -dev packages whose versions
+# are used; arm64 on another machine also gcc/g++-aarch64-linux-gnu and libssl-dev:arm64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+arch=x64 stage=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --arch) arch=${2:-}; shift 2 ;;
+    --stage) stage=1; shift ;;
+    *) echo "usage: npm run prebuild [-- --arch x64|arm64] [--stage]" >&2; exit 2 ;;
+  esac
+done
+say() { echo "prebuild: $*"; }
+die() { echo "prebuild: $*" >&2; exit 1; }
+
+case $arch in
+  x64) triplet=x86_64-linux-gnu; machine=x86_64; loader=ld-linux-x86-64.so.2 ;;
+  arm64) triplet=aarch64-linux-gnu; machine=aarch64; loader=ld-linux-aarch64.so.1 ;;
+  *) die "unknown --arch $arch (x64 or arm64)" ;;
+esac
+cc=gcc cxx=g++ strip=strip
+if [ "$(uname -m)" != "$machine" ]; then cc=$triplet-gcc cxx=$triplet-g++ strip=$triplet-strip; fi
+
+# What the binary promises (README "Prebuilt binary"); checked at the end.
+GLIBC_FLOOR=2.28
+GLIBCXX_FLOOR=3.4.21
+NEEDED_OK="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 libstdc++.so.6 libgcc_s.so.1 $loader"
+EXPORTS="napi_register_module_v1 node_api_module_get_api_version_v1"
+
+# ---- 1. the static C libraries (cached)
+ver() {
+  local v
+  v=$(dpkg-query -W -f='${source:Version}' "$1" 2>/dev/null) || die "$1 is not installed (apt-get install $1)"
+  echo "$v"
+}
+ssl_pkg=libssl-dev
+[ "$arch" = x64 ] || ssl_pkg=libssl-dev:arm64
+curl_v=$(ver libcurl4-openssl-dev) lws_v=$(ver libwebsockets-dev) cjson_v=$(ver libcjson-dev) ssl_v=$(ver "$ssl_pkg")
+for t in cmake ninja "$cc" "$cxx" dpkg-source readelf; do command -v "$t" >/dev/null || die "$t not found"; done
+key="$arch curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v openssl=$ssl_v $($cc -dumpfullversion) deps.sh=$(sha256sum scripts/prebuild/deps.sh | cut -c1-16)"
+cache=${MASTRA_OPENSANDBOX_PREBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/prebuild}
+deps=$cache/deps-$arch-$(echo "$key" | sha256sum | cut -c1-16)
+mkdir -p "$cache"
+
+# The machine's own Debian mirrors as deb-src entries in a private apt directory (no change to /etc/apt; removed
+# with the scratch directory): one-line and deb822 sources whose URIs are Debian's or Ubuntu's.
+debsrc() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] && sed -n -E 's/^deb(\s+\[[^]]*\])?\s+((https?|file):[^ ]*(debian|ubuntu)[^ ]*\s.*)$/deb-src\1 \2/p' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && awk 'BEGIN { RS=""; ORS="\n\n" } /(^|\n)URIs:[^\n]*(debian|ubuntu)/ && /(^|\n)Types:[^\n]*deb/ && !/(^|\n)Enabled: *no/ {
+      sub(/(^|\n)Types:[^\n]*/, "\nTypes: deb-src"); print }' "$f"
+  done
+}
+
+if [ ! -f "$deps/.complete" ]; then
+  start=$SECONDS
+  say "building the static libraries ($key) into $deps"
+  scratch=$(mktemp -d "$cache/scratch.XXXXXX")
+  trap 'rm -rf "$scratch"' EXIT
+  a=$scratch/apt
+  mkdir -p "$a/sources.list.d" "$a/lists/partial" "$a/cache/archives/partial" "$scratch/src"
+  debsrc > "$a/sources.list.d/deb-src.sources"
+  grep -q deb-src "$a/sources.list.d/deb-src.sources" || die "no Debian/Ubuntu entry in /etc/apt to derive deb-src from"
+  apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$a/sources.list.d" -o "Dir::State::Lists=$a/lists"
+    -o "Dir::Cache=$a/cache" -o "APT::Sandbox::User=$(id -un)" -qq)
+  apt-get "${apt_opts[@]}" update || die "apt-get update of the deb-src entries failed"
+  (cd "$scratch/src" && apt-get "${apt_opts[@]}" source curl="$curl_v" libwebsockets="$lws_v" cjson="$cjson_v" >/dev/null) ||
+    die "apt-get source curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v failed (is that version still on the mirror?)"
+  bash scripts/prebuild/deps.sh "$scratch/src" "$scratch/prefix" "$arch"
+  # license notices of what gets linked in
+  n=$scratch/prefix/NOTICES
+  mkdir -p "$n"
+  cp "$scratch"/src/curl-*/COPYING "$n/curl.txt"
+  cp "$scratch"/src/cjson-*/LICENSE "$n/cJSON.txt"
+  cp "$scratch"/src/libwebsockets-*/LICENSE "$n/libwebsockets.txt"
+  for f in lib/misc/sha-1.c lib/misc/base64-decode.c; do # compiled in, under their own notices
+    { echo "libwebsockets $f:"; sed -n '1,/\*\//p' "$scratch"/src/libwebsockets-*/"$f"; } > "$n/libwebsockets-$(basename "$f" .c).txt"
+  done
+  # OpenSSL 3 is under the Apache License 2.0 (its LICENSE.txt is that text): Debian's copyright file + the text
+  cat "/usr/share/doc/${ssl_pkg%%:*}/copyright" /usr/share/common-licenses/Apache-2.0 > "$n/OpenSSL.txt"
+  echo "$key" > "$scratch/prefix/VERSIONS"
+  rm -rf "$deps"
+  mv "$scratch/prefix" "$deps"
+  touch "$deps/.complete"
+  say "static libraries built in $((SECONDS - start)) s"
+fi
+
+# ---- 2. the addon, linked in a copy of the package's build files (the developer's build/Release stays as it is);
+# incremental while the libraries, the link files and the compilers stay the same
+work=$root/build/prebuild-work-$arch
+out=$root/build/prebuild/linux-$arch
+link_key="$deps $cc $cxx $(cat scripts/prebuild/exports.map scripts/prebuild/glibc-compat.c | sha256sum)"
+[ "$(cat "$work/.link-key" 2>/dev/null)" = "$link_key" ] || rm -rf "$work"
+rm -rf "$out"
+mkdir -p "$work/scripts" "$work/static" "$out"
+rm -rf "$work/src"
+cp -a binding.gyp src "$work/" # timestamps kept: make recompiles only what changed
+cp -a scripts/build.js "$work/scripts/"
+if [ ! -f "$work/.link-key" ]; then
+  ln -s "$deps/include" "$deps/lib" "$work/static/"
+  cp scripts/prebuild/exports.map "$work/static/"
+  "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIC -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat.o"
+  nm "$work/static/glibc-compat.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap.txt"
+fi
+gyp_arch=()
+[ "$arch" = x64 ] || gyp_arch=(--arch=arm64)
+(cd "$work" && CC=$cc CXX=$cxx MASTRA_OPENSANDBOX_STATIC_DEPS=$work/static \
+  node scripts/build.js --incremental "${gyp_arch[@]}" > "$work/build.log" 2>&1) || { tail -40 "$work/build.log"; die "addon build failed"; }
+echo "$link_key" > "$work/.link-key"
+node=$out/mastra_opensandbox.node
+"$strip" --strip-unneeded -o "$node" "$work/build/Release/mastra_opensandbox.node"
+
+# ---- 3. the promise: glibc floor, NEEDED, exports
+newest() { readelf -W --version-info "$node" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
+le() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1)" = "$2" ]; }
+glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
+le "$glibc" "$GLIBC_FLOOR" || die "needs GLIBC_$glibc > $GLIBC_FLOOR: $(readelf -W --dyn-syms "$node" | grep -o "[a-z_0-9]*@GLIBC_$glibc" | sort -u | tr '\n' ' ')"
+le "${glibcxx:-0}" "$GLIBCXX_FLOOR" || die "needs GLIBCXX_$glibcxx > $GLIBCXX_FLOOR"
+needed=$(readelf -W -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')
+for l in $needed; do
+  case " $NEEDED_OK " in *" $l "*) ;; *) die "needs $l (allowed: $NEEDED_OK)" ;; esac
+done
+exports=$(readelf -W --dyn-syms "$node" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" { print $8 }' | sed 's/@.*//' | sort | tr '\n' ' ')
+[ "$exports" = "$(echo $EXPORTS | tr ' ' '\n' | sort | tr '\n' ' ')" ] || die "exports '$exports', expected '$EXPORTS'"
+
+# ---- 4. notices, a load test where the binary runs here
+cp -r "$deps/NOTICES" "$out/NOTICES"
+cp node_modules/node-addon-api/LICENSE.md "$out/NOTICES/node-addon-api.txt"
+sed -n '/^GCC RUNTIME LIBRARY EXCEPTION/,/requirements of the license of GCC\./p' /usr/share/doc/libgcc-s1/copyright > "$out/NOTICES/gcc-runtime-library-exception.txt"
+cat > "$out/NOTICES/README.txt" <<EOF
+mastra_opensandbox.node (linux-$arch) contains, linked statically:
+  curl/libcurl $curl_v (Debian source package; HTTP and HTTPS only)  -> curl.txt
+  libwebsockets $lws_v (MIT; also compiles in the files of libwebsockets-sha-1.txt and libwebsockets-base64-decode.txt) -> libwebsockets*.txt
+  cJSON $cjson_v (MIT) -> cJSON.txt
+  OpenSSL $ssl_v (Apache License 2.0) -> OpenSSL.txt
+  node-addon-api (MIT) -> node-addon-api.txt
+  startup code and helpers of GCC's runtime (GPL-3.0 with the GCC Runtime Library Exception) -> gcc-runtime-library-exception.txt
+It links dynamically to glibc, libstdc++ and libgcc_s of the system it runs on.
+EOF
+if [ "$arch" = x64 ] && [ "$(uname -m)" = x86_64 ]; then
+  node -e "const m = require(process.argv[1]); if (typeof m.versions !== 'function') process.exit(1)" "$node" || die "$node does not load"
+fi
+size=$(stat -c %s "$node")
+say "$node: $((size / 1024)) KiB, GLIBC_$glibc, GLIBCXX_${glibcxx:-none}, NEEDED $needed"
+if [ "$stage" = 1 ]; then
+  rm -rf "prebuilds/linux-$arch"
+  mkdir -p prebuilds
+  cp -r "$out" "prebuilds/linux-$arch"
+fi

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The package as a user gets it (part of scripts/test.sh): `npm pack` (its prepack builds the prebuilt addon with
+# scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports), then, inside a bubblewrap environment with
+# no compiler, no headers and a library folder holding only glibc's, libstdc++, libgcc_s and what bash and
+# coreutils need (no curl, libwebsockets, cJSON, OpenSSL or zlib), the tarball is installed into a fresh project
+# and test/packed/smoke.mjs runs there (https/wss with a private CA: a command, a background process with stdin, an
+# upload). Prints the tarball size and the install time; exits non-zero on any failure.
+# Needs bwrap and openssl (for the test CA); npm's cache (or the registry) provides the package's 3 dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+say() { echo "packed: $*"; }
+die() { echo "packed: FAILED: $*" >&2; exit 1; }
+arch=$(node -p process.arch)
+triplet=$(gcc -dumpmachine 2>/dev/null || echo "$(uname -m)-linux-gnu")
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/osb-packed.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# ---- 1. pack (prepack: scripts/prebuild.sh --stage; postpack removes prebuilds/ again)
+start=$SECONDS
+npm pack --silent --pack-destination "$tmp" > "$tmp/pack.out" 2> "$tmp/pack.err" || { cat "$tmp/pack.err"; die "npm pack"; }
+tgz=$tmp/$(tail -1 "$tmp/pack.out")
+[ -f "$tgz" ] || die "npm pack made no tarball"
+[ ! -e prebuilds ] || die "postpack left prebuilds/ in the checkout"
+say "npm pack (with the prebuild) took $((SECONDS - start)) s; $(basename "$tgz"): $(($(stat -c %s "$tgz") / 1024)) KiB"
+listing=$(tar -tzf "$tgz")
+for f in "prebuilds/linux-$arch/mastra_opensandbox.node" "prebuilds/linux-$arch/NOTICES/OpenSSL.txt" \
+  "prebuilds/linux-$arch/NOTICES/curl.txt" "prebuilds/linux-$arch/NOTICES/libwebsockets.txt" \
+  "prebuilds/linux-$arch/NOTICES/cJSON.txt" binding.gyp scripts/build.js; do
+  grep -qx "package/$f" <<< "$listing" || die "the tarball lacks $f"
+done
+tar -xzf "$tgz" -C "$tmp" package/package.json
+node -e '
+  const p = require(process.argv[1]);
+  const bad = ["preinstall", "install", "postinstall"].filter((s) => p.scripts?.[s]);
+  if (bad.length || p.gypfile !== false) { console.error("install scripts:", bad, "gypfile:", p.gypfile); process.exit(1); }
+' "$tmp/package/package.json" || die "the packed package.json would run an install script"
+
+# ---- 2. a private CA for https/wss
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tmp/key.pem" -out "$tmp/ca.pem" \
+  -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null || die "openssl req"
+
+# ---- 3. the environment: the host's /usr without compilers, headers and the C libraries the addon links in
+libdir=/usr/lib/$triplet
+b=(--die-with-parent --unshare-pid --unshare-ipc --proc /proc --dev /dev --tmpfs /tmp
+  --ro-bind /usr /usr --ro-bind /etc /etc --tmpfs /usr/include --tmpfs /usr/local --tmpfs /usr/lib/gcc
+  --tmpfs /usr/bin --tmpfs "$libdir")
+for d in bin sbin lib lib64 lib32 libx32; do
+  if [ -L "/$d" ]; then b+=(--symlink "$(readlink "/$d")" "/$d"); elif [ -d "/$d" ]; then b+=(--ro-bind "/$d" "/$d"); fi
+done
+# libraries: glibc's, the C++ runtime (Node's own needs), and those of bash/coreutils
+for l in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libstdc++.so.6 libgcc_s.so.1 ld-linux-*.so.* \
+  libtinfo.so.6 libselinux.so.1 libpcre2-8.so.0; do
+  for f in "$libdir"/$l; do [ -e "$f" ] && b+=(--ro-bind "$(realpath "$f")" "$f"); done
+done
+for t in sh dash bash cat env grep mkdir rm ls sleep head tail id readlink uname true false mktemp printf kill nproc; do
+  [ -e "/usr/bin/$t" ] && b+=(--ro-bind "$(realpath "/usr/bin/$t")" "/usr/bin/$t")
+done
+nodebin=$(realpath "$(command -v node)")
+npmcli=$(realpath "$(dirname "$(realpath "$(command -v npm)")")/npm-cli.js")
+[ -f "$npmcli" ] || die "npm-cli.js not found next to $(command -v npm)"
+cache=$(npm config get cache)
+mkdir -p "$cache"
+b+=(--ro-bind "$(dirname "$nodebin")" "$(dirname "$nodebin")" --ro-bind "$(dirname "$(dirname "$npmcli")")" "$(dirname "$(dirname "$npmcli")")"
+  --ro-bind "$root/node_modules" "$root/node_modules" --bind "$cache" "$cache" --bind "$tmp" "$tmp")
+app=$tmp/app
+mkdir -p "$app"
+echo '{ "name": "smoke-app", "private": true, "type": "module" }' > "$app/package.json"
+cp test/packed/smoke.mjs "$app/"
+inside() { bwrap "${b[@]}" --chdir "$app" --setenv PATH "$(dirname "$nodebin"):/usr/bin" -- "$@"; }
+
+out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; do command -v $t; done; ls /usr/include; ls '"$libdir"' | grep -E "lib(curl|websockets|cjson|ssl|crypto|z)\." || true')
+[ -z "$out" ] || die "the environment still has: $out"
+
+# ---- 4. install (no compiler, no -dev package, no install script) and the smoke test
+start=$(date +%s%N)
+inside "$nodebin" "$npmcli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install.out" 2>&1 ||
+  { cat "$tmp/install.out"; die "npm install of the tarball"; }
+ms=$((($(date +%s%N) - start) / 1000000))
+grep -Ei 'warn|gyp|error' "$tmp/install.out" && die "npm install printed warnings"
+say "npm install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
+# the peer dependencies (@mastra/core, zod) are the user's own: taken from this checkout
+mkdir -p "$app/node_modules/@mastra"
+ln -s "$root/node_modules/@mastra/core" "$app/node_modules/@mastra/core"
+ln -s "$root/node_modules/zod" "$app/node_modules/zod"
+inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
+say "ok"
