@@ -78,7 +78,8 @@ start=$(date +%s%N)
 inside "$nodebin" "$npmcli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install.out" 2>&1 ||
   { cat "$tmp/install.out"; die "npm install of the tarball"; }
 ms=$((($(date +%s%N) - start) / 1000000))
-grep -Ei 'warn|gyp|error' "$tmp/install.out" && die "npm install printed warnings"
+grep -Ei 'warn|gyp|error|script' "$tmp/install.out" && die "npm install printed warnings"
+[ "$(grep -cv '^$' "$tmp/install.out")" -le 1 ] || { cat "$tmp/install.out"; die "npm install printed more than its summary"; }
 say "npm install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
 # the peer dependencies (@mastra/core, zod) are the user's own: taken from this checkout
 mkdir -p "$app/node_modules/@mastra"
