@@ -13,6 +13,8 @@ export interface OpenSandboxExecdConnection {
   baseUrl: string;
   headers?: Record<string, string>;
   requestTimeoutMs?: number;
+  /** https/wss: PEM CA bundle to verify execd with (default: SSL_CERT_FILE / SSL_CERT_DIR, else the system bundle). */
+  caFile?: string;
 }
 
 /** The result of wait(): Mastra's CommandResult, plus errorText when no exit status could be known. */
