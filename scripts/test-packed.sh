@@ -42,6 +42,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyou
   -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null || die "openssl req"
 
 # ---- 3. the environment: the host's /usr without compilers, headers and the C libraries the addon links in
+# (libraries: an allow-list, so nothing the prebuilt binary might need slips in from the host)
 libdir=/usr/lib/$triplet
 b=(--die-with-parent --unshare-pid --unshare-ipc --proc /proc --dev /dev --tmpfs /tmp
   --ro-bind /usr /usr --ro-bind /etc /etc --tmpfs /usr/include --tmpfs /usr/local --tmpfs /usr/lib/gcc
@@ -54,8 +55,14 @@ for l in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libstdc++.so.
   libtinfo.so.6 libselinux.so.1 libpcre2-8.so.0; do
   for f in "$libdir"/$l; do [ -e "$f" ] && b+=(--ro-bind "$(realpath "$f")" "$f"); done
 done
-for t in sh dash bash cat env grep mkdir rm ls sleep head tail id readlink uname true false mktemp printf kill nproc; do
-  [ -e "/usr/bin/$t" ] && b+=(--ro-bind "$(realpath "/usr/bin/$t")" "/usr/bin/$t")
+# programs: all of /usr/bin but compilers, linkers, build tools and the curl/openssl tools (those that need a library
+# outside the list above cannot run anyway)
+for f in /usr/bin/*; do
+  case ${f##*/} in
+    gcc* | g++* | cc | c++ | c89* | c99* | cpp* | clang* | *-linux-gnu* | ld | ld.* | as | gold | make | gmake | cmake | ctest | \
+      cpack | ninja | pkg-config | pkgconf | *-config | tcc | zig | rustc | cargo | go | curl | wget | openssl) continue ;;
+  esac
+  if [ -L "$f" ]; then b+=(--symlink "$(readlink "$f")" "$f"); elif [ -f "$f" ]; then b+=(--ro-bind "$f" "$f"); fi
 done
 nodebin=$(realpath "$(command -v node)")
 npmcli=$(realpath "$(dirname "$(realpath "$(command -v npm)")")/npm-cli.js")
