@@ -1,5 +1,6 @@
 // Package entry of mastra-opensandbox: the Mastra sandbox class backed by OpenSandbox, its Editor provider, and its typed errors.
-export { OpenSandboxSandbox, MOUNTS_LABEL } from './sandbox.js';
+export { OpenSandboxSandbox } from './sandbox.js';
+export { MOUNTS_LABEL } from './mounts.js';
 export { OpenSandboxFilesystem } from './filesystem.js';
 export {
   openSandboxProvider,

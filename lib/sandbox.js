@@ -1,8 +1,9 @@
 // OpenSandboxSandbox: a Mastra workspace sandbox (MastraSandbox subclass) backed by one OpenSandbox sandbox.
 // Lifecycle (create / find by logical id / pause / resume / delete) goes through the native Lifecycle client,
-// commands through the native Execd client; this file only speaks Mastra and maps results and errors.
+// commands through the native Execd client. This file is the Mastra lifecycle; the concerns it wires in live in
+// their own modules: commands.js (command requests and results), mounts.js (workspace mounts as host volumes),
+// ports.js (port URLs), keepalive.js, files.js, recovery.js, checkpoints.js, template.js, handle.js (the raw handle).
 import { setTimeout as delay } from 'node:timers/promises';
-import { createHash } from 'node:crypto';
 import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
 import { Lifecycle, Execd } from './native.js';
 import { OpenSandboxProcessManager } from './process-manager.js';
@@ -16,19 +17,12 @@ import { SnapshotClient } from './snapshots.js';
 import { Checkpoints, checkpointCandidates } from './checkpoints.js';
 import { TEMPLATE_BUILD_LABEL, buildTemplate, templateStart } from './template.js';
 import { withRecovery } from './recovery.js';
-
-/** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
-export const MOUNTS_LABEL = 'mastra.ai/mounts';
+import { MOUNTS_LABEL, HostMounts } from './mounts.js';
+import { commandLine, commandRequest, abortedResult, toResult, batchDelivery } from './commands.js';
+import { checkPort, portNotExposable, portUrl } from './ports.js';
+import { rawHandle } from './handle.js';
 
 export const EXECD_PORT = 44772;
-/** Exit code reported for a command stopped through its abortSignal (like a shell's 128 + SIGINT). */
-export const ABORTED_EXIT_CODE = 130;
-/** Exit code reported for a command that timed out (like coreutils `timeout`). */
-export const TIMED_OUT_EXIT_CODE = 124;
-/** Exit code reported for a command killed by a signal we did not send (execd reports -1). */
-export const KILLED_EXIT_CODE = 137;
-/** Exit code reported when execd could not start the command (its reason is appended to stderr). */
-export const START_FAILED_EXIT_CODE = 1;
 
 const STATE_POLL_MS = 200;
 const LIVE_STATES = ['Running', 'Paused', 'Pending'];
@@ -59,8 +53,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #constructedAt = new Date();
   #lastUsedAt;
   #options; // the constructor options as given (for clone)
-  #mounted = new Map(); // mount path -> { hostPath, readOnly } of the volumes the remote sandbox was created with
-  #mountMismatch; // why the workspace mounts differ from the remote sandbox's (reconnect), or undefined
+  #mounts = new HostMounts({ manager: () => this.mounts, logger: () => this.logger }); // lib/mounts.js
   #keepAlive;
   #uploads = 0; // writeFiles calls in flight (activity for the keep-alive)
   #checkpoints; // lib/checkpoints.js, created on first use
@@ -127,7 +120,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     try {
       checkAbort();
       await this.#attach(remote);
-      this.#checkMounts(remote, outcome);
+      this.#mounts.check(remote, outcome);
       await this.#keepAlive.start();
     } catch (err) {
       // A sandbox we just created is deleted again (like the official SDK); one we reattached to is kept.
@@ -206,24 +199,20 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   async executeCommand(command, args, options) {
     const call = normalizeCommandCall(command, args, options);
-    const full = call.args.length ? `${command} ${call.args.map(shellQuote).join(' ')}` : command;
+    const full = commandLine(command, call);
     const started = Date.now();
     const base = { command: full, args: call.args };
-    const abortedBeforeRun = () =>
-      ({ ...base, success: false, exitCode: ABORTED_EXIT_CODE, stdout: '', stderr: '', executionTimeMs: Date.now() - started, timedOut: false, killed: true });
-    if (call.abortSignal?.aborted) return abortedBeforeRun();
+    if (call.abortSignal?.aborted) return abortedResult(base, started);
     await this.ensureRunning();
-    if (call.abortSignal?.aborted) return abortedBeforeRun(); // aborted while the sandbox was starting
-    const envs = {};
-    for (const [k, v] of Object.entries({ ...this.getEnv(), ...call.env })) if (v !== undefined) envs[k] = String(v);
-    const request = { command: full, cwd: call.cwd ?? this.workingDirectory, envs, timeoutMs: call.timeoutMs, maxRetainedBytes: call.maxRetainedBytes };
-    const onBatch = call.onStdout || call.onStderr ? batch => this.#deliver(batch, call) : undefined;
+    if (call.abortSignal?.aborted) return abortedResult(base, started); // aborted while the sandbox was starting
+    const request = commandRequest(full, call, this.getEnv(), this.workingDirectory);
+    const onBatch = batchDelivery(call, () => this.logger);
     // every transport failure before the stream's init event means execd started nothing: safe to retry
     const r = await this.#recovering(() => this.#runOnce(request, onBatch, call.abortSignal), {
       anyTransport: true, aborted: () => call.abortSignal?.aborted,
     });
     this.#lastUsedAt = new Date();
-    return { ...base, ...this.#toResult(r, started) };
+    return { ...base, ...toResult(r, started) };
   }
 
   /** One POST /command on the current execd; rejects with typed errors. */
@@ -249,58 +238,6 @@ export class OpenSandboxSandbox extends MastraSandbox {
       abortSignal?.removeEventListener('abort', onAbort);
       this.#inflight.delete(cmd);
       this.#keepAlive.activity();
-    }
-  }
-
-  #toResult(r, started) {
-    let exitCode = r.exitCode;
-    let killed = false;
-    let startFailure;
-    if (r.timedOut) {
-      exitCode = TIMED_OUT_EXIT_CODE;
-      killed = true;
-    } else if (r.cancelled) {
-      exitCode = ABORTED_EXIT_CODE;
-      killed = true;
-    } else if (typeof exitCode !== 'number' || exitCode < 0) {
-      // execd reports -1 both for a process killed by a signal ("signal: killed") and for a start failure
-      // (the reason in the error text): the first is a kill, the second a plain failure with the reason on stderr.
-      if (/^signal: /m.test(r.errorText ?? '')) {
-        exitCode = KILLED_EXIT_CODE;
-        killed = true;
-      } else {
-        exitCode = START_FAILED_EXIT_CODE;
-        startFailure = r.errorText || 'the command could not be started';
-      }
-    }
-    let stderr = r.stderr ?? '';
-    if (startFailure) stderr += (stderr && !stderr.endsWith('\n') ? '\n' : '') + startFailure;
-    const stdoutDroppedBytes = r.stdoutDroppedBytes || 0;
-    const stderrDroppedBytes = r.stderrDroppedBytes || 0;
-    return {
-      success: exitCode === 0,
-      exitCode,
-      stdout: r.stdout ?? '',
-      stderr,
-      executionTimeMs: Date.now() - started,
-      timedOut: Boolean(r.timedOut),
-      killed,
-      stdoutTruncated: stdoutDroppedBytes > 0,
-      stderrTruncated: stderrDroppedBytes > 0,
-      stdoutDroppedBytes,
-      stderrDroppedBytes,
-    };
-  }
-
-  /** Calls the user's streaming callbacks; a throwing callback is logged, never allowed to break the stream. */
-  #deliver(batch, call) {
-    for (const [text, cb] of [[batch.stdout, call.onStdout], [batch.stderr, call.onStderr]]) {
-      if (!text || !cb) continue;
-      try {
-        cb(text);
-      } catch (err) {
-        this.logger.warn('OpenSandboxSandbox: output callback threw', { error: err instanceof Error ? err.message : String(err) });
-      }
     }
   }
 
@@ -381,9 +318,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * port, or when reaching it needs extra request headers (a plain URL would not work).
    */
   async #getPortUrl(port) {
-    if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      throw new OpenSandboxError(`getPortUrl: port must be an integer 1-65535, got ${JSON.stringify(port)}`, 'INVALID_OPTION', { kind: 'option' });
-    }
+    checkPort(port);
     await this.ensureRunning();
     let ep;
     try {
@@ -398,15 +333,10 @@ export class OpenSandboxSandbox extends MastraSandbox {
         }
       }, { anyTransport: true });
     } catch (err) {
-      // other 4xx: the port cannot be exposed
-      if (err instanceof OpenSandboxSandboxGoneError) throw err;
-      if (err.kind === 'api' && err.status >= 400 && err.status < 500 && !(err.status === 401 || err.status === 403)) return null;
+      if (portNotExposable(err)) return null;
       throw err;
     }
-    if (!ep || typeof ep.endpoint !== 'string' || ep.endpoint === '') return null;
-    if (Object.keys(ep.headers ?? {}).length > 0) return null;
-    const url = /^https?:\/\//i.test(ep.endpoint) ? ep.endpoint : `${this.#cfg.protocol}://${ep.endpoint}`;
-    return url.replace(/\/+$/, '');
+    return portUrl(ep, this.#cfg.protocol);
   }
 
   /**
@@ -414,36 +344,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * known at start became host volumes then, so for those this only reports the outcome. Anything else fails.
    */
   async mount(filesystem, mountPath) {
-    const fail = (error, extra = {}) => ({ success: false, mountPath, error, ...extra });
-    const config = filesystem?.getMountConfig?.();
-    const problem = mountProblem(mountPath, config);
-    if (problem) return fail(problem);
-    if (!this.#remoteId) {
-      // Not created yet: the mount becomes a host volume when the sandbox is created.
-      if (this.mounts && !this.mounts.has(mountPath)) this.mounts.add({ [mountPath]: filesystem });
-      return { success: true, mountPath };
-    }
-    if (this.#mountMismatch && (this.#mounted.has(mountPath) || this.mounts?.has(mountPath))) return fail(this.#mountMismatch);
-    const have = this.#mounted.get(mountPath);
-    if (have) {
-      if (have.hostPath === config.basePath && have.readOnly === Boolean(filesystem.readOnly)) return { success: true, mountPath };
-      return fail(`${mountPath} is mounted from ${have.hostPath}${have.readOnly ? ' (read-only)' : ''}; ` +
-        'OpenSandbox volumes are fixed at sandbox creation: destroy the sandbox to change it');
-    }
     const execd = this.#execd;
-    if (execd) {
-      const q = shellQuote(mountPath);
-      const r = await this.#execdRun(execd, `[ -d ${q} ] && [ -n "$(ls -A ${q} 2>/dev/null)" ] && echo non-empty || true`, '/', `check mount path ${mountPath}`);
-      if (r.stdout.includes('non-empty')) return fail(`Cannot mount at ${mountPath}: the directory is not empty`);
-    }
-    return fail(`Cannot mount at ${mountPath} while the sandbox is running: OpenSandbox volumes are fixed at sandbox creation. ` +
-      'Add the mount to the Workspace before the sandbox starts (or destroy the sandbox and start it again).');
+    return this.#mounts.mount(filesystem, mountPath, {
+      created: Boolean(this.#remoteId),
+      runCheck: execd ? (command, operation) => this.#execdRun(execd, command, '/', operation) : undefined,
+    });
   }
 
   /** Forgets a mount. The host volume itself stays in the running sandbox until it is destroyed (volumes are fixed). */
   async unmount(mountPath) {
-    this.#mounted.delete(mountPath);
-    if (this.mounts?.has(mountPath)) this.mounts.delete(mountPath);
+    this.#mounts.unmount(mountPath);
   }
 
   /**
@@ -459,38 +369,6 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (!('id' in rest)) delete options.id;
     if (!('sandboxId' in rest)) delete options.sandboxId;
     return new OpenSandboxSandbox(options);
-  }
-
-  /** The workspace mounts known now, as OpenSandbox host volumes, and their hash (the MOUNTS_LABEL value). */
-  #mountPlan() {
-    const volumes = [];
-    const mounted = new Map();
-    for (const [mountPath, entry] of this.mounts?.entries ?? []) {
-      const config = entry.filesystem?.getMountConfig?.();
-      if (mountProblem(mountPath, config)) continue; // mount() reports the problem
-      const readOnly = Boolean(entry.filesystem.readOnly);
-      mounted.set(mountPath, { hostPath: config.basePath, readOnly });
-      const name = `mastra-mount-${createHash('sha256').update(mountPath).digest('hex').slice(0, 12)}`;
-      volumes.push({ name, host: { path: config.basePath }, mountPath, readOnly });
-    }
-    const hash = mountsHash(mounted);
-    return { volumes, mounted, hash };
-  }
-
-  /** After attach: remembers the mounts the remote sandbox has; a reconnect with different mounts is reported. */
-  #checkMounts(remote, outcome) {
-    const plan = this.#mountPlan();
-    this.#mounted = plan.mounted;
-    this.#mountMismatch = undefined;
-    if (outcome === 'created') return;
-    const remoteHash = remote?.metadata?.[MOUNTS_LABEL] ?? '';
-    if (remoteHash !== (plan.hash ?? '')) {
-      this.#mountMismatch = `sandbox ${remote.id} was created with different mounts than this workspace declares ` +
-        `(${MOUNTS_LABEL} ${remoteHash || 'none'} != ${plan.hash || 'none'}); OpenSandbox volumes are fixed at creation: ` +
-        'destroy the sandbox to apply the new mounts';
-      this.#mounted = new Map();
-      this.logger.warn(`OpenSandboxSandbox: ${this.#mountMismatch}`);
-    }
   }
 
   #runningProcesses() {
@@ -572,43 +450,17 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * sandbox stopped). Errors are the typed errors of this package.
    */
   get opensandbox() {
-    const self = this;
-    const need = () => {
-      if (!self.#remoteId) throw new SandboxNotReadyError(self.id);
-      return self.#remoteId;
-    };
-    const call = async (what, fn) => {
-      const id = need();
-      try {
-        return await fn(self.#lc(), id);
-      } catch (e) {
-        throw self.#map(e, `${what} ${id}`);
-      }
-    };
-    return {
-      get sandboxId() {
-        return self.#remoteId;
-      },
-      get execdUrl() {
-        return self.#execdUrl;
-      },
-      get endpointHeaders() {
-        return self.#endpoint ? Object.keys(self.#endpoint.headers ?? {}) : [];
-      },
-      get lifecycle() {
-        return self.#lc();
-      },
-      get execd() {
-        return self.#execd;
-      },
-      get: () => call('get sandbox', (lc, id) => lc.get(id)),
-      pause: () => call('pause sandbox', (lc, id) => lc.pause(id)),
-      resume: () => call('resume sandbox', (lc, id) => lc.resume(id)),
-      renew: at => call('renew sandbox', (lc, id) => lc.renew(id, renewTime(at))),
-      endpoint: (port, useServerProxy = self.#cfg.useServerProxy) => call('get endpoint of sandbox', (lc, id) => lc.endpoint(id, port, useServerProxy)),
-      patchMetadata: patch => call('patch metadata of sandbox', (lc, id) => lc.patchMetadata(id, patch)),
-      ...snapshotHandle(self.#snapshotClient(), need),
-    };
+    return rawHandle({
+      id: this.id,
+      remoteId: () => this.#remoteId,
+      execdUrl: () => this.#execdUrl,
+      endpoint: () => this.#endpoint,
+      lifecycle: () => this.#lc(),
+      execd: () => this.#execd,
+      map: (e, operation) => this.#map(e, operation),
+      snaps: this.#snapshotClient(),
+      useServerProxy: this.#cfg.useServerProxy,
+    });
   }
 
   /**
@@ -705,8 +557,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
 
   #forget() {
     this.#keepAlive.stop();
-    this.#mounted.clear();
-    this.#mountMismatch = undefined;
+    this.#mounts.clear();
     this.#remoteId = undefined;
     this.#explicitId = false;
     this.#remote = undefined;
@@ -806,7 +657,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   /** Creates the remote sandbox from the image, or from `source.snapshotId` (entrypoint only when configured). */
   async #create(source = {}) {
     const cfg = this.#cfg;
-    const plan = this.#mountPlan();
+    const plan = this.#mounts.plan();
     const volumes = [...(cfg.volumes ?? []), ...plan.volumes];
     const request = {
       ...(source.snapshotId
@@ -936,50 +787,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 }
 
-/** Why a mount cannot become an OpenSandbox host volume, or null. */
-function mountProblem(mountPath, config) {
-  if (typeof mountPath !== 'string' || !/^\/[A-Za-z0-9_.\-/]+$/.test(mountPath) || mountPath.split('/').some(p => p === '.' || p === '..')) {
-    return `invalid mount path ${JSON.stringify(mountPath)} (absolute, [A-Za-z0-9_.-/], no . or ..)`;
-  }
-  if (!config) return `the filesystem at ${mountPath} cannot be mounted (it has no mount config)`;
-  if (config.type !== 'local' || typeof config.basePath !== 'string') {
-    return `the ${config.type} filesystem at ${mountPath} cannot be mounted: OpenSandbox host volumes need a local filesystem (pass pvc/ossfs volumes through the "volumes" option)`;
-  }
-  return null;
-}
-
-/** 16 hex chars of sha256 over the sorted mounts, or undefined when there are none. */
-function mountsHash(mounted) {
-  if (mounted.size === 0) return undefined;
-  const list = [...mounted].sort(([a], [b]) => (a < b ? -1 : 1)).map(([p, m]) => [p, m.hostPath, m.readOnly]);
-  return createHash('sha256').update(JSON.stringify(list)).digest('hex').slice(0, 16);
-}
-
 /** `template.build(options)`: builds a template through a sandbox configured with it (never started itself). */
 export function buildTemplateStandalone(template, options = {}) {
   if (options === null || typeof options !== 'object') throw new OpenSandboxError('template.build: options must be an object', 'INVALID_OPTION', { kind: 'option' });
   return new OpenSandboxSandbox({ ...options, template, checkpointName: null })[BUILD_TEMPLATE]();
-}
-
-/** Snapshot calls of the raw handle; `need()` is the remote id of this sandbox (throws when not started). */
-function snapshotHandle(snaps, need) {
-  return {
-    /** Snapshot of this sandbox; `{ wait: true }` resolves once it is Ready (deadline timeoutMs, abortSignal). */
-    createSnapshot: async ({ name, wait = false, timeoutMs, abortSignal } = {}) => {
-      const id = need();
-      return wait ? snaps.capture(id, name, { timeoutMs, abortSignal }) : snaps.create(id, name);
-    },
-    getSnapshot: id => snaps.get(id),
-    /** One page of GET /snapshots ({ items, pagination }); every sandbox's unless `sandboxId` is given. */
-    listSnapshots: (query = {}) => snaps.list(query),
-    deleteSnapshot: id => snaps.delete(id),
-    waitForSnapshot: (id, { timeoutMs, abortSignal } = {}) => snaps.waitReady(id, { timeoutMs, abortSignal }),
-  };
-}
-
-function renewTime(at) {
-  if (at instanceof Date) return at.toISOString();
-  if (typeof at === 'number' && Number.isFinite(at) && at > 0) return new Date(Date.now() + at * 1000).toISOString();
-  if (typeof at === 'string' && !Number.isNaN(Date.parse(at))) return at;
-  throw new OpenSandboxError('renew: expected a Date, an RFC 3339 string or a number of seconds from now', 'INVALID_OPTION', { kind: 'option' });
 }
