@@ -74,6 +74,7 @@ describe('native API (C core) against the local server', function () {
   let sb;
   let ex;
   let execdBase;
+  let execdHeaders;
 
   before(async () => {
     srv = await startServer({ port: 0, apiKey: API_KEY });
@@ -81,7 +82,8 @@ describe('native API (C core) against the local server', function () {
     sb = await lc.create(CREATE);
     const ep = await lc.endpoint(sb.id, 44772);
     execdBase = `http://${ep.endpoint}`;
-    ex = new Execd({ baseUrl: execdBase, headers: ep.headers });
+    execdHeaders = ep.headers;
+    ex = new Execd({ baseUrl: execdBase, headers: execdHeaders });
     await ex.waitReady(15000);
   });
 
@@ -300,9 +302,12 @@ describe('native API (C core) against the local server', function () {
     it('200 concurrent runs deliver every byte in order', async function () {
       this.timeout(120000);
       const N = 200;
+      // 200 spawns at once on a loaded 2-core machine can hold a stream's first byte back longer than the default
+      // 10 s idle watchdog (seen at load average 10+): this test is about bytes and order, so the watchdog is wide.
+      const wide = new Execd({ baseUrl: execdBase, headers: execdHeaders, idleTimeoutMs: 120000 });
       const runs = Array.from({ length: N }, (_, i) => {
         const parts = [];
-        const cmd = ex.run({ command: `for j in $(seq 1 50); do echo "r${i}-$j"; done` }, (b) => parts.push(b.stdout ?? ''));
+        const cmd = wide.run({ command: `for j in $(seq 1 50); do echo "r${i}-$j"; done` }, (b) => parts.push(b.stdout ?? ''));
         return cmd.result.then((r) => ({ r, streamed: parts.join('') }));
       });
       const results = await Promise.all(runs);
