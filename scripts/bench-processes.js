@@ -12,6 +12,7 @@
 // Options: --processes N, --lines L, --runs R (latency samples, default 30), --poll-ms P (default 50),
 //          --no-official (skip the official client).
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -160,7 +161,8 @@ async function officialFirstOutput(sbx) {
 
 async function startServerProcess() {
   const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), 'dev-server', 'cli.js');
-  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const apiKey = randomBytes(24).toString('hex');
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey } });
   const domain = await new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error('the dev-server did not start within 30 s')), 30000);
@@ -176,6 +178,7 @@ async function startServerProcess() {
   });
   return {
     domain,
+    apiKey,
     close: () => new Promise((resolve) => {
       child.once('exit', resolve);
       child.kill('SIGTERM');
@@ -189,7 +192,7 @@ const f = (n) => (n === undefined ? '-' : n.toFixed(1));
 
 async function main() {
   const server = await startServerProcess();
-  const sandbox = new OpenSandboxSandbox({ domain: server.domain });
+  const sandbox = new OpenSandboxSandbox({ domain: server.domain, apiKey: server.apiKey });
   try {
     await sandbox._start();
     const pm = sandbox.processes;

@@ -53,6 +53,8 @@ const ALLOWED = [
   { id: 'T15', files: /^09-/, labels: /^(exit race example|connect to that session)/, aspects: /^stdout$/, racy: true },
   { id: 'T16', files: /^10-/, labels: /./, aspects: /^events$/ },
   { id: 'T17', files: /^10-/, labels: /^create context with an unsupported language/, aspects: /./ },
+  { id: 'T18', files: /^03-/, labels: /^uid without a passwd entry/, aspects: /^events$/ },
+  { id: 'T19', files: /^07-/, labels: /^(permissions: chmod .* owner nobody|info after chmod\/chown|final listing)/, aspects: /./ },
 ];
 
 /** Exchanges the recorder listed before the stream they were sent during (10: interrupt and busy-context runs). */
@@ -66,6 +68,7 @@ describe('golden transcripts of the real execd replayed against the local execd'
   let server;
   let sandboxId;
   let host;
+  let secureAccess;
   let port;
   const paths = new PathMap([['/home/user/workdir', '/workspace'], ['/home/user/homedir', '/root'], ['/opt/execd/tempdir', '/tmp']]);
   const found = []; // { file, label, aspect, expected, actual }
@@ -81,6 +84,7 @@ describe('golden transcripts of the real execd replayed against the local execd'
     sandboxId = created.json.id;
     const ep = await request(`${server.baseUrl}/v1/sandboxes/${sandboxId}/endpoints/44772`);
     [host, port] = ep.json.endpoint.split(':');
+    secureAccess = ep.json.headers['OpenSandbox-Secure-Access']; // the sandbox's own token, added to every request
     port = Number(port);
     // what the recorder had prepared in its workspace before the runs
     const setup = await request(`http://${host}:${port}/command`, {
@@ -104,6 +108,7 @@ describe('golden transcripts of the real execd replayed against the local execd'
       else if (/^content-length$/i.test(k)) headers.push([k, String(body?.length ?? 0)]);
       else headers.push([k, v === '<token>' ? TOKEN : v]);
     }
+    headers.push(['OpenSandbox-Secure-Access', secureAccess]);
     if (body && body.length === 0 && !headers.some(([k]) => /^content-length$/i.test(k))) body = undefined;
     return { method: req.method, path: pathText, headers, body };
   }
@@ -152,6 +157,7 @@ describe('golden transcripts of the real execd replayed against the local execd'
       const v = l.slice(i + 1).trim();
       return [k, /^host$/i.test(k) ? `${host}:${port}` : v === '<token>' ? TOKEN : v];
     });
+    headers.push(['OpenSandbox-Secure-Access', secureAccess]);
     const hs = await ws.open(ids.apply(paths.toLocal(ex.request.path)), headers);
     const session = { handshake: hs, frames: [], tcp: {} };
     if (hs.status === 101) {

@@ -109,7 +109,7 @@ describe('native API (C core) against the local server', function () {
     it('endpoint resolves { endpoint, headers }; patchMetadata, renew, pause/resume', async () => {
       const ep = await lc.endpoint(sb.id, 44772);
       assert.match(ep.endpoint, /^127\.0\.0\.1:\d+$/);
-      assert.deepEqual(ep.headers, {});
+      assert.deepEqual(Object.keys(ep.headers), ['OpenSandbox-Secure-Access']);
       const patched = await lc.patchMetadata(sb.id, { extra: 'v1' });
       assert.equal(patched.metadata.extra, 'v1');
       const removed = await lc.patchMetadata(sb.id, { extra: null });
@@ -245,7 +245,7 @@ describe('native API (C core) against the local server', function () {
       try {
         const s = await l2.create(CREATE);
         const ep = await l2.endpoint(s.id, 44772);
-        const x = new Execd({ baseUrl: `http://${ep.endpoint}` });
+        const x = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: ep.headers });
         await x.waitReady(15000);
         const r = await x.run({ command: 'echo tail' }).result; // the test timeout (30 s) is far below the tail
         assert.equal(r.stdout, 'tail\n');
@@ -261,7 +261,7 @@ describe('native API (C core) against the local server', function () {
       assert.equal(r.cancelled, false);
       assert.equal(r.exitCode, -1);
       assert.equal(r.stdout, 'started\n');
-      const st = await request(`${execdBase}/command/status/${r.commandId}`);
+      const st = await request(`${execdBase}/command/status/${r.commandId}`, { headers: execdHeaders });
       assert.equal(st.status, 200);
       assert.equal(st.json.running, false);
     });
@@ -275,7 +275,7 @@ describe('native API (C core) against the local server', function () {
       assert.equal(r.cancelled, true);
       assert.equal(r.timedOut, false);
       assert.equal(r.stdout, 'one\n');
-      const st = await request(`${execdBase}/command/status/${r.commandId}`);
+      const st = await request(`${execdBase}/command/status/${r.commandId}`, { headers: execdHeaders });
       assert.equal(st.json.running, false);
       await cmd.cancel(); // settled already: resolves at once
     });
@@ -360,11 +360,11 @@ describe('native API (C core) against the local server', function () {
       try {
         const s = await l2.create(CREATE);
         const ep = await l2.endpoint(s.id, 44772);
-        const bad = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { 'X-EXECD-ACCESS-TOKEN': 'nope' } });
+        const bad = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { ...ep.headers, 'X-EXECD-ACCESS-TOKEN': 'nope' } });
         const err = await rejection(bad.waitReady(10000));
         assert.deepEqual([err.kind, err.status, err.code], ['api', 401, 'HTTP_401']);
         assert.match(err.message, /Unauthorized/);
-        const good = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { 'X-EXECD-ACCESS-TOKEN': 'tok-abcdef' } });
+        const good = new Execd({ baseUrl: `http://${ep.endpoint}`, headers: { ...ep.headers, 'X-EXECD-ACCESS-TOKEN': 'tok-abcdef' } });
         await good.waitReady(15000);
         assert.equal((await good.run({ command: 'echo ok' }).result).stdout, 'ok\n');
       } finally {
@@ -426,7 +426,7 @@ describe('native API (C core) against the local server', function () {
       assert.match(err.message, /certificate/i);
       assert.equal(err.attempts, 1); // a TLS failure is not a connection failure: no retry
       const exPort = await tlsProxy(Number(new URL(execdBase).port));
-      const x = new Execd({ baseUrl: `https://127.0.0.1:${exPort}`, caFile });
+      const x = new Execd({ baseUrl: `https://127.0.0.1:${exPort}`, headers: execdHeaders, caFile });
       await x.waitReady(10000);
       const r = await x.run({ command: 'echo over-tls' }).result;
       assert.equal(r.stdout, 'over-tls\n');
@@ -578,7 +578,7 @@ describe('native API (C core) against the local server', function () {
 
     it('an idle addon does not hold the process open; exit with a command in flight is clean', async () => {
       const script = (body) => `import { Execd } from ${JSON.stringify(path.join(root, 'lib/native.js'))};
-        const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+        const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)}, headers: ${JSON.stringify(execdHeaders)} });
         await ex.waitReady(10000);
         ${body}`;
       const runNode = (code) => runNodeCode(code, { timeoutMs: 20000 });
@@ -598,7 +598,7 @@ describe('native API (C core) against the local server', function () {
           // an ES module like its parent (the worker inherits --input-type=module)
           const w = new Worker(\`import { parentPort } from 'node:worker_threads';
             const { Execd } = await import(${JSON.stringify(native)});
-            const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+            const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)}, headers: ${JSON.stringify(execdHeaders)} });
             for (let j = 0; j < 5; j++) ex.run({ command: 'seq 1 2000; sleep 5' }, () => {}).result.catch(() => {});
             ex.run({ command: 'echo go' }, () => parentPort.postMessage('out')).result.catch(() => {});\`, { eval: true });
           await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
@@ -614,7 +614,7 @@ describe('native API (C core) against the local server', function () {
       const code = `const { parentPort } = require('node:worker_threads');
         (async () => {
           const { Execd } = await import(${JSON.stringify(pathToFileURL(path.join(root, 'lib/native.js')).href)});
-          const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)} });
+          const ex = new Execd({ baseUrl: ${JSON.stringify(execdBase)}, headers: ${JSON.stringify(execdHeaders)} });
           const r = await ex.run({ command: 'echo from-worker' }).result;
           parentPort.postMessage(r.stdout);
           ex.run({ command: 'sleep 20' });

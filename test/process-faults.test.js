@@ -7,6 +7,7 @@
 // slower than the process pauses its socket (server in a child process, so that it is not slowed by our JS thread).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -292,12 +293,13 @@ describe('OpenSandboxProcessManager under faults', function () {
 
   it('flow control: a slow JS consumer pauses the socket, the writer waits, nothing is lost', async () => {
     const cli = path.join(here, '..', 'scripts', 'dev-server', 'cli.js');
-    const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const apiKey = randomUUID();
+    const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey } });
     try {
       let out = '';
       child.stdout.on('data', (d) => { out += d; });
       const domain = await waitFor(() => /^(\S+:\d+)$/m.exec(out)?.[1], { timeoutMs: 20000, message: 'dev-server child started' });
-      const sb = new OpenSandboxSandbox({ domain });
+      const sb = new OpenSandboxSandbox({ domain, apiKey });
       await sb._start();
       try {
         const size = 30 * 1024 * 1024;

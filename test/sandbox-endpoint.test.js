@@ -32,7 +32,7 @@ describe('OpenSandboxSandbox execd endpoints', function () {
     const s = make();
     assert.deepEqual(await s._start(), { outcome: 'created' });
     assert.match(s.opensandbox.execdUrl, /^http:\/\/127\.0\.0\.1:\d+\/proxy\/44772$/);
-    assert.deepEqual(s.opensandbox.endpointHeaders, ['OpenSandbox-Ingress-To']);
+    assert.deepEqual(s.opensandbox.endpointHeaders, ['OpenSandbox-Ingress-To', 'OpenSandbox-Secure-Access']);
     const chunks = [];
     const r = await s.executeCommand('echo via-prefix; echo err >&2; exit 7', [], { onStdout: d => chunks.push(d) });
     assert.equal(r.exitCode, 7);

@@ -92,7 +92,7 @@ describe('OpenSandboxSandbox templates', function () {
     assert.equal(await sh(during, 'cat version.txt'), 'one');
     // let the build finish: the building start gets the new template
     const ep = await api('GET', `/sandboxes/${b.id}/endpoints/44772`);
-    await fetch(`http://${ep.endpoint}/command`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ command: 'touch /tmp/go', background: true }) }).then(r => r.text());
+    await fetch(`http://${ep.endpoint}/command`, { method: 'POST', headers: { 'content-type': 'application/json', ...ep.headers }, body: JSON.stringify({ command: 'touch /tmp/go', background: true }) }).then(r => r.text());
     const r = await building;
     assert.equal(r.templateBuilt, true);
     assert.equal(r.restoredFrom.templateId, second.templateId);

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startServer } from '../scripts/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
-import { request, parseEvents } from './helpers/raw.js';
+import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
@@ -15,7 +15,7 @@ const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0
 function openCell(base, body, timeoutMs = 30000) {
   const cell = { events: [], status: 0, headers: {}, text: '' };
   cell.done = new Promise((resolve, reject) => {
-    const req = cell.req = http.request(`${base}/code`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json' } }, (res) => {
+    const req = cell.req = http.request(`${base}/code`, { method: 'POST', agent: false, headers: { ...endpointHeadersFor(base), 'Content-Type': 'application/json' } }, (res) => {
       cell.status = res.statusCode;
       cell.headers = res.headers;
       res.setEncoding('utf8');

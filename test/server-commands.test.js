@@ -5,7 +5,7 @@ import http from 'node:http';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { startServer } from '../scripts/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
-import { request } from './helpers/raw.js';
+import { request, endpointHeadersFor } from './helpers/raw.js';
 
 // `ps -eo args` without procps: one line per process, argv joined by spaces
 const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
@@ -20,6 +20,7 @@ describe('dev-server execd commands', function () {
     server = await startServer({ commandTailMs: 50 }); // short tail: the client waits for EOF
     sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'python:3.11' });
     execd = await sbx.getEndpointUrl(44772);
+    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`); // its headers: the sandbox token
   });
   after(async () => {
     await sbx?.kill().catch(() => {});
@@ -85,9 +86,11 @@ describe('dev-server execd commands', function () {
     assert.equal(malformed.json.code, 'INVALID_REQUEST_BODY');
   });
 
-  it('uid/gid switch the user (execd runs as root in the sandbox)', async () => {
+  it('uid/gid cannot switch the user: root in the sandbox is one unprivileged host uid without capabilities', async () => {
     const ex = await sbx.commands.run('id -u; id -g', { uid: 65534, gid: 65534 });
-    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['65534', '65534']);
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), []);
+    assert.match(ex.error?.value ?? '', /EPERM|EINVAL|not permitted|Invalid argument/, JSON.stringify(ex.error));
+    assert.deepEqual((await sbx.commands.run('id -u')).logs.stdout.map((m) => m.text), ['0']);
   });
 
   it('background: returns at once; status, combined log and byte cursors', async () => {
@@ -168,7 +171,7 @@ describe('dev-server execd commands', function () {
   it('closing the stream does not stop a foreground command', async () => {
     // raw request: read until the init event, then drop the connection
     const id = await new Promise((resolve, reject) => {
-      const req = http.request(`${execd}/command`, { method: 'POST', agent: false }, (res) => {
+      const req = http.request(`${execd}/command`, { method: 'POST', agent: false, headers: endpointHeadersFor(execd) }, (res) => {
         let text = '';
         res.on('data', (d) => {
           text += d;
@@ -231,7 +234,7 @@ describe('dev-server execd commands', function () {
     assert.ok(m.cpuUsedPercentage >= 0 && m.cpuUsedPercentage <= 100);
     assert.ok(m.memoryTotalMiB > 0 && m.memoryUsedMiB > 0 && m.memoryUsedMiB <= m.memoryTotalMiB);
     const line = await new Promise((resolve, reject) => {
-      const req = http.get(`${execd}/metrics/watch`, { agent: false }, (res) => {
+      const req = http.get(`${execd}/metrics/watch`, { agent: false, headers: endpointHeadersFor(execd) }, (res) => {
         let text = '';
         res.on('data', (d) => {
           text += d;

@@ -113,8 +113,9 @@ describe('dev-server execd files API', function () {
     await sbx.files.replaceContents([{ path: '/workspace/m/new/dir/one.txt', oldContent: 'heLLo', newContent: 'bye' }]);
     assert.equal(await sbx.files.readFile('/workspace/m/new/dir/one.txt'), 'bye bye\n');
 
-    await sbx.files.setPermissions([{ path: '/workspace/m/sub/two.txt', mode: 604, owner: 'nobody', group: 'no-such-group' }]);
-    assert.equal(await sh(sbx, 'stat -c "%a %U %G" /workspace/m/sub/two.txt'), '604 nobody root');
+    // root in the sandbox has no capabilities: chown to another user is refused (docs/dev-server-security.md)
+    await assert.rejects(sbx.files.setPermissions([{ path: '/workspace/m/sub/two.txt', mode: 604, owner: 'nobody', group: 'no-such-group' }]));
+    assert.equal(await sh(sbx, 'stat -c "%a %U %G" /workspace/m/sub/two.txt'), '604 root root');
 
     const found = await sbx.files.search({ path: '/workspace/m', pattern: '*.txt' });
     assert.deepEqual(found.map((e) => e.path), ['/workspace/m/new/dir/one.txt', '/workspace/m/sub/two.txt']);

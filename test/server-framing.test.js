@@ -39,7 +39,8 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
 
   it('endpoint is the relay plus /proxy/44772 with the ingress header; the official client works through it', async () => {
     assert.match(ep.endpoint, /^127\.0\.0\.1:\d+\/proxy\/44772$/);
-    assert.deepEqual(ep.headers, { 'OpenSandbox-Ingress-To': `${sbx.id}-44772` });
+    assert.deepEqual(ep.headers, { 'OpenSandbox-Ingress-To': `${sbx.id}-44772`, 'OpenSandbox-Secure-Access': ep.headers['OpenSandbox-Secure-Access'] });
+    assert.match(ep.headers['OpenSandbox-Secure-Access'], /^[A-Za-z0-9_-]{43}$/);
     const ex = await sbx.commands.run('echo via-proxy');
     assert.equal(ex.logs.stdout[0].text, 'via-proxy');
   });
@@ -137,10 +138,10 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
 
   it('the relay refuses requests without the exact ingress header (404)', async () => {
     const { 'OpenSandbox-Ingress-To': _, ...noIngress } = hdrs;
-    const missing = await request(`${base}/ping`, { headers: noIngress });
+    const missing = await request(`${base}/ping`, { headers: noIngress, endpointHeaders: false });
     assert.equal(missing.status, 404);
     for (const value of ['other-44772', `${sbx.id}`, `${sbx.id}-x`, `${sbx.id}-70000`]) {
-      const wrong = await request(`${base}/ping`, { headers: { ...noIngress, 'OpenSandbox-Ingress-To': value } });
+      const wrong = await request(`${base}/ping`, { headers: { ...noIngress, "OpenSandbox-Ingress-To": value }, endpointHeaders: false });
       assert.equal(wrong.status, 404, value);
     }
     const ok = await request(`${base}/ping`, { headers: hdrs });
@@ -173,8 +174,9 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
     });
     assert.equal(await waitFor(() => echo(relayUrl, hdrs), { message: 'ws echo via relay' }), 'echo:hi');
     assert.equal(await echo(routed, { ...ep8001.headers, 'X-EXECD-ACCESS-TOKEN': TOKEN }), 'echo:hi');
-    await assert.rejects(echo(routed, { 'X-EXECD-ACCESS-TOKEN': TOKEN }), /Unexpected server response: 404/);
-    // the server proxy forwards the client's execd token as is (it adds none of its own)
+    const secure = { 'OpenSandbox-Secure-Access': ep.headers['OpenSandbox-Secure-Access'] };
+    await assert.rejects(echo(routed, { ...secure, 'X-EXECD-ACCESS-TOKEN': TOKEN }), /Unexpected server response: 404/);
+    // the sandbox's own services need no sandbox token; the server proxy forwards the client's execd token as is
     assert.equal(await echo(proxyUrl, { 'X-EXECD-ACCESS-TOKEN': TOKEN }), 'echo:hi');
   });
 });

@@ -57,7 +57,7 @@ function client(server) {
 
 /** Starts the dev-server CLI (`cli` script, data dir) in a child process; resolves { child, cc } once it printed its domain. */
 async function startCli(cli, dataDir) {
-  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--no-api-key', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   child.stdout.on('data', (d) => { out += d; });
   try {
@@ -225,11 +225,11 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     const script = `
       import { startServer } from ${JSON.stringify(index)};
       const s = await startServer({ commandTailMs: 10 });
-      const post = (u, b) => fetch(u, { method: 'POST', body: JSON.stringify(b) }).then((r) => r.json().catch(() => null));
+      const post = (u, b, h = {}) => fetch(u, { method: 'POST', headers: { 'content-type': 'application/json', ...h }, body: JSON.stringify(b) }).then((r) => r.json().catch(() => null));
       const sb = await post(s.baseUrl + '/v1/sandboxes', { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, timeout: 600 });
       const ep = await (await fetch(s.baseUrl + '/v1/sandboxes/' + sb.id + '/endpoints/44772')).json();
-      await (await fetch('http://' + ep.endpoint + '/command', { method: 'POST', body: JSON.stringify({ command: 'sleep 60 & echo hi' }) })).text();
-      await (await fetch(s.baseUrl + '/v1/sandboxes/' + sb.id + '/proxy/44772/ping')).text();
+      await (await fetch('http://' + ep.endpoint + '/command', { method: 'POST', headers: { 'content-type': 'application/json', ...ep.headers }, body: JSON.stringify({ command: 'sleep 60 & echo hi' }) })).text();
+      await (await fetch(s.baseUrl + '/v1/sandboxes/' + sb.id + '/proxy/44772/ping', { headers: ep.headers })).text();
       await s.close();
       console.log('closed');`;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });

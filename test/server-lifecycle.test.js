@@ -201,7 +201,7 @@ describe('dev-server lifecycle API', function () {
     assert.equal((await sbx.commands.run('echo $((6*7))')).logs.stdout[0].text, '42');
     const ep = await api(`/v1/sandboxes/${json.id}/endpoints/44772`);
     assert.match(ep.json.endpoint, /^127\.0\.0\.1:\d+$/);
-    assert.deepEqual(ep.json.headers, {});
+    assert.deepEqual(Object.keys(ep.json.headers), ['OpenSandbox-Secure-Access']); // the sandbox's own token
     const other = await api(`/v1/sandboxes/${json.id}/endpoints/8000`);
     assert.equal(other.json.endpoint, `${ep.json.endpoint}/proxy/8000`);
     const viaServer = await api(`/v1/sandboxes/${json.id}/endpoints/44772?use_server_proxy=true`);
@@ -227,17 +227,28 @@ describe('dev-server lifecycle API', function () {
     const echo = "require('http').createServer((q,s)=>s.end(JSON.stringify(q.headers))).listen(8000,'127.0.0.1')";
     await sbx.commands.run(`node -e "${echo}"`, { background: true });
     const url = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/8000/x?y=1`;
+    const ep = (await api(`/v1/sandboxes/${sbx.id}/endpoints/8000?use_server_proxy=true`)).json;
+    assert.equal(`http://${ep.endpoint}/x?y=1`, url);
     const r = await waitFor(async () => {
-      const res = await request(url, { headers: { 'OPEN-SANDBOX-API-KEY': KEY, Authorization: 'Bearer s', Cookie: 'c=1', 'X-Keep': 'kept' } });
+      const res = await request(url, { headers: { ...ep.headers, 'OPEN-SANDBOX-API-KEY': KEY, Authorization: 'Bearer s', Cookie: 'c=1', 'X-Keep': 'kept' } });
       return res.status === 200 && res;
     }, { message: 'in-sandbox server answers through the server proxy' });
     assert.equal(r.json['x-keep'], 'kept');
     assert.equal(r.json['open-sandbox-api-key'], undefined);
     assert.equal(r.json.authorization, undefined);
     assert.equal(r.json.cookie, undefined);
-    // the proxy route needs no API key (upstream exempts it)
-    const anonymous = await request(url);
+    assert.equal(r.json['opensandbox-secure-access'], undefined);
+    // the proxy route needs no API key (upstream exempts it) but the sandbox's token; an unknown id answers the same
+    const anonymous = await request(url, { headers: ep.headers });
     assert.equal(anonymous.status, 200);
+    // execd through the proxy needs the sandbox's token; an unknown id answers exactly the same
+    const execdUrl = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772/ping`;
+    const refused = await request(execdUrl, { endpointHeaders: false });
+    assert.equal(refused.status, 401);
+    const unknown = await request(execdUrl.replace(sbx.id, '00000000-0000-4000-8000-000000000000'), { endpointHeaders: false });
+    assert.deepEqual([unknown.status, unknown.json], [refused.status, refused.json]);
+    const token = (await api(`/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`)).json.headers;
+    assert.equal((await request(execdUrl, { headers: token, endpointHeaders: false })).status, 200);
     await sbx.kill();
     await sbx.close();
   });

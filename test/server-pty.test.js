@@ -6,14 +6,14 @@ import WebSocket from 'ws';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { startServer } from '../scripts/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
-import { request } from './helpers/raw.js';
+import { request, endpointHeadersFor } from './helpers/raw.js';
 import { WireWebSocket } from './helpers/wire.js';
 
 const STDIN = 0x00;
 
 /** A recording WebSocket client: frames in order as {kind:'text', json} | {kind, offset?, bytes}. */
 function connect(url) {
-  const ws = new WebSocket(url);
+  const ws = new WebSocket(url, { headers: endpointHeadersFor(url.replace(/^ws/, 'http')) });
   const c = { ws, frames: [], closed: null, rejected: null };
   c.opened = new Promise((resolve, reject) => {
     ws.once('open', resolve);

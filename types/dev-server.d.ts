@@ -17,7 +17,10 @@ export interface DevServerOptions {
    * close(). With a dataDir given, close() removes only the sandboxes: snapshots survive a restart on it.
    */
   dataDir?: string;
-  /** When set, execd requests need X-EXECD-ACCESS-TOKEN. */
+  /**
+   * When set, execd requests need X-EXECD-ACCESS-TOKEN. Independently, every execd endpoint carries the sandbox's
+   * own token as the endpoint header OpenSandbox-Secure-Access, which every execd request must send back.
+   */
   execdAccessToken?: string;
   /** 'direct' (default): execd endpoint `127.0.0.1:<port>`; 'proxy': `127.0.0.1:<port>/proxy/44772` (a path prefix). */
   execdEndpoint?: 'direct' | 'proxy';
@@ -40,6 +43,13 @@ export interface DevServerOptions {
   ptyCloseLinger?: boolean;
   /** A line logger, true (stderr) or false (default: silent). Never receives API keys or tokens. */
   log?: ((line: string) => void) | boolean;
+  /**
+   * Run sandboxes even where the confinement (user namespace, no capabilities, seccomp) cannot be created; warns on
+   * every start. Default false: startServer() rejects, saying what is missing. See docs/dev-server-security.md.
+   */
+  insecure?: boolean;
+  /** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). Default 1000000000. */
+  sandboxUid?: number;
 }
 
 export interface DevServer {

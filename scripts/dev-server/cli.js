@@ -1,14 +1,25 @@
 #!/usr/bin/env node
 // Command line of the local OpenSandbox-compatible server:
-//   npm run dev-server -- --port 8080 --api-key KEY --allowed-host-path /data --isolation none
-// Prints the domain, serves until SIGINT/SIGTERM, then deletes every sandbox and exits.
+//   npm run dev-server -- --port 8080 --api-key-file FILE --allowed-host-path /data --isolation none
+// Prints the domain, serves until SIGINT/SIGTERM, then deletes every sandbox and exits. Without an API key it makes
+// a random one, writes it to a 0600 file and prints how to use it (--no-api-key: an open server, any local user and
+// program can drive it). Secrets come from the environment or a file rather than argv (visible in `ps`).
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startServer } from './index.js';
 
-const USAGE = `usage: dev-server [--port N] [--host H] [--api-key KEY] [--allowed-host-path DIR]... [--isolation bwrap|none]
-                  [--data-dir DIR] [--execd-access-token TOK] [--execd-endpoint direct|proxy] [--endpoint-headers]
-                  [--max-sandbox-timeout-seconds N] [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding] [--pty-close-linger] [--quiet]
-  The API key may also come from OPENSANDBOX_SERVER_API_KEY.`;
+const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --no-api-key] [--allowed-host-path DIR]...
+                  [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
+                  [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
+                  [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
+                  [--pty-close-linger] [--quiet]
+  The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
+  one a random key is generated and written to a file only you can read. The execd access token comes from
+  OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
+  --insecure runs sandboxes without user namespace, capability drop and seccomp when the machine cannot give them.`;
 
 let args;
 try {
@@ -17,6 +28,10 @@ try {
       port: { type: 'string', default: '8080' },
       host: { type: 'string', default: '127.0.0.1' },
       'api-key': { type: 'string' },
+      'api-key-file': { type: 'string' },
+      'no-api-key': { type: 'boolean', default: false },
+      'execd-access-token-file': { type: 'string' },
+      insecure: { type: 'boolean', default: false },
       'allowed-host-path': { type: 'string', multiple: true, default: [] },
       isolation: { type: 'string', default: 'bwrap' },
       'data-dir': { type: 'string' },
@@ -51,16 +66,47 @@ function int(name, value) {
   return Number(value);
 }
 
+/** A secret from (in order) its argv value, its file, its environment variable; undefined when none. */
+function secret(name, env) {
+  if (args[name] !== undefined) return args[name];
+  const file = args[`${name}-file`];
+  if (file !== undefined) {
+    try {
+      const text = fs.readFileSync(file, 'utf8').trim();
+      if (text) return text;
+    } catch (err) {
+      console.error(`--${name}-file: ${err.message}`);
+      process.exit(2);
+    }
+    console.error(`--${name}-file: ${file} is empty`);
+    process.exit(2);
+  }
+  return process.env[env] || undefined;
+}
+
+let apiKey = secret('api-key', 'OPENSANDBOX_SERVER_API_KEY');
+if (apiKey !== undefined && args['no-api-key']) {
+  console.error('--no-api-key contradicts the API key given');
+  process.exit(2);
+}
+let keyDir = null;
+if (apiKey === undefined && !args['no-api-key']) {
+  apiKey = crypto.randomBytes(24).toString('base64url');
+  keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-key-'));
+  fs.writeFileSync(path.join(keyDir, 'api-key'), `${apiKey}\n`, { mode: 0o600 });
+}
+
 let server;
 try {
   server = await startServer({
     port: int('port', args.port),
     host: args.host,
-    apiKey: args['api-key'] ?? process.env.OPENSANDBOX_SERVER_API_KEY,
+    apiKey,
+    insecure: args.insecure,
     allowedHostPaths: args['allowed-host-path'],
     isolation: args.isolation,
     dataDir: args['data-dir'],
-    execdAccessToken: args['execd-access-token'],
+    execdAccessToken: secret('execd-access-token', 'OPENSANDBOX_EXECD_ACCESS_TOKEN'),
     execdEndpoint: args['execd-endpoint'],
     endpointHeaders: args['endpoint-headers'],
     maxSandboxTimeoutSeconds: int('max-sandbox-timeout-seconds', args['max-sandbox-timeout-seconds']),
@@ -73,9 +119,17 @@ try {
   });
 } catch (err) {
   console.error(`dev-server: ${err.message}`);
+  if (keyDir) fs.rmSync(keyDir, { recursive: true, force: true });
   process.exit(1);
 }
 console.log(server.domain);
+if (keyDir) {
+  const file = path.join(keyDir, 'api-key');
+  console.log(`dev-server: API key generated in ${file} (readable by you only); clients send it as OPEN-SANDBOX-API-KEY:`);
+  console.log(`  export OPEN_SANDBOX_API_KEY="$(cat ${file})"   # or start with --api-key-file FILE, or --no-api-key`);
+} else if (args['no-api-key']) {
+  console.log('dev-server: no API key (--no-api-key): any local user or program can drive this server');
+}
 
 let stopping = false;
 async function stop(sig) {
@@ -83,6 +137,7 @@ async function stop(sig) {
   stopping = true;
   console.log(`dev-server: ${sig}, deleting sandboxes`);
   await server.close();
+  if (keyDir) fs.rmSync(keyDir, { recursive: true, force: true });
   process.exit(0);
 }
 process.on('SIGINT', () => stop('SIGINT'));

@@ -12,11 +12,16 @@ import { findBwrap, probeBwrap } from './runner.js';
 import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate } from './validate.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
-import { INGRESS_HEADER } from './relay.js';
+import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
+import {
+  DEFAULT_SANDBOX_UID, SECURE_ACCESS_HEADER, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentity, seccompProgram,
+} from './security.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
-  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log'];
-const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie']);
+  'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
+  'insecure', 'sandboxUid'];
+const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie', ...TOKEN_HEADERS]);
+const JSON_TYPE = /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i;
 const BODY_LIMIT = 1024 * 1024;
 
 function send(res, status, body, headers = {}) {
@@ -45,10 +50,14 @@ function pathId(segment) {
   }
 }
 
-/** JSON body like FastAPI: empty → 422 missing (undefined when `optional`); malformed → 422 json_invalid. */
+/** JSON body like FastAPI: empty → 422 missing (undefined when `optional`); malformed → 422 json_invalid. A body needs
+ * a JSON Content-Type (415 otherwise: a browser can send text/plain cross-origin without asking). */
 async function readJson(req, { optional = false } = {}) {
   const text = await readBody(req);
   if (text.trim() === '' && optional) return undefined;
+  if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+    throw new ApiError(415, 'GENERAL::UNSUPPORTED_MEDIA_TYPE', `Content-Type must be application/json, got ${JSON.stringify(req.headers['content-type'] ?? '')}`);
+  }
   if (text.trim() === '') throw new ValidationError([issue(['body'], 'Field required', 'missing', null)]);
   try {
     return JSON.parse(text);
@@ -56,12 +65,6 @@ async function readJson(req, { optional = false } = {}) {
     const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? 0);
     throw new ValidationError([{ type: 'json_invalid', loc: ['body', pos], msg: 'JSON decode error', input: {}, ctx: { error: err.message } }]);
   }
-}
-
-function safeEqual(a, b) {
-  const x = Buffer.from(String(a));
-  const y = Buffer.from(String(b));
-  return x.length === y.length && crypto.timingSafeEqual(x, y);
 }
 
 function intQuery(url, name, def, min, max) {
@@ -85,7 +88,8 @@ export async function startServer(options = {}) {
   const opts = {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
-    commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false,
+    commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
+    sandboxUid: DEFAULT_SANDBOX_UID,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -108,22 +112,47 @@ export async function startServer(options = {}) {
   if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
   if (typeof opts.ptyCloseLinger !== 'boolean') throw new Error('ptyCloseLinger must be a boolean');
+  if (typeof opts.insecure !== 'boolean') throw new Error('insecure must be a boolean');
+  if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > 0xfffffffe) throw new Error('sandboxUid must be an integer 1..4294967294');
+  const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
-  if (opts.isolation === 'bwrap') {
-    bwrap = findBwrap();
-    if (!bwrap) throw new Error("bubblewrap (bwrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or start with isolation 'none' (commands then run unconfined)");
-    const problem = probeBwrap(bwrap);
-    if (problem) throw new Error(`bubblewrap cannot create sandboxes here (${problem}); fix that or start with isolation 'none'`);
-  } else {
-    const warn = log ?? ((m) => process.emitWarning(m));
-    warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server');
-  }
+  let hardening = null;
   const ownDataDir = !opts.dataDir;
   const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
-  fs.mkdirSync(dataDir, { recursive: true });
+  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const fail = (err) => {
+    if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  };
+  if (opts.isolation === 'bwrap') {
+    bwrap = findBwrap();
+    if (!bwrap) fail(new Error("bubblewrap (bwrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or start with isolation 'none' (commands then run unconfined)"));
+    const problem = probeBwrap(bwrap);
+    if (problem) fail(new Error(`bubblewrap cannot create sandboxes here (${problem}); fix that or start with isolation 'none'`));
+    // the hardening: unprivileged user namespace, no capabilities, seccomp (docs/dev-server-security.md)
+    let missing = null;
+    try {
+      const seccompPath = path.join(dataDir, 'seccomp.bpf');
+      fs.writeFileSync(seccompPath, seccompProgram(), { mode: 0o600 });
+      hardening = { seccompPath, identity: sandboxIdentity(opts.sandboxUid) };
+      const why = probeBwrap(bwrap, hardening);
+      if (why) missing = `an unprivileged user namespace with the seccomp filter cannot be created: ${why}`;
+    } catch (err) {
+      missing = err.message;
+    }
+    if (missing && !opts.insecure) {
+      fail(new Error(`sandboxes cannot be confined here (${missing}); fix that, or start with insecure: true (--insecure) to run them without user namespace, capability drop and seccomp`));
+    }
+    if (missing || opts.insecure) {
+      hardening = null;
+      warn(`dev-server: INSECURE: sandboxes run without user namespace, capability drop and seccomp${missing ? ` (${missing})` : ''}: code inside can take over this machine`);
+    }
+  } else {
+    warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server');
+  }
 
   const sandboxes = new Sandboxes({
-    dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap,
+    dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
     endpointHeaders: opts.endpointHeaders, log,
@@ -132,32 +161,46 @@ export async function startServer(options = {}) {
   sandboxes.snapshots = snapshots;
   let domain = '';
 
+  /** Endpoint of a sandbox port; for execd its headers carry the sandbox's own token (OpenSandbox-Secure-Access). */
   function endpointFor(sb, port, useServerProxy) {
-    if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: {} };
+    const secure = port === EXECD_PORT ? { [SECURE_ACCESS_HEADER]: sb.token } : {};
+    if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: secure };
     if (!sb.relay) throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sb.id} is not running (state ${sb.status.state}).`);
     const relay = `127.0.0.1:${sb.relay.port}`;
     if (port === EXECD_PORT) {
-      const headers = opts.endpointHeaders ? { [INGRESS_HEADER]: `${sb.id}-${port}` } : {};
+      const headers = opts.endpointHeaders ? { [INGRESS_HEADER]: `${sb.id}-${port}`, ...secure } : secure;
       return { endpoint: opts.execdEndpoint === 'direct' ? relay : `${relay}/proxy/${port}`, headers };
     }
     // header-routed gateway: the header picks the port; otherwise execd's reverse proxy does
-    if (opts.endpointHeaders) return { endpoint: relay, headers: { [INGRESS_HEADER]: `${sb.id}-${port}` } };
-    return { endpoint: `${relay}/proxy/${port}`, headers: {} };
+    if (opts.endpointHeaders) return { endpoint: relay, headers: { [INGRESS_HEADER]: `${sb.id}-${port}`, ...secure } };
+    return { endpoint: `${relay}/proxy/${port}`, headers: secure };
   }
 
   function checkAuth(req) {
+    const why = browserOrigin(req.headers);
+    if (why) throw new ApiError(403, 'GENERAL::FORBIDDEN', `browser-originated requests are refused (${why})`);
     if (!opts.apiKey) return;
     const key = req.headers['open-sandbox-api-key'];
     if (key === undefined) throw new ApiError(401, 'MISSING_API_KEY', 'Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.');
     if (!safeEqual(key, opts.apiKey)) throw new ApiError(401, 'INVALID_API_KEY', 'Invalid API key.');
   }
 
-  /** `/sandboxes/{id}/proxy/{port}/rest` → { sb, target, path } for the server proxy, or null. */
-  function proxyTarget(p, url) {
+  /**
+   * `/sandboxes/{id}/proxy/{port}/rest` → { sb, target, path } for the server proxy, or null. Like upstream for
+   * secureAccess sandboxes it demands the sandbox's token: an unknown id and a wrong token answer the same 401.
+   */
+  function proxyTarget(p, url, req) {
     const m = /^\/sandboxes\/([^/]+)\/proxy\/(\d+)(\/.*)?$/.exec(p);
     if (!m) return null;
-    const sb = sandboxes.get(pathId(m[1]));
+    const id = pathId(m[1]);
+    let sb = null;
+    try {
+      sb = sandboxes.get(id);
+    } catch { /* answered like a wrong token below */ }
     const port = Number(m[2]);
+    // execd needs the sandbox's token; the sandbox's own services (other ports) are open like upstream's
+    const refusal = port === EXECD_PORT || !sb ? checkExecdAccess(req.headers, sb?.token) : null;
+    if (refusal) throw new ApiError(refusal.status, refusal.body.code, refusal.body.message, { body: refusal.body });
     if (port < 1 || port > 65535) throw new ApiError(400, 'SANDBOX::INVALID_PORT', `invalid port ${m[2]}`);
     const rest = (m[3] ?? '/') + url.search;
     const target = { socketPath: sb.proc.socketPath };
@@ -169,9 +212,9 @@ export async function startServer(options = {}) {
     if (p === '/v1' || p.startsWith('/v1/')) p = p.slice(3) || '/';
     const m = req.method;
     if (p === '/health' && m === 'GET') return send(res, 200, { status: 'healthy' });
-    const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url);
+    const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url, req);
     if (prox) {
-      // unauthenticated like upstream; the tenant key and credentials never reach the sandbox
+      // no API key (like upstream) but the sandbox's token; the tenant key and credentials never reach the sandbox
       proxyRequest(req, res, prox.target, prox.path, { drop: PROXY_STRIP });
       return;
     }
@@ -285,7 +328,7 @@ export async function startServer(options = {}) {
       .then(() => route(req, res, url))
       .catch((err) => {
         if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
-        if (err instanceof ApiError) return send(res, err.status, { code: err.code, message: err.message });
+        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message });
         log?.(`internal error on ${req.method} ${url.pathname}: ${err.stack ?? err}`);
         send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err.message ?? err) });
       })
@@ -295,13 +338,12 @@ export async function startServer(options = {}) {
     socket.on('error', () => socket.destroy());
     try {
       const url = new URL(req.url, 'http://server');
-      const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url);
+      const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url, req);
       if (!prox) throw new ApiError(404, 'GENERAL::NOT_FOUND', 'no WebSocket route here');
       proxyUpgrade(req, socket, head, prox.target, prox.path, { drop: PROXY_STRIP });
     } catch (err) {
       const status = err instanceof ApiError ? err.status : 500;
-      const body = JSON.stringify({ code: err.code ?? 'GENERAL::UNKNOWN_ERROR', message: err.message });
-      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.end(httpAnswer(status, err.extra?.body ?? { code: err.code ?? 'GENERAL::UNKNOWN_ERROR', message: err.message }));
     }
   });
   server.on('clientError', (err, socket) => {

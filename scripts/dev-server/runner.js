@@ -1,12 +1,14 @@
 // Sandbox runner of the local OpenSandbox-compatible server: starts one execd per sandbox, isolated with bubblewrap
-// (own PID/IPC/UTS namespaces, no network unless allowed, host system read-only, per-sandbox /workspace /tmp /root),
-// or as a plain child process with isolation 'none'; pauses (SIGSTOP the tree), resumes (SIGCONT) and kills it.
+// (own user/PID/IPC/UTS namespaces, no network unless allowed, host system read-only, per-sandbox /workspace /tmp
+// /root; root inside is an unprivileged host uid with no capabilities under a seccomp filter, see
+// docs/dev-server-security.md), or as a plain child process with isolation 'none'; pauses (SIGSTOP the tree), resumes (SIGCONT) and kills it.
 import { spawn, execFileSync } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { descendants, signal, signalTree } from './proctree.js';
+import { ensureTraversable, grantVolumeAccess } from './security.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
@@ -47,7 +49,13 @@ function runtimeDirs() {
   let pkgDir = pkgRoot;
   if (path.basename(parent) === 'node_modules') pkgDir = parent;
   else if (path.basename(path.dirname(parent)) === 'node_modules' && path.basename(parent).startsWith('@')) pkgDir = path.dirname(parent);
-  return { nodeDir, pkgDir };
+  // a node_modules that is a symlink (a worktree sharing another checkout's) is reached through its target
+  let linkedModules = null;
+  try {
+    const nm = path.join(pkgRoot, 'node_modules');
+    if (fs.lstatSync(nm).isSymbolicLink()) linkedModules = fs.realpathSync(nm);
+  } catch { /* no node_modules of its own */ }
+  return { nodeDir, pkgDir, linkedModules };
 }
 
 function underSystemDir(p) {
@@ -56,7 +64,9 @@ function underSystemDir(p) {
 
 /**
  * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork }.
- * The runner options (isolation, execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, bwrap, log) come from the server.
+ * The runner options (isolation, hardening: { seccompPath, identity } or null, execdToken, commandTailMs, ptyExitRace,
+ * signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server. identity ({ uid, gid }) is the host
+ * user bwrap runs as (root-started server), else null.
  */
 export class SandboxProcess {
   constructor(spec, options) {
@@ -84,9 +94,21 @@ export class SandboxProcess {
     return this.runDirFd === null ? path.join(this.dirs.run, SOCKET_NAME) : `/proc/self/fd/${this.runDirFd}/${SOCKET_NAME}`;
   }
 
+  /** bwrap's argv for this sandbox, and the fds it refers to (fds[i] becomes fd 3 + i in bwrap: the seccomp program). */
   bwrapArgs(execdArgs) {
-    const { nodeDir, pkgDir } = runtimeDirs();
-    const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts'];
+    const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+    const hardening = this.options.hardening;
+    const fds = [];
+    const fdOf = (p) => {
+      fds.push(fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC));
+      return String(2 + fds.length);
+    };
+    const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'];
+    if (hardening) {
+      // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
+      // the libseccomp filter (bwrap also sets no_new_privs)
+      a.push('--unshare-user', '--uid', '0', '--gid', '0', '--disable-userns', '--cap-drop', 'ALL', '--seccomp', fdOf(hardening.seccompPath));
+    }
     if (!this.spec.allowNetwork) a.push('--unshare-net');
     a.push('--hostname', this.spec.id.replace(/-/g, '').slice(0, 12));
     for (const d of SYSTEM_DIRS) {
@@ -100,26 +122,47 @@ export class SandboxProcess {
       else if (st.isDirectory()) a.push('--ro-bind', d, d);
     }
     a.push('--proc', '/proc', '--dev', '/dev');
-    a.push('--bind', this.dirs.workspace, '/workspace', '--bind', this.dirs.tmp, '/tmp', '--bind', this.dirs.home, '/root');
-    a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX);
+    // bwrap bind mounts are nosuid and nodev; bwrap (as the sandbox uid) must be able to reach each source
+    const identity = hardening?.identity;
+    const bind = (src, dest, ro = false) => {
+      if (identity) ensureTraversable(src, identity.uid);
+      a.push(ro ? '--ro-bind' : '--bind', src, dest);
+    };
+    bind(this.dirs.workspace, '/workspace');
+    bind(this.dirs.tmp, '/tmp');
+    bind(this.dirs.home, '/root');
+    bind(this.dirs.run, SOCKET_DIR_IN_SANDBOX);
     // node and the package after the sandbox's own /tmp, /root, /workspace: a checkout under /tmp (as CI clones
     // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start
-    if (!underSystemDir(nodeDir)) a.push('--ro-bind', nodeDir, nodeDir);
-    if (!underSystemDir(pkgDir)) a.push('--ro-bind', pkgDir, pkgDir);
+    for (const d of new Set([nodeDir, pkgDir, linkedModules])) {
+      if (!d || underSystemDir(d)) continue;
+      if (identity) {
+        // the sandbox uid runs execd from here: it must be able to read it (e.g. a checkout in a 0700 temp dir)
+        const st = fs.statSync(d);
+        if (st.uid !== identity.uid && (st.mode & 0o005) !== 0o005) grantVolumeAccess(d, identity.uid, false);
+      }
+      bind(d, d, true);
+    }
     // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
     const within = (d, parent) => d === parent || d.startsWith(parent + '/');
-    if (dataDir && [nodeDir, pkgDir, ...SYSTEM_DIRS].some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
-    for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind' : '--bind', b.src, b.dest);
+    if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
+    for (const b of this.spec.binds) bind(b.src, b.dest, b.readOnly);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
     a.push('--remount-ro', '/', '--chdir', '/workspace');
     a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
-    return a;
+    return { args: a, fds };
   }
 
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
   async start() {
-    for (const d of Object.values(this.dirs)) fs.mkdirSync(d, { recursive: true, mode: 0o755 });
+    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    const identity = this.options.hardening?.identity;
+    if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
+    for (const d of Object.values(this.dirs)) {
+      fs.mkdirSync(d, { recursive: true, mode: 0o755 });
+      if (identity) fs.chownSync(d, identity.uid, identity.gid);
+    }
     const { nodeDir } = runtimeDirs();
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;
@@ -127,6 +170,10 @@ export class SandboxProcess {
     // without isolation execd binds relative to its working directory (the sandbox's workspace, a sibling of run)
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
+    // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
+    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds otherwise
+    const tokenFd = !this.options.execdToken ? null : isolated ? 3 + (this.options.hardening ? 1 : 0) : 3;
+    if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
@@ -138,13 +185,18 @@ export class SandboxProcess {
       HOSTNAME: this.spec.id.replace(/-/g, '').slice(0, 12),
       ...this.spec.env,
     };
-    if (this.options.execdToken) env.EXECD_ACCESS_TOKEN = this.options.execdToken;
     let child;
     if (isolated) {
-      child = spawn(this.options.bwrap, this.bwrapArgs(execdArgs), { stdio: ['ignore', 'pipe', 'pipe'], env });
+      const { args, fds } = this.bwrapArgs(execdArgs);
+      try {
+        child = spawn(this.options.bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...fds, ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}) });
+      } finally {
+        for (const fd of fds) fs.closeSync(fd);
+      }
     } else {
-      child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: this.dirs.workspace });
+      child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
     }
+    if (tokenFd !== null) child.stdio[tokenFd].end(this.options.execdToken);
     this.child = child;
     live.add(this);
     installExitHook();
@@ -267,12 +319,24 @@ export function startEntrypoint(socketPath, argv, token) {
   });
 }
 
-/** Checks once that bwrap can create a sandbox here (user namespaces may be disabled); returns an error text or null. */
-export function probeBwrap(bwrap) {
+/**
+ * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as the sandbox
+ * uid, no capabilities, the seccomp filter); returns an error text or null.
+ */
+export function probeBwrap(bwrap, hardening = null) {
+  const args = ['--unshare-pid', '--unshare-net'];
+  let fd = null;
+  if (hardening) {
+    fd = fs.openSync(hardening.seccompPath, 'r');
+    args.push('--unshare-user', '--uid', '0', '--gid', '0', '--disable-userns', '--cap-drop', 'ALL', '--seccomp', '3');
+  }
+  args.push('--ro-bind', '/', '/', '--proc', '/proc', '--dev', '/dev', '--', 'true');
   try {
-    execFileSync(bwrap, ['--unshare-pid', '--unshare-net', '--ro-bind', '/', '/', '--proc', '/proc', '--dev', '/dev', '--', 'true'], { stdio: 'pipe', timeout: 10000 });
+    execFileSync(bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...(fd === null ? [] : [fd])], timeout: 10000, ...(hardening?.identity ?? {}) });
     return null;
   } catch (err) {
     return String(err.stderr ?? err.message).trim() || String(err.message);
+  } finally {
+    if (fd !== null) fs.closeSync(fd);
   }
 }

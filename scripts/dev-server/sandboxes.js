@@ -6,63 +6,102 @@ import path from 'node:path';
 import { ApiError, checkMetadata } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
+import { grantVolumeAccess, newToken } from './security.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function iso(ms) {
-  return new Date(ms).toISOString().replace(/Z$/, '000Z'); // microseconds, like Python's isoformat
+  const d = new Date(ms);
+  if (Number.isNaN(d.getTime())) return null;
+  return d.toISOString().replace(/Z$/, '000Z'); // microseconds, like Python's isoformat
 }
 
 function notFound(id) {
   return new ApiError(404, 'DOCKER::SANDBOX_NOT_FOUND', `Sandbox ${id} not found.`);
 }
 
-/** Resolves a volume list into bind mounts; enforces allowedHostPaths (realpaths, symlinks resolved). */
-function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir }) {
-  const binds = [];
-  for (const v of volumes) {
-    let src;
+const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
+
+/**
+ * The realpath `p` will have once `mkdir -p` created it: the deepest existing ancestor resolved, the missing names
+ * appended. null when a component is a dangling symlink (mkdir would follow it somewhere unchecked).
+ */
+function prospectiveRealpath(p) {
+  const missing = [];
+  for (let cur = p; ; cur = path.dirname(cur)) {
+    try {
+      return path.join(fs.realpathSync(cur), ...missing.reverse());
+    } catch (err) {
+      if (err.code !== 'ENOENT') throw err;
+      try {
+        fs.lstatSync(cur);
+        return null; // exists, yet does not resolve: a dangling symlink
+      } catch { /* really missing */ }
+      missing.push(path.basename(cur));
+    }
+  }
+}
+
+/**
+ * Resolves a volume list into bind mounts; enforces allowedHostPaths (realpaths, symlinks resolved). Every volume is
+ * checked before any directory is created; a directory is created only where its resolved path was allowed.
+ * With `identity` (root-started server), the sandbox uid gets access to what it mounts.
+ */
+function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity }) {
+  const allowed = allowedHostPaths.map((p) => {
+    try {
+      return fs.realpathSync(p);
+    } catch {
+      return path.resolve(p);
+    }
+  });
+  const data = fs.realpathSync(dataDir);
+  const plans = volumes.map((v) => {
     if (v.host) {
-      const allowed = allowedHostPaths.map((p) => {
-        try {
-          return fs.realpathSync(p);
-        } catch {
-          return path.resolve(p);
-        }
-      });
-      const inside = (p) => allowed.some((a) => p === a || p.startsWith(a.endsWith('/') ? a : a + '/'));
       const requested = path.resolve(v.host.path, v.subPath ?? '');
       const denied = () => new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED',
         `Host path ${requested} of volume '${v.name}' is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}.`);
-      if (!inside(requested)) throw denied();
-      fs.mkdirSync(requested, { recursive: true });
-      src = fs.realpathSync(requested);
-      if (!inside(src)) throw denied();
-      const data = fs.realpathSync(dataDir);
-      if (src === data || src.startsWith(data + '/') || data.startsWith(src + '/')) {
+      const target = prospectiveRealpath(requested);
+      if (!allowed.some((a) => within(requested, a)) || target === null || !allowed.some((a) => within(target, a))) throw denied();
+      if (within(target, data) || within(data, target)) {
         throw new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED', `Host path ${requested} of volume '${v.name}' overlaps the server's data directory.`);
       }
-    } else if (v.pvc) {
+      return { v, dir: requested, check: (src) => allowed.some((a) => within(src, a)) && !within(src, data) && !within(data, src), denied };
+    }
+    if (v.pvc) {
       const base = path.join(volumesDir, v.pvc.claimName);
       if (!fs.existsSync(base) && v.pvc.createIfNotExists === false) {
         throw new ApiError(404, 'VOLUME::PVC_NOT_FOUND', `Volume '${v.pvc.claimName}' does not exist and createIfNotExists is false.`);
       }
-      fs.mkdirSync(base, { recursive: true });
-      src = path.join(base, v.subPath ?? '');
-      fs.mkdirSync(src, { recursive: true });
-      if (!fs.realpathSync(src).startsWith(fs.realpathSync(base))) {
-        throw new ApiError(400, 'VOLUME::INVALID_SUB_PATH', `subPath of volume '${v.name}' leaves the volume.`);
-      }
-    } else {
-      throw new ApiError(400, 'VOLUME::UNSUPPORTED_BACKEND', `Volume '${v.name}': ossfs volumes are not supported by the local server.`);
+      const root = fs.realpathSync(volumesDir);
+      const denied = () => new ApiError(400, 'VOLUME::INVALID_SUB_PATH', `subPath of volume '${v.name}' leaves the volume.`);
+      const target = prospectiveRealpath(path.join(base, v.subPath ?? ''));
+      if (target === null || !within(target, path.join(root, v.pvc.claimName))) throw denied();
+      return { v, base, dir: path.join(base, v.subPath ?? ''), check: (src) => within(src, path.join(root, v.pvc.claimName)), denied };
     }
-    binds.push({ src, dest: path.posix.normalize(v.mountPath), readOnly: v.readOnly === true });
-  }
-  return binds;
+    throw new ApiError(400, 'VOLUME::UNSUPPORTED_BACKEND', `Volume '${v.name}': ossfs volumes are not supported by the local server.`);
+  });
+  return plans.map(({ v, base, dir, check, denied }) => {
+    const made = [base, dir].filter(Boolean).map((d) => fs.mkdirSync(d, { recursive: true })).filter(Boolean);
+    const src = fs.realpathSync(dir);
+    if (!check(src)) throw denied(); // changed between the check and mkdir
+    if (identity && v.pvc) {
+      // server-managed volume: the sandbox uid owns what the server created for it
+      for (const first of made) for (let d = dir; within(d, first); d = path.dirname(d)) fs.chownSync(d, identity.uid, identity.gid);
+    } else if (identity) {
+      const need = v.readOnly === true ? 0o5 : 0o7;
+      if ((fs.statSync(src).mode & need) !== need) grantVolumeAccess(src, identity.uid, v.readOnly !== true);
+    }
+    return { src, dest: path.posix.normalize(v.mountPath), readOnly: v.readOnly === true };
+  });
 }
 
 export class Sandboxes {
-  /** options: { dataDir, allowedHostPaths, isolation, bwrap, execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, endpointHeaders, log } */
+  /**
+   * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
+   * signalForwarding, ptyCloseLinger, endpointHeaders, log }. execdToken: execd's X-EXECD-ACCESS-TOKEN (through a
+   * pipe: never in environ or argv).
+   */
   constructor(options) {
     this.options = options;
     this.items = new Map();
@@ -86,7 +125,10 @@ export class Sandboxes {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
     const id = crypto.randomUUID();
-    const binds = resolveVolumes(req.volumes, { allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir });
+    const binds = resolveVolumes(req.volumes, {
+      allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
+      identity: this.options.hardening?.identity,
+    });
     const proc = new SandboxProcess(
       { id, dir: path.join(this.sandboxDir, id), env: req.env, binds, allowNetwork: req.allowNetwork },
       this.options,
@@ -94,6 +136,8 @@ export class Sandboxes {
     const now = Date.now();
     const sb = {
       id, proc, relay: null, timer: null, deleting: false,
+      token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
+      image: req.image, entrypoint: req.entrypoint, metadata: req.metadata,
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
       platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch },
       createdAt: now, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
@@ -113,7 +157,9 @@ export class Sandboxes {
       await proc.start();
       // the default entrypoint only keeps a container alive; anything else runs like a container's main process
       if (req.entrypoint.join(' ') !== 'tail -f /dev/null') await startEntrypoint(proc.socketPath, req.entrypoint, this.options.execdToken);
-      sb.relay = await startRelay(proc.socketPath, { ingressId: this.options.endpointHeaders ? id : null });
+      sb.relay = await startRelay(proc.socketPath, {
+        ingressId: this.options.endpointHeaders ? id : null, token: sb.token,
+      });
     } catch (err) {
       this.items.delete(id);
       await sb.relay?.close();
@@ -162,10 +208,20 @@ export class Sandboxes {
     v.status = sb.status;
     v.metadata = sb.metadata;
     v.entrypoint = sb.entrypoint;
-    if (sb.expiresAt != null) v.expiresAt = iso(sb.expiresAt);
+    if (sb.expiresAt != null && iso(sb.expiresAt) !== null) v.expiresAt = iso(sb.expiresAt);
     v.createdAt = iso(sb.createdAt);
     if (full) v.platform = sb.platform;
     return v;
+  }
+
+  /** view() that cannot fail: one broken record never makes a list fail (it is listed with what is known). */
+  safeView(sb) {
+    try {
+      return this.view(sb);
+    } catch (err) {
+      this.options.log?.(`sandbox ${sb.id}: cannot describe it: ${err.message}`);
+      return { id: sb.id, status: sb.status, metadata: {}, entrypoint: [], createdAt: iso(sb.createdAt) };
+    }
   }
 
   list({ states, metadata, page, pageSize }) {
@@ -173,11 +229,11 @@ export class Sandboxes {
     const all = [...this.items.values()]
       .filter((sb) => !sb.deleting)
       .filter((sb) => wanted.length === 0 || wanted.includes(sb.status.state.toLowerCase()))
-      .filter((sb) => Object.entries(metadata).every(([k, v]) => sb.metadata[k] === v))
+      .filter((sb) => Object.entries(metadata).every(([k, v]) => (sb.metadata ?? {})[k] === v))
       .sort((a, b) => b.createdAt - a.createdAt);
     const totalPages = Math.ceil(all.length / pageSize);
     return {
-      items: all.slice((page - 1) * pageSize, page * pageSize).map((sb) => this.view(sb)),
+      items: all.slice((page - 1) * pageSize, page * pageSize).map((sb) => this.safeView(sb)),
       pagination: { page, pageSize, totalItems: all.length, totalPages, hasNextPage: page < totalPages },
     };
   }

@@ -30,6 +30,8 @@ const LABEL_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const RESERVED_PREFIX = 'opensandbox.io/';
+/** Largest `timeout` (seconds, ten years): larger values are a 422 before anything is created. */
+export const MAX_TIMEOUT_SECONDS = 10 * 365 * 86400;
 
 /** Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. */
 export function checkMetadata(metadata) {
@@ -144,6 +146,8 @@ export function validateCreate(body, { maxTimeout } = {}) {
       errs.push(issue(['body', 'timeout'], 'Input should be a valid integer', 'int_type', body.timeout));
     } else if (body.timeout < 60) {
       errs.push({ ...issue(['body', 'timeout'], 'Input should be greater than or equal to 60', 'greater_than_equal', body.timeout), ctx: { ge: 60 } });
+    } else if (body.timeout > MAX_TIMEOUT_SECONDS) {
+      errs.push({ ...issue(['body', 'timeout'], `Input should be less than or equal to ${MAX_TIMEOUT_SECONDS}`, 'less_than_equal', body.timeout), ctx: { le: MAX_TIMEOUT_SECONDS } });
     } else out.timeout = body.timeout;
   }
   // resourceLimits (required unless pool mode)
@@ -192,6 +196,11 @@ export function validateCreate(body, { maxTimeout } = {}) {
     errs.push(issue(['body', 'secureAccess'], 'Input should be a valid boolean', 'bool_type', body.secureAccess));
   }
   if (errs.length) throw new ValidationError(errs);
+  const egress = Array.isArray(body.networkPolicy?.egress) ? body.networkPolicy.egress : [];
+  if (egress.length) {
+    throw new ApiError(400, 'SANDBOX::NETWORK_POLICY_NOT_SUPPORTED',
+      'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (the whole network, host loopback included) or none (no network).');
+  }
   if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
     throw new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
   }

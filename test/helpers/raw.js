@@ -2,11 +2,30 @@
 // times of stream chunks). Every call has a deadline; nothing here parses execd streams beyond splitting on "\n\n".
 import http from 'node:http';
 
+// Endpoint headers answered by `GET …/endpoints/{port}` through request(), by endpoint origin: like a client, later
+// requests to that origin send them back (the sandbox's OpenSandbox-Secure-Access token above all). Explicit headers
+// win; `endpointHeaders: false` sends none of them (to test refusals).
+const remembered = new Map();
+
+function originOf(url) {
+  try {
+    return new URL(String(url)).origin;
+  } catch {
+    return null;
+  }
+}
+
+/** The endpoint headers remembered for url's origin ({} when none). */
+export function endpointHeadersFor(url) {
+  return remembered.get(originOf(url)) ?? {};
+}
+
 /**
- * request(url, { method, headers, body, timeoutMs }) -> { status, headers, rawHeaders, text, json, chunks }
+ * request(url, { method, headers, body, timeoutMs, endpointHeaders }) -> { status, headers, rawHeaders, text, json, chunks }
  * chunks: [{ at: ms since the request was sent, data: string }] in arrival order; `endAt` = ms at EOF.
  */
-export function request(url, { method = 'GET', headers = {}, body, timeoutMs = 15000 } = {}) {
+export function request(url, { method = 'GET', headers = {}, body, timeoutMs = 15000, endpointHeaders = true } = {}) {
+  if (endpointHeaders) headers = { ...endpointHeadersFor(url), ...headers };
   return new Promise((resolve, reject) => {
     const t0 = Date.now();
     const payload = body === undefined ? undefined : typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
@@ -24,6 +43,9 @@ export function request(url, { method = 'GET', headers = {}, body, timeoutMs = 1
         try {
           json = JSON.parse(text);
         } catch { /* not JSON */ }
+        if (/\/endpoints\/\d+/.test(String(url)) && typeof json?.endpoint === 'string' && json.headers) {
+          remembered.set(originOf(`http://${json.endpoint}`), json.headers);
+        }
         resolve({ status: res.statusCode, headers: res.headers, rawHeaders: res.rawHeaders, text, json, chunks, endAt: Date.now() - t0 });
       });
       res.on('error', reject);

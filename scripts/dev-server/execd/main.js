@@ -36,6 +36,7 @@ const { values: opts } = parseArgs({
     port: { type: 'string' },
     host: { type: 'string', default: '127.0.0.1' },
     'access-token': { type: 'string', default: process.env.EXECD_ACCESS_TOKEN ?? '' },
+    'access-token-fd': { type: 'string' }, // the token read from this inherited fd (kept out of environ and argv)
     workspace: { type: 'string', default: '/workspace' },
     'pty-exit-race': { type: 'boolean', default: false },
     'signal-forwarding': { type: 'boolean', default: false },
@@ -47,8 +48,15 @@ const { values: opts } = parseArgs({
 // the token must not leak into commands through the environment
 delete process.env.EXECD_ACCESS_TOKEN;
 
+let fdToken = null;
+if (opts['access-token-fd'] !== undefined) {
+  const fd = Number(opts['access-token-fd']);
+  fdToken = fs.readFileSync(fd, 'utf8');
+  fs.closeSync(fd);
+}
+
 const ctx = {
-  token: opts['access-token'],
+  token: fdToken ?? opts['access-token'],
   workspace: opts.workspace,
   ptyExitRace: opts['pty-exit-race'],
   signalForwarding: opts['signal-forwarding'],

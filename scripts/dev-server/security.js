@@ -1,0 +1,156 @@
+// Security helpers of the local OpenSandbox-compatible server (threat model: docs/dev-server-security.md):
+// per-sandbox access tokens and their checks, refusal of browser-originated requests, the libseccomp filter, the
+// unprivileged host identity of sandboxes, and the probe that refuses to run sandboxes the machine cannot confine.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+
+/** Endpoint header carrying a sandbox's own access token (the name of upstream's `secureAccess` header). */
+export const SECURE_ACCESS_HEADER = 'OpenSandbox-Secure-Access';
+/** One answer for an unknown sandbox and for a missing or wrong token: ids cannot be probed. */
+export const SANDBOX_UNAUTHORIZED = { code: 'SANDBOX::UNAUTHORIZED', message: `Missing or invalid ${SECURE_ACCESS_HEADER} header for this sandbox.` };
+/** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). */
+export const DEFAULT_SANDBOX_UID = 1_000_000_000;
+
+export function newToken() {
+  return crypto.randomBytes(32).toString('base64url');
+}
+
+/** Constant-time string comparison (false for anything but two equal strings). */
+export function safeEqual(a, b) {
+  if (typeof a !== 'string' || typeof b !== 'string') return false;
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && crypto.timingSafeEqual(x, y);
+}
+
+/**
+ * Why a request looks browser-originated (a page in the user's browser driving the server), or null. Browsers send
+ * `Origin` on cross-origin requests and WebSocket handshakes and `Sec-Fetch-Site` on every request; clients of this
+ * server (the C core, the SDKs, curl) send neither. `sameHostOrigin`: an Origin naming the request's own Host is
+ * accepted (WebSocket client libraries send one; on execd the sandbox token is what protects).
+ */
+export function browserOrigin(headers, { sameHostOrigin = false } = {}) {
+  const origin = headers.origin;
+  if (origin !== undefined) {
+    const host = String(headers.host ?? '');
+    const same = sameHostOrigin && host !== '' && [host, `http://${host}`, `ws://${host}`].includes(String(origin));
+    if (!same) return `Origin ${JSON.stringify(String(origin))}`;
+  }
+  const site = headers['sec-fetch-site'];
+  if (site !== undefined && site !== 'none') return `Sec-Fetch-Site ${JSON.stringify(String(site))}`;
+  return null;
+}
+
+/**
+ * Checks a request's headers (lowercase names) against a sandbox's token. Returns null when allowed, else
+ * { status, body } to answer.
+ */
+export function checkExecdAccess(headers, sandboxToken) {
+  const why = browserOrigin(headers, { sameHostOrigin: true });
+  if (why) return { status: 403, body: { code: 'GENERAL::FORBIDDEN', message: `browser-originated requests are refused (${why})` } };
+  if (!sandboxToken || !safeEqual(headers[SECURE_ACCESS_HEADER.toLowerCase()], sandboxToken)) return { status: 401, body: SANDBOX_UNAUTHORIZED };
+  return null;
+}
+
+export function httpAnswer(status, body) {
+  const text = JSON.stringify(body);
+  return `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`;
+}
+
+/**
+ * Parses the head of the first HTTP request of a connection: null while incomplete, else { headers } (lowercase
+ * names, first value wins) and target (the request path), or { error } for a head that is not HTTP.
+ */
+export function parseRequestHead(buf) {
+  const end = buf.indexOf('\r\n\r\n');
+  if (end < 0) return null;
+  const lines = buf.subarray(0, end).toString('latin1').split('\r\n');
+  if (!/^[A-Z]+ \S+ HTTP\/1\.[01]$/.test(lines[0])) return { error: 'not an HTTP/1.x request' };
+  const target = lines[0].split(' ')[1];
+  const headers = {};
+  for (const line of lines.slice(1)) {
+    const colon = line.indexOf(':');
+    if (colon <= 0) return { error: 'malformed header line' };
+    const name = line.slice(0, colon).trim().toLowerCase();
+    if (!(name in headers)) headers[name] = line.slice(colon + 1).trim();
+  }
+  return { headers, target };
+}
+
+/**
+ * True for `/proxy/{port}/…` to a port other than execd's: a service of the sandbox (its own HTTP server), which a
+ * browser may open, so it needs no token; execd itself (its API, /proxy/44772) always does.
+ */
+export function isAppProxyPath(target, execdPort) {
+  const m = /^\/proxy\/(\d{1,5})(?:[/?#]|$)/.exec(target ?? '');
+  return !!m && Number(m[1]) >= 1 && Number(m[1]) <= 65535 && Number(m[1]) !== execdPort;
+}
+
+/** The BPF program of the sandbox seccomp filter, built by libseccomp (python3-seccomp). Throws naming what is missing. */
+export function seccompProgram() {
+  const python = ['/usr/bin/python3', '/bin/python3'].find((p) => fs.existsSync(p));
+  if (!python) throw new Error('the seccomp filter needs /usr/bin/python3 with python3-seccomp (Debian: apt-get install python3-seccomp)');
+  try {
+    const bpf = execFileSync(python, [path.join(HERE, 'seccomp-filter.py')], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 20000 });
+    if (bpf.length === 0 || bpf.length % 8 !== 0) throw new Error(`unexpected filter size ${bpf.length}`);
+    return bpf;
+  } catch (err) {
+    const text = String(err.stderr ?? '').trim() || err.message;
+    if (/No module named 'seccomp'/.test(text)) throw new Error('the seccomp filter needs libseccomp for Python (Debian: apt-get install python3-seccomp)');
+    throw new Error(`building the seccomp filter failed: ${text}`);
+  }
+}
+
+/** Host identity of sandboxes: a dedicated uid/gid when the server runs as root, else the server's own (null). */
+export function sandboxIdentity(uid) {
+  if (process.getuid?.() !== 0) return null;
+  return { uid, gid: uid };
+}
+
+const traversable = new Set();
+/**
+ * bwrap runs as the sandbox uid (root-started server) and must reach every directory it bind-mounts: gives that uid
+ * search (x) permission, by a POSIX ACL entry, on each ancestor of `dir` it cannot search through its mode. Code in
+ * a sandbox never sees these host directories (only its own mounts); see docs/dev-server-security.md.
+ */
+export function ensureTraversable(dir, uid) {
+  const chain = [];
+  for (let d = path.dirname(dir); ; d = path.dirname(d)) {
+    chain.push(d);
+    if (d === '/') break;
+  }
+  for (const d of chain.reverse()) {
+    if (traversable.has(`${uid}:${d}`)) continue;
+    const st = fs.statSync(d);
+    if (st.uid !== uid && (st.mode & 0o001) === 0) setfacl(['-m', `u:${uid}:x`, d], uid, d);
+    traversable.add(`${uid}:${d}`);
+  }
+}
+
+function setfacl(args, uid, dir) {
+  try {
+    execFileSync('setfacl', args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10000 });
+  } catch (err) {
+    const why = err.code === 'ENOENT' ? 'setfacl is not installed (Debian: apt-get install acl)' : String(err.stderr ?? err.message).trim();
+    throw new Error(`cannot give the sandbox user (uid ${uid}) access to ${dir}: ${why}`);
+  }
+}
+
+/**
+ * Grants the sandbox uid access to a host volume directory it may not reach through its mode (root-started server
+ * only): a POSIX ACL entry on the directory plus a default entry so what it creates stays usable by the directory's
+ * owner. Throws with setfacl's message.
+ */
+export function grantVolumeAccess(dir, uid, write) {
+  const st = fs.statSync(dir);
+  const perm = write ? 'rwx' : 'r-x';
+  const entries = [`u:${uid}:${perm}`];
+  if (write) entries.push(`d:u:${uid}:rwx`, `d:u:${st.uid}:rwx`);
+  setfacl(['-m', entries.join(','), dir], uid, dir);
+}
