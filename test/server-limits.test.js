@@ -11,7 +11,7 @@ import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { startServer } from '../scripts/dev-server/index.js';
 import { descendants } from '../scripts/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
-import { request, parseEvents } from './helpers/raw.js';
+import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 
 /** execd's resident set must stay below this through every phase (idle it is ~50-70 MB). */
 const RSS_CEILING_MB = 250;
@@ -67,6 +67,9 @@ describe('dev-server execd bounded memory (soak)', function () {
     sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'debian:12' });
     execd = await sbx.getEndpointUrl(44772);
     viaProxy = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772`;
+    // the endpoint headers (the sandbox token), sent back by the raw requests below
+    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
+    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`);
     const pids = descendants(process.pid).filter((p) => cmdline(p)[1]?.endsWith('execd/main.js')); // node …/execd/main.js, not bwrap
     assert.equal(pids.length, 1, 'exactly one execd in this process tree');
     execdPid = pids[0];
@@ -94,7 +97,8 @@ describe('dev-server execd bounded memory (soak)', function () {
       const timer = setTimeout(() => reject(new Error('no init event within 20 s')), 20000);
       socket.on('error', reject);
       socket.on('connect', () => {
-        socket.write(`POST ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
+        const extra = Object.entries(endpointHeadersFor(url)).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+        socket.write(`POST ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\n${extra}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
       });
       socket.on('data', function onData(d) {
         got += d.toString('latin1');
@@ -163,7 +167,7 @@ describe('dev-server execd bounded memory (soak)', function () {
     const body = JSON.stringify({ command: 'head -c 1073741824 /dev/zero | tr "\\0" x; echo; echo end' });
     // read the first three 1 MiB pieces, then go away (the command goes on, like with the real execd)
     const { id, pieces } = await new Promise((resolve, reject) => {
-      const req = http.request(`${execd}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, agent: false }, (res) => {
+      const req = http.request(`${execd}/command`, { method: 'POST', headers: { ...endpointHeadersFor(execd), 'Content-Type': 'application/json' }, agent: false }, (res) => {
         const seen = [];
         let pending = '';
         res.setEncoding('utf8');
@@ -200,7 +204,7 @@ describe('dev-server execd bounded memory (soak)', function () {
     this.timeout(120000 + COMMANDS * 200);
     const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
     const start = () => new Promise((resolve, reject) => {
-      const req = http.request(`${execd}/command`, { method: 'POST', agent, headers: { 'Content-Type': 'application/json' } }, (res) => {
+      const req = http.request(`${execd}/command`, { method: 'POST', agent, headers: { ...endpointHeadersFor(execd), 'Content-Type': 'application/json' } }, (res) => {
         let t = '';
         res.setEncoding('utf8');
         res.on('data', (d) => { t += d; });
@@ -247,6 +251,9 @@ describe('dev-server execd limits (bounded logs, lines, bodies, URLs)', function
     sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'debian:12' });
     execd = await sbx.getEndpointUrl(44772);
     viaProxy = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772`;
+    // the endpoint headers (the sandbox token), sent back by the raw requests below
+    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
+    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`);
   });
   after(async () => {
     await sbx?.kill().catch(() => {});
@@ -297,7 +304,7 @@ describe('dev-server execd limits (bounded logs, lines, bodies, URLs)', function
   /** POSTs `size` bytes (Content-Length or chunked), never reading before it is all sent; resolves status and body. */
   function postBig(url, size, { chunked = false } = {}) {
     return new Promise((resolve, reject) => {
-      const headers = { ...json };
+      const headers = { ...endpointHeadersFor(url), ...json };
       if (!chunked) headers['Content-Length'] = size;
       const req = http.request(url, { method: 'POST', headers, agent: false }, (res) => {
         let t = '';

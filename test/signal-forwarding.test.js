@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startServer } from '../scripts/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
-import { request, parseEvents } from './helpers/raw.js';
+import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 
@@ -15,7 +15,7 @@ const FINAL = /"type":"(execution_complete|error)"/;
 /** POST /command that destroys the connection as soon as the final event arrived (what our client used to do). */
 function runAndCloseEarly(execd, command) {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${execd}/command`, { method: 'POST', agent: false, headers: { 'Content-Type': 'application/json' } }, (res) => {
+    const req = http.request(`${execd}/command`, { method: 'POST', agent: false, headers: { ...endpointHeadersFor(execd), 'Content-Type': 'application/json' } }, (res) => {
       let text = '';
       res.on('data', (d) => {
         text += d;
@@ -44,6 +44,7 @@ describe('signal forwarding (upstream execd relays SIGPIPE to the foreground com
     sandbox = new OpenSandboxSandbox({ domain: server.domain });
     await sandbox._start();
     execd = sandbox.opensandbox.execdUrl;
+    await request(`${server.baseUrl}/v1/sandboxes/${sandbox.opensandbox.sandboxId}/endpoints/44772`); // the sandbox token
   });
 
   after(async function () {
