@@ -501,7 +501,7 @@ describe('code interpreter client', function () {
       assert.equal(a.success, true);
       assert.match(psandbox.opensandbox.execdUrl, /\/proxy\/44772$/);
       const conn = psandbox[EXECD_CONNECTION]();
-      assert.deepEqual(Object.keys(conn.headers).sort(), ['OpenSandbox-Ingress-To', 'X-EXECD-ACCESS-TOKEN']);
+      assert.deepEqual(Object.keys(conn.headers).sort(), ['OpenSandbox-Ingress-To', 'OpenSandbox-Secure-Access', 'X-EXECD-ACCESS-TOKEN']);
       const timed = await tools.run_code.execute({ code: 'import time\ntime.sleep(30)' }, {}); // interrupt via DELETE /code
       assert.deepEqual([timed.timedOut, timed.error?.name], [true, 'KeyboardInterrupt']);
       await psandbox._stop();
