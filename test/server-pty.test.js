@@ -298,7 +298,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     const u = new URL(base);
     const ws = new WireWebSocket(u.hostname, Number(u.port));
     const hs = await ws.open(`/pty/${id}/ws`, [['Host', u.host], ['Upgrade', 'websocket'], ['Connection', 'Upgrade'],
-      ['Sec-WebSocket-Version', '13'], ['Sec-WebSocket-Key', 'x']]);
+      ['Sec-WebSocket-Version', '13'], ['Sec-WebSocket-Key', 'x'], ...Object.entries(endpointHeadersFor(base))]);
     assert.equal(hs.status, 101);
     await ws.until((fr) => fr.some((f) => f.opcode === 1), 10000);
     ws.send(8, Buffer.concat([Buffer.from([0x03, 0xe8]), Buffer.from('bye')]));
