@@ -66,7 +66,7 @@ const check = (ok, what) => {
 
 /** The local server's CLI in a child process: { domain, close() }. */
 async function startChildServer() {
-  const cli = fileURLToPath(new URL('./dev-server/cli.js', import.meta.url));
+  const cli = fileURLToPath(new URL('../lib/dev-server/cli.js', import.meta.url));
   const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   const domain = await new Promise((resolve, reject) => {

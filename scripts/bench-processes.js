@@ -160,7 +160,7 @@ async function officialFirstOutput(sbx) {
 // ---------------------------------------------------------------- the server, in a child process
 
 async function startServerProcess() {
-  const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), 'dev-server', 'cli.js');
+  const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'dev-server', 'cli.js');
   const apiKey = randomBytes(24).toString('hex');
   const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey } });
   const domain = await new Promise((resolve, reject) => {

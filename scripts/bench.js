@@ -14,7 +14,7 @@
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
-import { startServer } from './dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, Template } from '../lib/index.js';
 
 const { values: args } = parseArgs({

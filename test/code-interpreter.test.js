@@ -11,7 +11,7 @@ import tls from 'node:tls';
 import { execFileSync } from 'node:child_process';
 import { Agent } from '@mastra/core/agent';
 import { ToolStream } from '@mastra/core/tools';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import {
   OpenSandboxSandbox,
   OpenSandboxOptionError,

@@ -8,7 +8,7 @@
 // does an entry that no longer matches anything (unless it is marked racy).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { request } from './helpers/raw.js';
 import { WireConnection, WireWebSocket } from './helpers/wire.js';
 import { loadTranscripts, bytesOf, PathMap, IdMap, httpView, wsView, diffViews } from './helpers/transcripts.js';

@@ -6,7 +6,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError, WORKSPACE_TOOLS, createWorkspaceTools } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError } from '../lib/index.js';
 import { requiredLiterals } from '../lib/filesystem.js';
 

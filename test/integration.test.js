@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Workspace, LocalFilesystem, SandboxAbortError, supportsNetworking } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError, MOUNTS_LABEL } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { Agent } from '@mastra/core/agent';
 import { Workspace, WORKSPACE_TOOLS } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { createScriptedModel } from './helpers/scripted-model.js';
 import { waitFor } from './helpers/poll.js';

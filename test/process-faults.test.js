@@ -12,7 +12,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxTransportError } from '../lib/index.js';
 import { OpenSandboxProcessManager } from '../lib/process-manager.js';
 import { stats } from '../lib/native.js';
@@ -292,7 +292,7 @@ describe('OpenSandboxProcessManager under faults', function () {
   });
 
   it('flow control: a slow JS consumer pauses the socket, the writer waits, nothing is lost', async () => {
-    const cli = path.join(here, '..', 'scripts', 'dev-server', 'cli.js');
+    const cli = path.join(here, '..', 'lib', 'dev-server', 'cli.js');
     const apiKey = randomUUID();
     const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey } });
     try {

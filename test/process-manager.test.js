@@ -4,7 +4,7 @@
 // 10 MB through a small maxRetainedBytes.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { stats } from '../lib/native.js';
 import { waitFor } from './helpers/poll.js';

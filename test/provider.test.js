@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Workspace, LocalFilesystem } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import {
   OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError, openSandboxProvider, sandboxProviders,
   openSandboxFilesystemProvider, filesystemProviders, openSandboxProviders, validateStoredFilesystemConfig,

@@ -1,7 +1,7 @@
 // OpenSandboxSandbox.executeCommand against the local OpenSandbox-compatible server (real execd in bubblewrap):
 // output and exit codes, quoting, env overlay, cwd, timeouts, aborts, streaming, retention, concurrency.
 import assert from 'node:assert/strict';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';

@@ -2,7 +2,7 @@
 // every execd request, the execd access token, and the lifecycle server's proxy (useServerProxy).
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
 
 const TOKEN = `execd-token-${randomUUID()}`;

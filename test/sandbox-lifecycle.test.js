@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxNotFoundError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
 
 const INDEX_URL = new URL('../lib/index.js', import.meta.url).href;

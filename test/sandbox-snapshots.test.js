@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { SandboxNotReadyError, SandboxAbortError } from '@mastra/core/workspace';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { sandboxes } from './helpers/sandboxes.js';
 import { OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxOptionError } from '../lib/index.js';
 

@@ -4,7 +4,7 @@
 // package-manager steps refused on the local server with a message saying why.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import {
   OpenSandboxOptionError, OpenSandboxTemplateBuildError, Template, TEMPLATE_BUILD_LABEL,
   validateStoredConfig, openSandboxProvider,

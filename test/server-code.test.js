@@ -2,7 +2,7 @@
 // bubblewrap sandbox, reached over raw HTTP through the sandbox's execd endpoint from startServer().
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request, endpointHeadersFor } from './helpers/raw.js';
 

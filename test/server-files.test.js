@@ -3,7 +3,7 @@
 // from inside the sandbox with commands, and raw HTTP on the sandbox's execd endpoint for what the client hides.
 import assert from 'node:assert/strict';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { request } from './helpers/raw.js';
 
 /** Runs a shell command in the sandbox, returns its stdout text (lines joined with "\n"). */

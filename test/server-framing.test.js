@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import WebSocket from 'ws';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
 

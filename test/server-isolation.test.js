@@ -8,15 +8,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { startServer } from '../scripts/dev-server/index.js';
-import { descendants } from '../scripts/dev-server/proctree.js';
+import { startServer } from '../lib/dev-server/index.js';
+import { descendants } from '../lib/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
 
 // `ps -eo args` without procps: one line per process, argv joined by spaces
 const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
 
-const CLI = fileURLToPath(new URL('../scripts/dev-server/cli.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../lib/dev-server/cli.js', import.meta.url));
 
 /** True while pid runs (a zombie waiting for its reaper counts as gone). */
 function alive(pid) {
@@ -221,7 +221,7 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
   });
 
   it('close() leaves nothing that keeps the process alive (sockets, timers, children)', async () => {
-    const index = new URL('../scripts/dev-server/index.js', import.meta.url).href;
+    const index = new URL('../lib/dev-server/index.js', import.meta.url).href;
     const script = `
       import { startServer } from ${JSON.stringify(index)};
       const s = await startServer({ commandTailMs: 10 });
@@ -245,16 +245,16 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
   });
 
   it('works from a checkout under /tmp, which the sandbox\'s own /tmp would hide (regression)', async () => {
-    // a copy of the package (scripts + execd's npm dependencies) in the system temp dir, run from there
+    // a copy of the package (lib/dev-server + execd's npm dependencies) in the system temp dir, run from there
     const root = fileURLToPath(new URL('..', import.meta.url));
     const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-checkout-'));
     try {
       fs.cpSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
-      fs.cpSync(path.join(root, 'scripts', 'dev-server'), path.join(copy, 'scripts', 'dev-server'), { recursive: true });
+      fs.cpSync(path.join(root, 'lib', 'dev-server'), path.join(copy, 'lib', 'dev-server'), { recursive: true });
       for (const dep of ['ws', 'busboy', 'streamsearch']) {
         fs.cpSync(path.join(root, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true });
       }
-      const cli = path.join(copy, 'scripts', 'dev-server', 'cli.js');
+      const cli = path.join(copy, 'lib', 'dev-server', 'cli.js');
       const { child, cc } = await startCli(cli, path.join(work, 'from-tmp'));
       try {
         const sb = await cc.create();

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Sandbox, SandboxManager, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request, quietPeriod } from './helpers/raw.js';
 

@@ -8,8 +8,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
-import { descendants } from '../scripts/dev-server/proctree.js';
+import { startServer } from '../lib/dev-server/index.js';
+import { descendants } from '../lib/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { waitFor } from './helpers/poll.js';
 import { request, endpointHeadersFor } from './helpers/raw.js';
 import { WireWebSocket } from './helpers/wire.js';

@@ -7,8 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
-import { startServer } from '../scripts/dev-server/index.js';
-import { DEFAULT_SANDBOX_UID } from '../scripts/dev-server/security.js';
+import { startServer } from '../lib/dev-server/index.js';
+import { DEFAULT_SANDBOX_UID } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 
@@ -60,7 +60,7 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
   });
 
   it('cannot remount, mount, unshare, change the server code or read host files by handle', async () => {
-    const pkg = path.resolve('scripts');
+    const pkg = path.resolve('lib');
     const attempts = [
       'mount -o remount,rw /',
       'mount -o remount,rw /ro',
@@ -169,7 +169,7 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
   });
 
   it('the CLI generates an API key into a 0600 file and prints how to use it; without the key: 401', async () => {
-    const cli = path.resolve('scripts/dev-server/cli.js');
+    const cli = path.resolve('lib/dev-server/cli.js');
     const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--data-dir', path.join(work, 'cli-data')], { stdio: ['ignore', 'pipe', 'inherit'] });
     try {
       let out = '';

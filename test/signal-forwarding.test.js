@@ -4,7 +4,7 @@
 // killed, ours reads every stream to its end in the background (after a final event, a timeout or an abort).
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { startServer } from '../scripts/dev-server/index.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';

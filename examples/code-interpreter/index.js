@@ -13,7 +13,7 @@ import { OpenSandboxSandbox, createCodeInterpreterTools } from '../../lib/index.
 process.env.MASTRA_TELEMETRY_DISABLED ??= '1';
 
 async function localServer() {
-  const { startServer } = await import('../../scripts/dev-server/index.js');
+  const { startServer } = await import('../../lib/dev-server/index.js');
   const server = await startServer({ port: 0 });
   console.log(`local OpenSandbox-compatible server on ${server.domain}`);
   return server;

@@ -11,7 +11,7 @@ import { Agent } from '@mastra/core/agent';
 import { createTool } from '@mastra/core/tools';
 import { Workspace, LocalFilesystem, WORKSPACE_TOOLS } from '@mastra/core/workspace';
 import { OpenSandboxSandbox } from '../../lib/index.js';
-import { startServer } from '../dev-server/index.js';
+import { startServer } from '../../lib/dev-server/index.js';
 import { createScriptedModel } from './scripted-model.js';
 
 const { EXECUTE_COMMAND, GET_PROCESS_OUTPUT, KILL_PROCESS } = WORKSPACE_TOOLS.SANDBOX;
