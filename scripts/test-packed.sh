@@ -92,5 +92,7 @@ say "npm install of the tarball into a fresh project: $((ms / 1000)).$((ms % 100
 mkdir -p "$app/node_modules/@mastra"
 ln -s "$root/node_modules/@mastra/core" "$app/node_modules/@mastra/core"
 ln -s "$root/node_modules/zod" "$app/node_modules/zod"
+# the server's command line, as `npx mastra-opensandbox-server` finds it
+inside "$app/node_modules/.bin/mastra-opensandbox-server" --help | grep -q -- '--port' || die "the mastra-opensandbox-server bin"
 inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
 say "ok"
