@@ -35,6 +35,21 @@ function written(pid) {
   return Number(/wchar: (\d+)/.exec(fs.readFileSync(`/proc/${pid}/io`, 'utf8'))[1]);
 }
 
+/**
+ * A server without the command tail and one sandbox on it (official client); the endpoint answers are fetched once
+ * through test/helpers/raw.js so its raw requests send the sandbox token back. execd: direct URL; viaProxy: the
+ * server's proxy route to it.
+ */
+async function sandboxOnServer() {
+  const server = await startServer({ commandTailMs: 0 });
+  const sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'debian:12' });
+  const execd = await sbx.getEndpointUrl(44772);
+  const viaProxy = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772`;
+  await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
+  await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`);
+  return { server, sbx, execd, viaProxy };
+}
+
 describe('dev-server execd bounded memory (soak)', function () {
   this.timeout(180000);
   let server;
@@ -63,13 +78,7 @@ describe('dev-server execd bounded memory (soak)', function () {
   const findProc = (name) => descendants(execdPid).find((p) => cmdline(p)[0] === name);
 
   before(async () => {
-    server = await startServer({ commandTailMs: 0 });
-    sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'debian:12' });
-    execd = await sbx.getEndpointUrl(44772);
-    viaProxy = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772`;
-    // the endpoint headers (the sandbox token), sent back by the raw requests below
-    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
-    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`);
+    ({ server, sbx, execd, viaProxy } = await sandboxOnServer());
     const pids = descendants(process.pid).filter((p) => cmdline(p)[1]?.endsWith('execd/main.js')); // node …/execd/main.js, not bwrap
     assert.equal(pids.length, 1, 'exactly one execd in this process tree');
     execdPid = pids[0];
@@ -247,13 +256,7 @@ describe('dev-server execd limits (bounded logs, lines, bodies, URLs)', function
   let viaProxy;
 
   before(async () => {
-    server = await startServer({ commandTailMs: 0 });
-    sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'debian:12' });
-    execd = await sbx.getEndpointUrl(44772);
-    viaProxy = `${server.baseUrl}/v1/sandboxes/${sbx.id}/proxy/44772`;
-    // the endpoint headers (the sandbox token), sent back by the raw requests below
-    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
-    await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772?use_server_proxy=true`);
+    ({ server, sbx, execd, viaProxy } = await sandboxOnServer());
   });
   after(async () => {
     await sbx?.kill().catch(() => {});
