@@ -54,6 +54,19 @@ __attribute__((unused)) static int t_peers(const char **execd, char *closed_url,
   return 1;
 }
 
+/* A fresh directory /tmp/osb-test-<name>-XXXXXX written into dir (cap bytes). Returns 1, or 0 when it cannot be made. */
+__attribute__((unused)) static int t_tempdir(char *dir, size_t cap, const char *name) {
+  snprintf(dir, cap, "/tmp/osb-test-%s-XXXXXX", name);
+  return mkdtemp(dir) != NULL;
+}
+
+/* Removes dir and everything under it (a directory made by t_tempdir); prints a line when it cannot. */
+__attribute__((unused)) static void t_rmtree(const char *dir) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) printf("could not remove %s\n", dir);
+}
+
 typedef struct {
   uv_mutex_t mu;
   uv_cond_t cv;

@@ -186,13 +186,10 @@ static void test_query_escape(void) {
 
 int main(void) {
   if (!t_peers(&EXECD, CLOSED, sizeof CLOSED)) return 1;
-  snprintf(DIR_, sizeof DIR_, "/tmp/osb-test-fileops-XXXXXX");
-  if (!mkdtemp(DIR_)) return 1;
+  if (!t_tempdir(DIR_, sizeof DIR_, "fileops")) return 1;
   RUN(test_query_escape);
   RUN(test_operations);
   RUN(test_transport_cancel_shutdown);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", DIR_);
-  if (system(cmd) != 0) printf("could not remove %s\n", DIR_);
+  t_rmtree(DIR_);
   return t_summary();
 }

@@ -143,13 +143,10 @@ static void test_cancel_and_shutdown(void) {
 
 int main(void) {
   if (!t_peers(&EXECD, CLOSED, sizeof CLOSED)) return 1;
-  snprintf(DIR_, sizeof DIR_, "/tmp/osb-test-files-XXXXXX");
-  if (!mkdtemp(DIR_)) return 1;
+  if (!t_tempdir(DIR_, sizeof DIR_, "files")) return 1;
   RUN(test_many_files);
   RUN(test_errors);
   RUN(test_cancel_and_shutdown);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", DIR_);
-  if (system(cmd) != 0) printf("could not remove %s\n", DIR_);
+  t_rmtree(DIR_);
   return t_summary();
 }
