@@ -63,7 +63,11 @@ function underSystemDir(p) {
 }
 
 /**
- * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork }.
+ * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork, attachments }.
+ * attachments (isolation bwrap): objects with `attach({ pid, netns })` (async; called once bubblewrap has made the
+ * sandbox's namespaces and before anything runs in it: `pid` is the host pid of its first process, `netns` the
+ * path of its network namespace; a throw fails the start) and `release()` (async; called after its processes are
+ * gone) — the per-sandbox cgroup and network are such attachments.
  * The runner options (isolation, hardening: { seccompPath, identity } or null, execdToken, commandTailMs, ptyExitRace,
  * signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server. identity ({ uid, gid }) is the host
  * user bwrap runs as (root-started server), else null.
@@ -80,6 +84,7 @@ export class SandboxProcess {
       run: path.join(spec.dir, 'run'),
     };
     this.runDirFd = null;
+    this.attachments = spec.attachments ?? [];
     this.child = null;
     this.exited = null;
     this.paused = false;
@@ -94,7 +99,11 @@ export class SandboxProcess {
     return this.runDirFd === null ? path.join(this.dirs.run, SOCKET_NAME) : `/proc/self/fd/${this.runDirFd}/${SOCKET_NAME}`;
   }
 
-  /** bwrap's argv for this sandbox, and the fds it refers to (fds[i] becomes fd 3 + i in bwrap: the seccomp program). */
+  /**
+   * bwrap's argv for this sandbox, and the fds it refers to (fds[i] becomes fd 3 + i in bwrap: the seccomp program).
+   * The two pipes after them are bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox
+   * waits on it until the attachments are in place); bwrap closes both before execd starts.
+   */
   bwrapArgs(execdArgs) {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
     const hardening = this.options.hardening;
@@ -150,6 +159,7 @@ export class SandboxProcess {
     for (const b of this.spec.binds) bind(b.src, b.dest, b.readOnly);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
     a.push('--remount-ro', '/', '--chdir', '/workspace');
+    a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
     a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
     return { args: a, fds };
   }
@@ -171,8 +181,8 @@ export class SandboxProcess {
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
-    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds otherwise
-    const tokenFd = !this.options.execdToken ? null : isolated ? 3 + (this.options.hardening ? 1 : 0) : 3;
+    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, info, block)
+    const tokenFd = !this.options.execdToken ? null : isolated ? 5 + (this.options.hardening ? 1 : 0) : 3;
     if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
@@ -186,10 +196,12 @@ export class SandboxProcess {
       ...this.spec.env,
     };
     let child;
+    let infoFd = null;
     if (isolated) {
       const { args, fds } = this.bwrapArgs(execdArgs);
+      infoFd = 3 + fds.length;
       try {
-        child = spawn(this.options.bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...fds, ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}) });
+        child = spawn(this.options.bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}) });
       } finally {
         for (const fd of fds) fs.closeSync(fd);
       }
@@ -217,12 +229,13 @@ export class SandboxProcess {
       stderr = (stderr + b.toString()).slice(-4000);
       this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
     });
-    await new Promise((resolve, reject) => {
+    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd], child.stdio[infoFd + 1]);
+    await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
       const fail = (err) => {
         clearTimeout(timer);
-        reject(new Error(`${err.message}${stderr ? `: ${stderr.trim()}` : ''}`));
+        reject(Object.assign(new Error(`${err.message}${stderr ? `: ${stderr.trim()}` : ''}`), { told: true }));
       };
       child.stdout.on('data', (b) => {
         if (out === null) return; // ready already; keep draining
@@ -236,10 +249,40 @@ export class SandboxProcess {
       this.exitPromise.then(() => {
         if (out !== null) fail(new Error(`execd exited before it was ready (${JSON.stringify(this.exited.error?.message ?? this.exited)})`));
       });
-    }).catch(async (err) => {
+    })).catch(async (err) => {
       await this.kill();
+      if (!err.told && stderr) err.message += `: ${stderr.trim()}`;
       throw err;
     });
+  }
+
+  /**
+   * Reads bwrap's info (the sandbox's host pid), runs every attachment's attach(), then lets the sandbox go on by
+   * writing to its block fd. Rejects (bounded by READY_TIMEOUT_MS) when bwrap fails first or an attachment throws.
+   */
+  async attach(info, block) {
+    const text = await new Promise((resolve, reject) => {
+      let buf = '';
+      const timer = setTimeout(() => reject(new Error(`bubblewrap did not report the sandbox within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
+      info.on('data', (b) => { buf += b.toString(); });
+      info.on('error', () => {});
+      info.on('close', () => {
+        clearTimeout(timer);
+        resolve(buf);
+      });
+    });
+    let pid;
+    try {
+      pid = JSON.parse(text)['child-pid'];
+    } catch { /* bwrap failed before it made the sandbox: its stderr says why */ }
+    if (!Number.isInteger(pid)) throw new Error('bubblewrap could not create the sandbox');
+    this.attached = [];
+    for (const a of this.attachments) {
+      this.attached.push(a);
+      await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
+    }
+    block.on('error', () => {});
+    block.end('1');
   }
 
   /** Pids of the sandbox: for bwrap every descendant of the bwrap process (its pid-namespace init and below). */
@@ -278,6 +321,14 @@ export class SandboxProcess {
       fs.closeSync(this.runDirFd);
       this.runDirFd = null;
     }
+    for (const a of this.attached ?? []) {
+      try {
+        await a.release();
+      } catch (err) {
+        this.options.log?.(`[sandbox ${this.spec.id}] ${err.message}`);
+      }
+    }
+    this.attached = [];
   }
 
   removeDirs() {
