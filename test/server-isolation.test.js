@@ -1,5 +1,5 @@
 // Isolation of the local server's sandboxes (bubblewrap): read-only host, private /workspace and /tmp, private PID
-// namespace, no network unless allowed, working loopback inside, volume rules, no process left after the server is
+// namespace, no network unless allowed (then through slirp4netns), working loopback inside, volume rules, no process left after the server is
 // SIGKILLed; and the unconfined 'none' mode.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -120,21 +120,29 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     assert.ok(own.out.includes('sleep 1234'));
   });
 
-  it('has no network by default but a working loopback; allowed egress shares the host network', async () => {
-    const host = net.createServer((s) => s.end('host-says-hi'));
-    await new Promise((r) => host.listen(0, '127.0.0.1', r));
-    const port = host.address().port;
-    const probe = `node -e "require('net').connect(${port},'127.0.0.1').on('data',d=>{console.log(String(d));process.exit(0)}).on('error',e=>{console.log(e.code);process.exit(0)})"`;
+  it('has no network by default but a working loopback; allowed egress goes through slirp4netns, not the host loopback', async () => {
+    // a listener on the host's loopback, and one on a non-loopback address of this machine when it has one
+    const hostAddr = Object.values(os.networkInterfaces()).flat().find((i) => i.family === 'IPv4' && !i.internal)?.address;
+    const listeners = [];
+    for (const addr of ['127.0.0.1', hostAddr].filter(Boolean)) {
+      const l = net.createServer((s) => s.on('error', () => {}).end('host-says-hi'));
+      await new Promise((r) => l.listen(0, addr, r));
+      listeners.push(l);
+    }
+    const probe = (addr, port) => `node -e "require('net').connect(${port},'${addr}').on('data',d=>{console.log(String(d));process.exit(0)}).on('error',e=>{console.log(e.code);process.exit(0)})"`;
+    const [loop, eth] = listeners.map((l) => probe(l.address().address, l.address().port));
     try {
-      assert.equal((await c.run(a, probe)).out, 'ECONNREFUSED');
+      assert.equal((await c.run(a, loop)).out, 'ECONNREFUSED');
+      if (eth) assert.equal((await c.run(a, eth)).out, 'ENETUNREACH');
       const open = await c.create({ networkPolicy: { defaultAction: 'allow' } });
       try {
-        assert.equal((await c.run(open, probe)).out, 'host-says-hi');
+        assert.equal((await c.run(open, loop)).out, 'ECONNREFUSED');
+        if (eth) assert.equal((await c.run(open, eth)).out, 'host-says-hi');
       } finally {
         await c.remove(open);
       }
     } finally {
-      host.close();
+      for (const l of listeners) l.close();
     }
     // a server inside, reached from inside and from the host through endpoints/{port}
     const srv = "require('http').createServer((q,s)=>s.end('inside:'+q.url)).listen(8002,'127.0.0.1')";
@@ -269,13 +277,17 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     }
   });
 
-  it('leaves no sandbox process behind when the server is killed with SIGKILL', async () => {
+  it('leaves no sandbox process (nor a networked sandbox\'s slirp4netns) behind when the server is killed with SIGKILL', async () => {
     const { child, cc } = await startCli(CLI, path.join(work, 'killed'));
     try {
       const sb = await cc.create();
       await cc.run(sb, 'sleep 999', { background: true });
+      const networked = await cc.create({ networkPolicy: { defaultAction: 'allow' } });
+      assert.equal(networked.status, 202);
       const pids = descendants(child.pid);
       assert.ok(pids.length >= 3, `sandbox processes: ${pids}`);
+      const comm = (pid) => fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+      assert.equal(pids.filter((p) => comm(p) === 'slirp4netns').length, 1);
       child.kill('SIGKILL');
       await waitFor(() => !pids.some(alive), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
     } finally {

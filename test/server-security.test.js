@@ -3,16 +3,57 @@
 // sandbox still working afterwards.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
+import { findBwrap } from '../lib/dev-server/runner.js';
 import { DEFAULT_SANDBOX_UID } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 
 const ROOT = process.getuid() === 0;
+const NETWORK = { networkPolicy: { defaultAction: 'allow' } };
+
+/** slirp4netns processes started by the process `ppid`: [{ pid, uid }]. */
+function slirpChildren(ppid) {
+  const found = [];
+  for (const d of fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      const status = fs.readFileSync(`/proc/${d}/status`, 'utf8');
+      if (/^Name:\tslirp4netns$/m.test(status) && Number(/^PPid:\t(\d+)/m.exec(status)[1]) === ppid) {
+        found.push({ pid: Number(d), uid: Number(/^Uid:\t(\d+)/m.exec(status)[1]) });
+      }
+    } catch { /* gone meanwhile */ }
+  }
+  return found;
+}
+
+/**
+ * A shell command that tries a TCP connection from inside a sandbox to each [host, port] (5 s deadline each) and
+ * prints one word per target: connected, timeout or the error code.
+ */
+function connectProbe(targets) {
+  const js = `const net=require("net");Promise.all(${JSON.stringify(targets)}.map(([h,p])=>new Promise((r)=>{const s=net.connect(p,h);`
+    + 'const t=setTimeout(()=>{s.destroy();r("timeout")},5000);s.on("connect",()=>{clearTimeout(t);s.destroy();r("connected")});'
+    + 's.on("error",(e)=>{clearTimeout(t);r(e.code)})}))).then((x)=>console.log(x.join(" ")))';
+  return `node -e '${js}'`;
+}
+
+/** A TCP listener on the host (address, port 0); close() when done. */
+async function hostListener(address) {
+  const l = net.createServer((s) => {
+    s.on('error', () => {}); // probes hang up at once
+    s.end('host');
+  });
+  await new Promise((r) => l.listen(0, address, r));
+  return l;
+}
+
+/** The first non-loopback IPv4 address of this machine, or undefined. */
+const hostAddress = () => Object.values(os.networkInterfaces()).flat().find((i) => i.family === 'IPv4' && !i.internal)?.address;
 
 describe('dev-server security: sandboxed code cannot touch the host, other sandboxes or other users', function () {
   this.timeout(120000);
@@ -143,6 +184,182 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const list = await api('/v1/sandboxes');
     assert.equal(list.status, 200);
     assert.equal(list.json.items.length, 2);
+  });
+
+  describe('a sandbox given network (networkPolicy defaultAction allow)', () => {
+    let n;
+    let listener;
+    before(async () => {
+      listener = await hostListener('127.0.0.1');
+      n = await create(NETWORK);
+    });
+    after(async () => {
+      listener?.close();
+    });
+
+    it('has its own tap0 from slirp4netns (10.0.2.100/24, default route via 10.0.2.2, DNS 10.0.2.3) and runs commands', async () => {
+      const tap = await run(n, 'node -p \'JSON.stringify(os.networkInterfaces().tap0.filter((i) => i.family === "IPv4").map(({ mac, ...i }) => i))\'');
+      assert.deepEqual(JSON.parse(tap.out), [{ address: '10.0.2.100', netmask: '255.255.255.0', family: 'IPv4', internal: false, cidr: '10.0.2.100/24' }]);
+      const route = await run(n, 'cat /proc/net/route');
+      assert.deepEqual(route.out.split('\n').map((l) => l.trim().split(/\s+/)), [
+        ['Iface', 'Destination', 'Gateway', 'Flags', 'RefCnt', 'Use', 'Metric', 'Mask', 'MTU', 'Window', 'IRTT'],
+        ['tap0', '00000000', '0202000A', '0003', '0', '0', '0', '00000000', '0', '0', '0'],
+        ['tap0', '0002000A', '00000000', '0001', '0', '0', '0', '00FFFFFF', '0', '0', '0'],
+      ]);
+      const dns = await run(n, 'grep nameserver /etc/resolv.conf');
+      assert.equal(dns.out, 'nameserver 10.0.2.3');
+      assert.equal((await run(n, 'echo works')).out, 'works');
+      const slirp = slirpChildren(process.pid);
+      assert.equal(slirp.length, 1);
+      assert.equal(slirp[0].uid, process.getuid());
+    });
+
+    it('cannot connect to the server, another sandbox\'s relay, a host loopback listener, nor the host through 10.0.2.2', async () => {
+      const relay = Number(new URL(b.base).port);
+      const port = listener.address().port;
+      const r = await run(n, connectProbe([
+        ['127.0.0.1', server.port], ['127.0.0.1', relay], ['127.0.0.1', port],
+        ['10.0.2.2', server.port], ['10.0.2.2', relay], ['10.0.2.2', port], ['10.0.2.3', port],
+      ]));
+      assert.equal(r.out, 'ECONNREFUSED ECONNREFUSED ECONNREFUSED ENETUNREACH ENETUNREACH ENETUNREACH ENETUNREACH');
+      // what it does reach: this machine's other addresses (documented in docs/dev-server-security.md)
+      const addr = hostAddress();
+      if (addr) {
+        const open = await hostListener(addr);
+        try {
+          assert.equal((await run(n, connectProbe([[addr, open.address().port]]))).out, 'connected');
+        } finally {
+          open.close();
+        }
+      }
+    });
+
+    it('serves its own ports through the endpoint (execd\'s proxy runs in its network namespace)', async () => {
+      const srv = 'require("http").createServer((q,s)=>s.end("inside:"+q.url)).listen(8002,"127.0.0.1")';
+      await request(`${n.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...n.headers }, body: { command: `node -e '${srv}'`, background: true }, endpointHeaders: false });
+      const ep = (await api(`/v1/sandboxes/${n.id}/endpoints/8002`)).json;
+      const r = await waitFor(async () => {
+        const got = await request(`http://${ep.endpoint}/x`, { endpointHeaders: false });
+        return got.status === 200 && got;
+      }, { message: 'the sandbox\'s server answers through its endpoint' });
+      assert.equal(r.text, 'inside:/x');
+    });
+
+    it('after delete no slirp4netns process remains', async () => {
+      assert.equal(slirpChildren(process.pid).length, 1);
+      assert.equal((await api(`/v1/sandboxes/${n.id}`, { method: 'DELETE' })).status, 204);
+      assert.deepEqual(slirpChildren(process.pid), []);
+    });
+  });
+
+  it('without slirp4netns a create with network is a 400 naming what is missing; insecure: true falls back to the host network, warned', async () => {
+    // a PATH with bwrap and `true` (its start probe) only; python3 for the seccomp filter is found by absolute path
+    const bin = path.join(work, 'bin-no-slirp');
+    fs.mkdirSync(bin);
+    fs.symlinkSync(findBwrap(), path.join(bin, 'bwrap'));
+    fs.symlinkSync(fs.existsSync('/usr/bin/true') ? '/usr/bin/true' : '/bin/true', path.join(bin, 'true'));
+    const savedPath = process.env.PATH;
+    const warnings = [];
+    let strict;
+    let loose;
+    try {
+      process.env.PATH = bin;
+      strict = await startServer({ dataDir: path.join(work, 'no-slirp'), commandTailMs: 20 });
+      loose = await startServer({ dataDir: path.join(work, 'no-slirp-insecure'), commandTailMs: 20, insecure: true, log: (l) => warnings.push(l) });
+    } finally {
+      process.env.PATH = savedPath;
+    }
+    const body = { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} };
+    const post = (srv, extra) => request(`${srv.baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { ...body, ...extra }, endpointHeaders: false });
+    const listener = await hostListener('127.0.0.1');
+    try {
+      const refused = await post(strict, NETWORK);
+      assert.deepEqual([refused.status, refused.json.code], [400, 'SANDBOX::NETWORK_NOT_AVAILABLE']);
+      assert.match(refused.json.message, /slirp4netns is not on PATH \(Debian: apt-get install slirp4netns\)/);
+      assert.match(refused.json.message, /insecure: true \(--insecure\)/);
+      assert.deepEqual(fs.readdirSync(path.join(work, 'no-slirp', 'sb')), []);
+      assert.equal((await post(strict, {})).status, 202); // without network: fine
+      assert.ok(warnings.some((w) => /^dev-server: INSECURE: slirp4netns is not on PATH .*: sandboxes given network share this machine's network namespace/.test(w)), warnings.join('\n'));
+      const open = await post(loose, NETWORK);
+      assert.equal(open.status, 202, open.text);
+      const ep = (await request(`${loose.baseUrl}/v1/sandboxes/${open.json.id}/endpoints/44772`)).json;
+      const sb = { base: `http://${ep.endpoint}`, headers: ep.headers };
+      assert.equal((await run(sb, connectProbe([['127.0.0.1', listener.address().port]]))).out, 'connected');
+    } finally {
+      listener.close();
+      await strict.close();
+      await loose.close();
+    }
+  });
+
+  it('a slirp4netns that fails fails the create with its message and leaves nothing behind', async () => {
+    const bin = path.join(work, 'bin-bad-slirp');
+    fs.mkdirSync(bin);
+    fs.symlinkSync(findBwrap(), path.join(bin, 'bwrap'));
+    fs.symlinkSync(fs.existsSync('/usr/bin/true') ? '/usr/bin/true' : '/bin/true', path.join(bin, 'true'));
+    fs.writeFileSync(path.join(bin, 'slirp4netns'), '#!/bin/sh\necho "open(/dev/net/tun): No such device" >&2\nexit 1\n', { mode: 0o755 });
+    const savedPath = process.env.PATH;
+    let srv;
+    try {
+      process.env.PATH = bin;
+      srv = await startServer({ dataDir: path.join(work, 'bad-slirp'), commandTailMs: 20 });
+    } finally {
+      process.env.PATH = savedPath;
+    }
+    try {
+      const r = await request(`${srv.baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...NETWORK }, endpointHeaders: false });
+      assert.deepEqual([r.status, r.json.code], [500, 'DOCKER::SANDBOX_START_FAILED']);
+      assert.match(r.json.message, /slirp4netns failed \(exit code 1\): open\(\/dev\/net\/tun\): No such device/);
+      assert.deepEqual(fs.readdirSync(path.join(work, 'bad-slirp', 'sb')), []);
+      assert.equal((await request(`${srv.baseUrl}/v1/sandboxes`, { endpointHeaders: false })).json.items.length, 0);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  (ROOT ? it : it.skip)('a server run by an ordinary user (nobody) gives a sandbox network through slirp4netns, which runs as that user', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-nobody-'));
+    fs.chownSync(dir, 65534, 65534);
+    const script = `import { startServer } from ${JSON.stringify(path.resolve('lib/dev-server/index.js'))};
+      const s = await startServer({ dataDir: ${JSON.stringify(path.join(dir, 'data'))}, commandTailMs: 20 });
+      console.log(s.baseUrl);
+      process.stdin.resume();
+      process.stdin.on('end', () => s.close().then(() => process.exit(0)));`;
+    const asNobody = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script];
+    // slirp4netns opens /dev/net/tun; it is 0666 on a usual system. Where it is not, the server gets a 0666 node of its
+    // own in a private mount namespace (gone with it) instead of a change to the host's /dev
+    const tunOpen = (fs.statSync('/dev/net/tun').mode & 0o006) === 0o006;
+    const quote = (a) => `'${a.replace(/'/g, `'\\''`)}'`;
+    const argv = tunOpen ? asNobody : ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+      `mount -t tmpfs none ${dir} && mknod -m 666 ${dir}/tun c 10 200 && mount --bind ${dir}/tun /dev/net/tun && umount -l ${dir} && exec ${asNobody.map(quote).join(' ')}`];
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    const exited = new Promise((r) => child.once('exit', r));
+    const listener = await hostListener('127.0.0.1');
+    try {
+      const baseUrl = await waitFor(() => /^(http:\S+)\n/.exec(out)?.[1], { timeoutMs: 20000, message: `the server as nobody starts (${err})` });
+      const created = await request(`${baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...NETWORK }, endpointHeaders: false });
+      assert.equal(created.status, 202, created.text);
+      const ep = (await request(`${baseUrl}/v1/sandboxes/${created.json.id}/endpoints/44772`)).json;
+      const sb = { base: `http://${ep.endpoint}`, headers: ep.headers };
+      const route = await run(sb, 'grep -c tap0 /proc/net/route; id -u');
+      assert.equal(route.out, '2\n0');
+      assert.equal((await run(sb, connectProbe([['127.0.0.1', listener.address().port], ['10.0.2.2', listener.address().port]]))).out, 'ECONNREFUSED ENETUNREACH');
+      assert.deepEqual(slirpChildren(child.pid).map((p) => p.uid), [65534]);
+      const del = await request(`${baseUrl}/v1/sandboxes/${created.json.id}`, { method: 'DELETE', endpointHeaders: false });
+      assert.equal(del.status, 204);
+      assert.deepEqual(slirpChildren(child.pid), []);
+    } finally {
+      listener.close();
+      child.stdin.end();
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
+      await exited;
+      clearTimeout(timer);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('checks a host volume through a symlink before creating any directory', async () => {

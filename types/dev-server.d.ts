@@ -45,7 +45,9 @@ export interface DevServerOptions {
   log?: ((line: string) => void) | boolean;
   /**
    * Run sandboxes even where the confinement (user namespace, no capabilities, seccomp) cannot be created; warns on
-   * every start. Default false: startServer() rejects, saying what is missing. See docs/dev-server-security.md.
+   * every start. Default false: startServer() rejects, saying what is missing. Also: without slirp4netns, sandboxes
+   * given network (networkPolicy defaultAction 'allow') share the host's network namespace (warned at every start)
+   * instead of being refused with 400. See docs/dev-server-security.md.
    */
   insecure?: boolean;
   /** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). Default 1000000000. */

@@ -19,7 +19,8 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
-  --insecure runs sandboxes without user namespace, capability drop and seccomp when the machine cannot give them.`;
+  --insecure runs sandboxes without user namespace, capability drop and seccomp when the machine cannot give them,
+  and gives sandboxes that ask for network the host's network when slirp4netns is missing (otherwise: 400).`;
 
 let args;
 try {

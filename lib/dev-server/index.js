@@ -9,6 +9,7 @@ import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
 import { findBwrap, probeBwrap } from './runner.js';
+import { probeNetwork } from './network.js';
 import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate } from './validate.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
@@ -117,6 +118,7 @@ export async function startServer(options = {}) {
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
+  let network = null;
   const ownDataDir = !opts.dataDir;
   const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -147,6 +149,11 @@ export async function startServer(options = {}) {
       hardening = null;
       warn(`dev-server: INSECURE: sandboxes run without user namespace, capability drop and seccomp${missing ? ` (${missing})` : ''}: code inside can take over this machine`);
     }
+    // sandboxes given network get it through slirp4netns (network.js); without it: 400, or the host network if insecure
+    network = { ...probeNetwork(), insecure: opts.insecure };
+    if (network.problem && opts.insecure) {
+      warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
+    }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server');
   }
@@ -155,7 +162,7 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, log,
+    endpointHeaders: opts.endpointHeaders, network, log,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
   sandboxes.snapshots = snapshots;

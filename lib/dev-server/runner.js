@@ -1,7 +1,8 @@
 // Sandbox runner of the local OpenSandbox-compatible server: starts one execd per sandbox, isolated with bubblewrap
-// (own user/PID/IPC/UTS namespaces, no network unless allowed, host system read-only, per-sandbox /workspace /tmp
-// /root; root inside is an unprivileged host uid with no capabilities under a seccomp filter, see
-// docs/dev-server-security.md), or as a plain child process with isolation 'none'; pauses (SIGSTOP the tree), resumes (SIGCONT) and kills it.
+// (own user/PID/IPC/UTS/network namespaces, network only through slirp4netns when allowed (network.js), host system
+// read-only, per-sandbox /workspace /tmp /root; root inside is an unprivileged host uid with no capabilities under a
+// seccomp filter, see docs/dev-server-security.md), or as a plain child process with isolation 'none'; pauses (SIGSTOP
+// the tree), resumes (SIGCONT) and kills it.
 import { spawn, execFileSync } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -63,7 +64,10 @@ function underSystemDir(p) {
 }
 
 /**
- * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], allowNetwork, attachments }.
+ * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], hostNetwork, resolvConf,
+ * joinableUserns, attachments }. hostNetwork: share the host's network namespace (only the insecure fallback without slirp4netns);
+ * resolvConf ({ dest, text } or null): a read-only file mounted over the sandbox's resolv.conf; joinableUserns: no
+ * nested user namespace (--disable-userns), so that slirp4netns started by a non-root server can join (network.js).
  * attachments (isolation bwrap): objects with `attach({ pid, netns })` (async; called once bubblewrap has made the
  * sandbox's namespaces and before anything runs in it: `pid` is the host pid of its first process, `netns` the
  * path of its network namespace; a throw fails the start) and `release()` (async; called after its processes are
@@ -116,9 +120,9 @@ export class SandboxProcess {
     if (hardening) {
       // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
       // the libseccomp filter (bwrap also sets no_new_privs)
-      a.push('--unshare-user', '--uid', '0', '--gid', '0', '--disable-userns', '--cap-drop', 'ALL', '--seccomp', fdOf(hardening.seccompPath));
+      a.push('--unshare-user', '--uid', '0', '--gid', '0', ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', fdOf(hardening.seccompPath));
     }
-    if (!this.spec.allowNetwork) a.push('--unshare-net');
+    if (!this.spec.hostNetwork) a.push('--unshare-net');
     a.push('--hostname', this.spec.id.replace(/-/g, '').slice(0, 12));
     for (const d of SYSTEM_DIRS) {
       let st;
@@ -137,6 +141,7 @@ export class SandboxProcess {
       if (identity) ensureTraversable(src, identity.uid);
       a.push(ro ? '--ro-bind' : '--bind', src, dest);
     };
+    if (this.spec.resolvConf) bind(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.dest, true);
     bind(this.dirs.workspace, '/workspace');
     bind(this.dirs.tmp, '/tmp');
     bind(this.dirs.home, '/root');
@@ -173,6 +178,7 @@ export class SandboxProcess {
       fs.mkdirSync(d, { recursive: true, mode: 0o755 });
       if (identity) fs.chownSync(d, identity.uid, identity.gid);
     }
+    if (this.spec.resolvConf) fs.writeFileSync(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.text, { mode: 0o644 });
     const { nodeDir } = runtimeDirs();
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;

@@ -7,6 +7,7 @@ import { ApiError, checkMetadata } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 import { grantVolumeAccess, newToken } from './security.js';
+import { sandboxNetwork } from './network.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -99,8 +100,8 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, log }. execdToken: execd's X-EXECD-ACCESS-TOKEN (through a
-   * pipe: never in environ or argv).
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap.
    */
   constructor(options) {
     this.options = options;
@@ -124,13 +125,19 @@ export class Sandboxes {
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
+    // isolation 'none' is unconfined: its commands use the host network whatever the policy says
+    const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
     const binds = resolveVolumes(req.volumes, {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
       identity: this.options.hardening?.identity,
     });
     const proc = new SandboxProcess(
-      { id, dir: path.join(this.sandboxDir, id), env: req.env, binds, allowNetwork: req.allowNetwork },
+      {
+        id, dir: path.join(this.sandboxDir, id), env: req.env, binds,
+        hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
+        attachments: net?.attachment ? [net.attachment] : [],
+      },
       this.options,
     );
     const now = Date.now();
@@ -179,7 +186,7 @@ export class Sandboxes {
       this.transition(sb, ok ? 'Terminated' : 'Failed', ok ? 'CONTAINER_EXITED' : 'CONTAINER_FAILED', `Sandbox main process exited (${why}).`);
       this.options.log?.(`sandbox ${id}: execd exited (${why})`);
     });
-    this.options.log?.(`sandbox ${id} created${req.allowNetwork ? ' (network allowed)' : ''}`);
+    this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''}`);
     return sb;
   }
 

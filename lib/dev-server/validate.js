@@ -199,7 +199,7 @@ export function validateCreate(body, { maxTimeout } = {}) {
   const egress = Array.isArray(body.networkPolicy?.egress) ? body.networkPolicy.egress : [];
   if (egress.length) {
     throw new ApiError(400, 'SANDBOX::NETWORK_POLICY_NOT_SUPPORTED',
-      'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (the whole network, host loopback included) or none (no network).');
+      'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (all outbound traffic except to the host\'s loopback) or none (no network).');
   }
   if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
     throw new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);

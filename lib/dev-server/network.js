@@ -1,0 +1,165 @@
+// Network of a sandbox given network (networkPolicy defaultAction 'allow'): the sandbox keeps its own network
+// namespace (bwrap --unshare-net, like every sandbox) and gets user-mode networking from slirp4netns, a per-sandbox
+// attachment (runner.js) that connects to the outside from the host on the sandbox's behalf. Host loopback services,
+// the lifecycle API and other sandboxes' relays (all on 127.0.0.1) stay out of reach; see docs/dev-server-security.md.
+// Without slirp4netns such a create is a 400, unless the server runs with insecure: true (host network, warned).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ApiError } from './validate.js';
+
+const READY_TIMEOUT_MS = 10000;
+const EXIT_TIMEOUT_MS = 5000;
+const MTU = 65520;
+/** slirp4netns's built-in DNS forwarder (network address + 3): it forwards to the host's first nameserver. */
+const SANDBOX_NAMESERVER = '10.0.2.3';
+
+function findExecutable(name) {
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    if (!dir) continue;
+    const p = path.join(dir, name);
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return p;
+    } catch { /* keep looking */ }
+  }
+  return null;
+}
+
+/**
+ * What this machine offers sandboxes given network: { slirp4netns: path or null, problem: text or null }. The
+ * server's user must be able to open /dev/net/tun (slirp4netns makes the sandbox's tap0 with it).
+ */
+export function probeNetwork() {
+  const slirp4netns = findExecutable('slirp4netns');
+  if (!slirp4netns) return { slirp4netns: null, problem: 'slirp4netns is not on PATH (Debian: apt-get install slirp4netns)' };
+  try {
+    fs.accessSync('/dev/net/tun', fs.constants.R_OK | fs.constants.W_OK);
+  } catch (err) {
+    return { slirp4netns: null, problem: `slirp4netns cannot make a tap device: /dev/net/tun is not usable by this user (${err.code})` };
+  }
+  return { slirp4netns, problem: null };
+}
+
+/**
+ * Where the sandbox's /etc/resolv.conf really is: /etc/resolv.conf, or where its symlinks lead (resolved by name:
+ * bwrap mounts over the final file, creating it in the sandbox when it is outside the mounted host dirs, e.g.
+ * /run/systemd/resolve/stub-resolv.conf). null when the host has none or it dangles.
+ */
+function resolvConfPath() {
+  let p = '/etc/resolv.conf';
+  for (let hops = 0; hops < 40; hops++) {
+    let st;
+    try {
+      st = fs.lstatSync(p);
+    } catch {
+      return null;
+    }
+    if (!st.isSymbolicLink()) return p;
+    p = path.resolve(path.dirname(p), fs.readlinkSync(p));
+  }
+  return null;
+}
+
+/**
+ * The sandbox's resolv.conf: the host's search/domain/options lines, one nameserver, slirp4netns's forwarder (always:
+ * a host nameserver on loopback, e.g. systemd-resolved's 127.0.0.53, would be the sandbox's own loopback inside).
+ * { dest, text } or null (host without a resolv.conf).
+ */
+function sandboxResolvConf() {
+  const dest = resolvConfPath();
+  if (!dest) return null;
+  let host = '';
+  try {
+    host = fs.readFileSync(dest, 'utf8');
+  } catch { /* unreadable: nameserver only */ }
+  const kept = host.split('\n').filter((l) => /^\s*(search|domain|options)\s/.test(l));
+  return { dest, text: [...kept, `nameserver ${SANDBOX_NAMESERVER}`, ''].join('\n') };
+}
+
+/**
+ * slirp4netns for one sandbox, as a runner attachment: started once bwrap made the sandbox's network namespace, ready
+ * before anything runs in it, killed after the sandbox is gone. It runs as the server's user (root keeps only
+ * CAP_NET_BIND_SERVICE under --enable-sandbox), in an empty mount namespace with /etc and /run, under its seccomp
+ * filter. As root it needs no user namespace (--netns-type=path: none is joined); a server that is not root has it
+ * join the sandbox's user namespace, which owns the network namespace (and maps uid 0, which slirp4netns's sandbox
+ * needs): such a sandbox is not nested in a second user namespace (see joinableUserns). --exit-fd: it also exits when
+ * the server dies, however it dies.
+ */
+export class SlirpNetwork {
+  constructor(slirp4netns) {
+    this.slirp4netns = slirp4netns;
+    this.child = null;
+    this.exited = null;
+  }
+
+  async attach({ pid, netns }) {
+    const args = ['--configure', `--mtu=${MTU}`, '--disable-host-loopback', '--enable-sandbox', '--enable-seccomp', '--ready-fd=3', '--exit-fd=4'];
+    // root: the network namespace by path, no user namespace joined; otherwise by pid: /proc/<pid>/ns/user is joined
+    if (process.getuid() === 0) args.push('--netns-type=path', netns, 'tap0');
+    else args.push(String(pid), 'tap0');
+    const child = spawn(this.slirp4netns, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+    this.child = child;
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, sig) => resolve(sig ? `killed by ${sig}` : `exit code ${code}`));
+      child.once('error', (err) => resolve(err.message));
+    });
+    let stderr = '';
+    child.stderr.on('data', (b) => {
+      stderr = (stderr + b.toString()).slice(-4000);
+    });
+    child.stdio[4].on('error', () => {}); // its exit fd: ours closes when this process ends
+    const tail = () => (stderr.trim() ? `: ${stderr.trim()}` : '');
+    try {
+      await new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`slirp4netns did not set up the sandbox's network within ${READY_TIMEOUT_MS} ms${tail()}`)), READY_TIMEOUT_MS);
+        child.stdio[3].on('error', () => {});
+        child.stdio[3].on('data', (b) => {
+          if (!b.includes('1')) return;
+          clearTimeout(timer);
+          resolve();
+        });
+        this.exited.then((why) => {
+          clearTimeout(timer);
+          reject(new Error(`slirp4netns failed (${why})${tail()}`));
+        });
+      });
+    } catch (err) {
+      await this.release();
+      throw err;
+    }
+  }
+
+  /** Kills slirp4netns and waits (bounded) until it is gone. */
+  async release() {
+    const child = this.child;
+    if (!child) return;
+    this.child = null;
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    let timer;
+    const gone = await Promise.race([
+      this.exited.then(() => true),
+      new Promise((resolve) => { timer = setTimeout(() => resolve(false), EXIT_TIMEOUT_MS); }),
+    ]);
+    clearTimeout(timer);
+    for (const s of child.stdio) s?.destroy();
+    if (!gone) throw new Error(`slirp4netns (pid ${child.pid}) did not exit within ${EXIT_TIMEOUT_MS} ms of SIGKILL`);
+  }
+}
+
+/**
+ * How a new sandbox given network gets it, from the server's probeNetwork() result and insecure flag:
+ * { hostNetwork, resolvConf, attachment, joinableUserns }. joinableUserns: bwrap must leave out --disable-userns (its
+ * nested user namespace maps only the server's uid, and is not the owner of the network namespace), so that
+ * slirp4netns run by a non-root server can join; creating user namespaces stays refused by the seccomp filter.
+ * Throws a 400 when slirp4netns cannot be used and the server is not insecure.
+ */
+export function sandboxNetwork({ slirp4netns, problem, insecure }) {
+  if (slirp4netns) {
+    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns), joinableUserns: process.getuid() !== 0 };
+  }
+  if (insecure) return { hostNetwork: true, resolvConf: null, attachment: null, joinableUserns: false };
+  throw new ApiError(400, 'SANDBOX::NETWORK_NOT_AVAILABLE',
+    `This server cannot give a sandbox network without exposing the host's loopback services: ${problem}. Install it, `
+    + 'create the sandbox without networkPolicy (no network), or start the server with insecure: true (--insecure) to share the host network.');
+}
