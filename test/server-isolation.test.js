@@ -290,6 +290,11 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       assert.equal(pids.filter((p) => comm(p) === 'slirp4netns').length, 1);
       child.kill('SIGKILL');
       await waitFor(() => !pids.some(alive), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
+      // what the kernel keeps (the sandbox's disk mount, its cgroups) the next server start sweeps
+      const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(` ${path.join(work, 'killed')}/`));
+      if (process.getuid() === 0) assert.equal(mounted().length, 2, 'the disks of both sandboxes stay mounted until a sweep');
+      await (await startServer({ dataDir: path.join(work, 'other-data') })).close();
+      assert.deepEqual(mounted(), []);
     } finally {
       child.kill('SIGKILL');
     }

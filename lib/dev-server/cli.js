@@ -15,12 +15,15 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
                   [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
-                  [--pty-close-linger] [--quiet]
+                  [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q]
+                  [--unenforced-limits] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
   --insecure runs sandboxes without user namespace, capability drop and seccomp when the machine cannot give them,
-  and gives sandboxes that ask for network the host's network when slirp4netns is missing (otherwise: 400).`;
+  and gives sandboxes that ask for network the host's network when slirp4netns is missing (otherwise: 400).
+  resourceLimits cpu/memory/pids need cgroups (root, or --cgroup-parent: a delegated cgroup v2 directory) and
+  ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.`;
 
 let args;
 try {
@@ -45,6 +48,10 @@ try {
       'pty-exit-race': { type: 'boolean', default: false },
       'signal-forwarding': { type: 'boolean', default: false },
       'pty-close-linger': { type: 'boolean', default: false },
+      'cgroup-parent': { type: 'string' },
+      'max-pids': { type: 'string' },
+      'disk-limit': { type: 'string' },
+      'unenforced-limits': { type: 'boolean', default: false },
       quiet: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
@@ -116,6 +123,10 @@ try {
     ptyExitRace: args['pty-exit-race'],
     signalForwarding: args['signal-forwarding'],
     ptyCloseLinger: args['pty-close-linger'],
+    cgroupParent: args['cgroup-parent'],
+    maxPids: int('max-pids', args['max-pids']),
+    diskLimit: args['disk-limit'],
+    unenforcedLimits: args['unenforced-limits'],
     log: args.quiet ? false : (line) => console.log(`${new Date().toISOString()} ${line}`),
   });
 } catch (err) {

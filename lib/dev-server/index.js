@@ -10,7 +10,11 @@ import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
 import { findBwrap, probeBwrap } from './runner.js';
 import { probeNetwork } from './network.js';
-import { ApiError, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate } from './validate.js';
+import { detectCgroups } from './cgroups.js';
+import { Disks, detectDisk } from './disk.js';
+import {
+  ApiError, MIN_DISK_BYTES, ValidationError, issue, parseBytes, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
+} from './validate.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
@@ -20,7 +24,11 @@ import {
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits'];
+/** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
+const DEFAULT_MAX_PIDS = 4096;
+/** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
+const DEFAULT_DISK_LIMIT = '10Gi';
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie', ...TOKEN_HEADERS]);
 const JSON_TYPE = /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i;
 const BODY_LIMIT = 1024 * 1024;
@@ -90,7 +98,8 @@ export async function startServer(options = {}) {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
-    sandboxUid: DEFAULT_SANDBOX_UID,
+    sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
+    unenforcedLimits: false,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -115,6 +124,15 @@ export async function startServer(options = {}) {
   if (typeof opts.ptyCloseLinger !== 'boolean') throw new Error('ptyCloseLinger must be a boolean');
   if (typeof opts.insecure !== 'boolean') throw new Error('insecure must be a boolean');
   if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > 0xfffffffe) throw new Error('sandboxUid must be an integer 1..4294967294');
+  if (typeof opts.unenforcedLimits !== 'boolean') throw new Error('unenforcedLimits must be a boolean');
+  if (!Number.isInteger(opts.maxPids) || opts.maxPids < 0 || opts.maxPids > 4194304) throw new Error('maxPids must be an integer 0..4194304 (0: no cap)');
+  if (opts.cgroupParent !== undefined && (typeof opts.cgroupParent !== 'string' || !path.isAbsolute(opts.cgroupParent))) {
+    throw new Error('cgroupParent must be an absolute path (a delegated cgroup v2 directory)');
+  }
+  const diskLimit = typeof opts.diskLimit === 'number' ? opts.diskLimit : typeof opts.diskLimit === 'string' ? parseBytes(opts.diskLimit) : NaN;
+  if (!Number.isSafeInteger(diskLimit) || diskLimit < MIN_DISK_BYTES) {
+    throw new Error(`diskLimit must be a byte quantity of at least 8Mi (e.g. "10Gi", or a number of bytes), got ${JSON.stringify(opts.diskLimit)}`);
+  }
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
@@ -155,14 +173,43 @@ export async function startServer(options = {}) {
       warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
     }
   } else {
-    warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server');
+    warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
   }
+  // resource limits (cgroups) and the disk bound: docs/dev-server-security.md "Resource limits"
+  let limits = null;
+  if (opts.isolation === 'bwrap') {
+    let found;
+    try {
+      found = detectCgroups({ cgroupParent: opts.cgroupParent, log });
+    } catch (err) {
+      fail(err);
+    }
+    const { tools, why: disksWhy } = detectDisk();
+    limits = {
+      cgroups: found.cgroups, cgroupsWhy: found.why, disks: tools && new Disks({ tools, dataDir, log }), disksWhy,
+      unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit,
+    };
+    const optOut = opts.unenforcedLimits ? 'unenforcedLimits' : 'insecure';
+    if (!limits.cgroups) {
+      warn(limits.unenforced
+        ? `dev-server: resourceLimits cpu, memory and pids are NOT enforced (${found.why}); they are accepted because of ${optOut}: a sandbox can use all of this machine's CPU, memory and processes`
+        : `dev-server: no cgroups (${found.why}): creates with cpu, memory or pids limits are refused (400 SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE) and no pids cap stops a fork bomb; give cgroupParent or run as root`);
+    }
+    if (!limits.disks) {
+      warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
+    }
+    log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}`);
+  }
+  const releaseLimits = async () => {
+    await limits?.cgroups?.close().catch((err) => log?.(err.message));
+    limits?.disks?.close();
+  };
 
   const sandboxes = new Sandboxes({
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log,
+    endpointHeaders: opts.endpointHeaders, network, log, limits,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
   sandboxes.snapshots = snapshots;
@@ -364,6 +411,9 @@ export async function startServer(options = {}) {
       server.off('error', reject);
       resolve();
     });
+  }).catch(async (err) => {
+    await releaseLimits();
+    fail(err);
   });
   const port = server.address().port;
   const hostPart = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
@@ -383,6 +433,7 @@ export async function startServer(options = {}) {
         });
         await snapshots.drain();
         await sandboxes.closeAll();
+        await releaseLimits();
         if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
         else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
       })();

@@ -3,7 +3,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ApiError, checkMetadata } from './validate.js';
+import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 import { grantVolumeAccess, newToken } from './security.js';
@@ -100,8 +100,10 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log }. execdToken: execd's X-EXECD-ACCESS-TOKEN
-   * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap.
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
+   * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
+   * diskLimit (bytes) }.
    */
   constructor(options) {
     this.options = options;
@@ -120,11 +122,41 @@ export class Sandboxes {
     return sb;
   }
 
+  /**
+   * What enforces a create's resourceLimits: { cgroup: limits for cgroups.js or null, disk: bytes or null }. Limits
+   * this server cannot enforce are a 400 unless it was started with unenforcedLimits (or insecure); isolation 'none'
+   * enforces nothing (its start warning says so).
+   */
+  planLimits(resourceLimits) {
+    const asked = parseResourceLimits(resourceLimits);
+    const o = this.options.limits;
+    if (!o || this.options.isolation === 'none') return { cgroup: null, disk: null };
+    const problems = [];
+    const missing = ['cpu', 'memory', 'pids'].filter((k) => asked[k] !== undefined && !o.cgroups?.controllers.has(k));
+    if (missing.length) problems.push(`${missing.join(', ')}: ${o.cgroups ? `no ${missing.join('/')} controller in ${o.cgroups.describe()}` : o.cgroupsWhy}`);
+    if (asked.disk !== undefined && !o.disks) problems.push(`${DISK_LIMIT_KEY}: ${o.disksWhy}`);
+    if (problems.length && !o.unenforced) {
+      throw new ApiError(400, 'SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE',
+        `This server cannot enforce resourceLimits ${problems.join('; ')}. Run it as root or give it cgroupParent (a delegated cgroup v2 directory), or start it with unenforcedLimits (--unenforced-limits) to accept limits it does not enforce.`);
+    }
+    if (o.maxPids && asked.pids > o.maxPids) {
+      throw new ApiError(400, 'SANDBOX::INVALID_PARAMETER', `resourceLimits.pids: ${asked.pids} exceeds the server maximum of ${o.maxPids} (maxPids)`);
+    }
+    const has = (c) => o.cgroups?.controllers.has(c);
+    const cgroup = o.cgroups && {
+      cpu: has('cpu') ? asked.cpu : undefined,
+      memory: asked.memory,
+      pids: asked.pids ?? (o.maxPids || null),
+    };
+    return { cgroup, disk: o.disks ? asked.disk ?? o.diskLimit : null };
+  }
+
   async create(req) {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
+    const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
     const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
@@ -132,17 +164,18 @@ export class Sandboxes {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
       identity: this.options.hardening?.identity,
     });
+    const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
         id, dir: path.join(this.sandboxDir, id), env: req.env, binds,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
-        attachments: net?.attachment ? [net.attachment] : [],
+        attachments: [cgroup, net?.attachment].filter(Boolean),
       },
       this.options,
     );
     const now = Date.now();
     const sb = {
-      id, proc, relay: null, timer: null, deleting: false,
+      id, proc, relay: null, timer: null, deleting: false, disk: null,
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
       image: req.image, entrypoint: req.entrypoint, metadata: req.metadata,
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
@@ -150,14 +183,30 @@ export class Sandboxes {
       createdAt: now, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
+    if (plan.disk) {
+      try {
+        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, this.options.hardening?.identity);
+      } catch (err) {
+        proc.removeDirs();
+        throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
+      }
+    }
     if (req.snapshotId) {
       try {
         await this.snapshots.restoreInto(req.snapshotId, proc.dirs); // 404/409 as the spec gives them
       } catch (err) {
-        proc.removeDirs();
+        await this.dispose(sb);
         if (err instanceof ApiError) throw err;
+        if (/No space left on device/.test(err.message)) {
+          throw new ApiError(400, 'SANDBOX::INVALID_PARAMETER',
+            `Snapshot ${req.snapshotId} does not fit the sandbox's disk bound of ${plan.disk} bytes (resourceLimits.${DISK_LIMIT_KEY}, or the server's diskLimit): ${err.message}`);
+        }
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${req.snapshotId}: ${err.message}`);
       }
+    }
+    if (this.closing) {
+      await this.dispose(sb); // closeAll() did not see it yet: its disk must not outlive the server
+      throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     }
     this.items.set(id, sb);
     try {
@@ -170,8 +219,7 @@ export class Sandboxes {
     } catch (err) {
       this.items.delete(id);
       await sb.relay?.close();
-      await proc.kill();
-      proc.removeDirs();
+      await this.dispose(sb);
       throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
     }
     if (sb.deleting || this.closing) throw notFound(id);
@@ -295,11 +343,22 @@ export class Sandboxes {
     sb.deleting = true;
     clearTimeout(sb.timer);
     await sb.relay?.close();
+    await this.dispose(sb);
+  }
+
+  /** Kills the sandbox's processes (which releases its cgroups), unmounts its disk and removes its directories. */
+  async dispose(sb) {
     await sb.proc.kill();
+    try {
+      await sb.disk?.release();
+    } catch (err) {
+      this.options.log?.(`sandbox ${sb.id}: could not unmount its disk: ${err.message}`);
+      return; // its directory is still a mount: never rm -r through it
+    }
     try {
       sb.proc.removeDirs();
     } catch (err) {
-      this.options.log?.(`sandbox ${id}: could not remove its directory: ${err.message}`);
+      this.options.log?.(`sandbox ${sb.id}: could not remove its directory: ${err.message}`);
     }
   }
 

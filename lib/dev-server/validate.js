@@ -253,3 +253,66 @@ export function validateSnapshotCreate(body) {
   if (errs.length) throw new ValidationError(errs);
   return body.name == null ? {} : { name: body.name };
 }
+
+/** resourceLimits keys the local server enforces (the disk key is Kubernetes' name, which upstream's Kubernetes
+ * runtime passes through to the pod; its Docker runtime has no disk bound). */
+export const DISK_LIMIT_KEY = 'ephemeral-storage';
+const LIMIT_KEYS = ['cpu', 'memory', 'pids', DISK_LIMIT_KEY, 'gpu'];
+const BYTE_SUFFIXES = { '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
+/** Smallest disk bound: the ext4 image needs room for its own metadata. */
+export const MIN_DISK_BYTES = 8 * 2 ** 20;
+
+/** A Kubernetes byte quantity ("512Mi", "2Gi", "1G", "1000000", "1.5Gi", "1e9") as whole bytes (rounded up), or NaN. */
+export function parseBytes(text) {
+  const m = /^(\d+(?:\.\d+)?|\.\d+)(?:[eE](\d+))?([kMGTPE]i?|Ki)?$/.exec(String(text).trim());
+  if (!m || (m[2] !== undefined && m[3] !== undefined)) return NaN;
+  const n = Number(m[1]) * (m[2] !== undefined ? 10 ** Number(m[2]) : BYTE_SUFFIXES[m[3] ?? '']);
+  return Number.isFinite(n) && n <= Number.MAX_SAFE_INTEGER ? Math.ceil(n) : NaN;
+}
+
+/** A Kubernetes CPU quantity ("1", "2.5", "500m") as cores, or NaN. */
+export function parseCpu(text) {
+  const m = /^(\d+(?:\.\d+)?|\.\d+)(m?)$/.exec(String(text).trim());
+  if (!m) return NaN;
+  return Number(m[1]) / (m[2] ? 1000 : 1);
+}
+
+/**
+ * resourceLimits → { cpu (cores), memory (bytes), pids, disk (bytes) }, each undefined when not asked for. Malformed
+ * values and keys the local server cannot honour are 400 SANDBOX::INVALID_PARAMETER naming the key (upstream's code
+ * for a resourceLimits value its runtime cannot use); any key with the value "0" asks for nothing and is accepted.
+ */
+export function parseResourceLimits(limits) {
+  const out = { cpu: undefined, memory: undefined, pids: undefined, disk: undefined };
+  const bad = (key, why) => new ApiError(400, 'SANDBOX::INVALID_PARAMETER', `resourceLimits.${key}: ${why}`);
+  for (const [key, raw] of Object.entries(limits ?? {})) {
+    const value = raw.trim();
+    if (!LIMIT_KEYS.includes(key)) {
+      if (value === '0') continue;
+      throw bad(key, `unknown resource ${JSON.stringify(key)}: the local server enforces ${LIMIT_KEYS.filter((k) => k !== 'gpu').join(', ')} (any other key only with the value "0")`);
+    }
+    if (key === 'gpu') {
+      if (value === '0') continue;
+      throw bad(key, 'the local server has no GPUs (only "0" is accepted)');
+    }
+    if (key === 'cpu') {
+      const cores = parseCpu(value);
+      if (!(cores > 0)) throw bad(key, `${JSON.stringify(raw)} is not a CPU quantity greater than 0 (e.g. "1", "2.5", "500m")`);
+      if (cores < 0.01) throw bad(key, `${JSON.stringify(raw)} is below the smallest CPU quota, "10m"`);
+      out.cpu = cores;
+    } else if (key === 'pids') {
+      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 4194304) throw bad(key, `${JSON.stringify(raw)} is not a whole number of processes 1..4194304`);
+      out.pids = Number(value);
+    } else {
+      const bytes = parseBytes(value);
+      const example = '(e.g. "512Mi", "2Gi", "1G", "1000000")';
+      if (!(bytes > 0)) throw bad(key, `${JSON.stringify(raw)} is not a byte quantity greater than 0 ${example}; note "m" is milli in Kubernetes quantities, use "Mi" or "M"`);
+      if (key === 'memory') out.memory = bytes;
+      else {
+        if (bytes < MIN_DISK_BYTES) throw bad(key, `${JSON.stringify(raw)} is below the smallest disk bound, "8Mi"`);
+        out.disk = bytes;
+      }
+    }
+  }
+  return out;
+}

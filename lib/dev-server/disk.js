@@ -1,0 +1,161 @@
+// Per-sandbox disk bound of the local server (root only): a sandbox's host directory (<dataDir>/sb/<id>: workspace,
+// tmp, home, run) is the mount of a sparse ext4 image of its own (<dataDir>/disks/<server instance>/<id>.img, loop
+// device, nosuid,nodev), sized by resourceLimits["ephemeral-storage"] or the server's diskLimit. Writes past it fail
+// with ENOSPC ("No space left on device") inside that sandbox only. The image is unmounted (the loop device clears
+// itself) and deleted with the sandbox; images and mounts of servers that died are swept at start.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { execFile, execFileSync } from 'node:child_process';
+import { mounts } from './cgroups.js';
+
+const TOOL_TIMEOUT_MS = 15000;
+const INSTANCE_NAME = /^(\d+)-[0-9a-f]+$/;
+/** An image of ours, wherever its data dir: <dataDir>/disks/<server pid>-<random>/<sandbox id>.img */
+const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/;
+
+function findTool(name) {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/sbin', '/usr/bin', '/bin']) {
+    if (!dir) continue;
+    const p = path.join(dir, name);
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return p;
+    } catch { /* keep looking */ }
+  }
+  return null;
+}
+
+function run(tool, args) {
+  return new Promise((resolve, reject) => {
+    execFile(tool, args, { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
+      if (err) reject(new Error(`${path.basename(tool)} ${args.at(-1)}: ${String(stderr || err.message).trim().split('\n')[0]}`));
+      else resolve();
+    });
+  });
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === 'EPERM';
+  }
+}
+
+/** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)") }]. */
+function loopDevices() {
+  let names = [];
+  try {
+    names = fs.readdirSync('/sys/block').filter((n) => n.startsWith('loop'));
+  } catch { /* no sysfs */ }
+  const out = [];
+  for (const n of names) {
+    try {
+      const backing = fs.readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
+      out.push({ device: `/dev/${n}`, backing });
+    } catch { /* not attached */ }
+  }
+  return out;
+}
+
+/** Which tools are missing for the disk bound, or null when it can be given (root, mkfs.ext4, mount, loop devices). */
+export function detectDisk() {
+  if (process.getuid?.() !== 0) return { tools: null, why: 'the server does not run as root (loop-mounted images need it)' };
+  const tools = { mkfs: findTool('mkfs.ext4'), mount: findTool('mount'), umount: findTool('umount') };
+  const missing = Object.entries({ 'mkfs.ext4': tools.mkfs, mount: tools.mount, umount: tools.umount }).filter(([, p]) => !p).map(([n]) => n);
+  if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount)` };
+  if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };
+  return { tools, why: null };
+}
+
+export class Disks {
+  /** tools from detectDisk(); dataDir: the server's (images under <dataDir>/disks/<instance>/). */
+  constructor({ tools, dataDir, log }) {
+    this.tools = tools;
+    this.log = log;
+    this.base = path.join(dataDir, 'disks');
+    this.instance = `${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+    this.dir = path.join(this.base, this.instance);
+    this.sweep();
+    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+  }
+
+  /**
+   * Unmounts and deletes the images of servers that are gone (a server killed before its close()): every mounted
+   * image of ours on this machine whatever its data dir (a killed server's temp data dir is never reused), then
+   * the unmounted leftovers under this data dir.
+   */
+  sweep() {
+    const all = mounts();
+    for (const { device, backing } of loopDevices()) {
+      const m = IMAGE_PATH.exec(backing);
+      if (!m || alive(Number(m[1]))) continue;
+      for (const mp of all.filter((x) => x.source === device).map((x) => x.mountPoint)) {
+        this.log?.(`unmounting the disk of a sandbox of a dead server: ${mp}`);
+        try {
+          execFileSync(this.tools.umount, ['-l', mp], { timeout: TOOL_TIMEOUT_MS, stdio: 'ignore' });
+        } catch (err) {
+          this.log?.(`stale disk ${mp}: ${err.message}`);
+        }
+      }
+      fs.rmSync(path.dirname(backing), { recursive: true, force: true });
+    }
+    let names = [];
+    try {
+      names = fs.readdirSync(this.base);
+    } catch { /* first start */ }
+    for (const name of names) {
+      const m = INSTANCE_NAME.exec(name);
+      if (!m || alive(Number(m[1]))) continue;
+      fs.rmSync(path.join(this.base, name), { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Makes `mountPoint` the mount of a new `bytes`-sized image, owned by `identity` ({ uid, gid }, or root), mode 0700.
+   * Resolves { release() } (unmount, delete the image; idempotent).
+   */
+  async mount(id, mountPoint, bytes, identity) {
+    const image = path.join(this.dir, `${id}.img`);
+    const fd = fs.openSync(image, 'wx', 0o600);
+    fs.closeSync(fd);
+    let mounted = false;
+    const release = async () => {
+      if (mounted) {
+        try {
+          await run(this.tools.umount, [mountPoint]);
+        } catch (err) {
+          // still busy (a process that outlived the sandbox's kill): detach it from the tree at least
+          this.log?.(`disk of sandbox ${id}: ${err.message}; detaching it lazily`);
+          await run(this.tools.umount, ['-l', mountPoint]);
+        }
+        mounted = false;
+      }
+      fs.rmSync(image, { force: true });
+    };
+    try {
+      fs.truncateSync(image, bytes);
+      const owner = identity ? `${identity.uid}:${identity.gid}` : '0:0';
+      await run(this.tools.mkfs, ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${owner}`, image]);
+      fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
+      // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
+      await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noinit_itable', image, mountPoint]);
+      mounted = true;
+      fs.chmodSync(mountPoint, 0o700);
+    } catch (err) {
+      await release().catch(() => {});
+      throw new Error(`cannot make the sandbox's disk (${bytes} bytes): ${err.message}`);
+    }
+    return { image, release };
+  }
+
+  /** Removes this instance's image directory (every sandbox already released). */
+  close() {
+    fs.rmSync(this.dir, { recursive: true, force: true });
+    try {
+      fs.rmdirSync(this.base);
+    } catch { /* images of another server on this data dir */ }
+  }
+}
