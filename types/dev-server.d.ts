@@ -52,6 +52,21 @@ export interface DevServerOptions {
   insecure?: boolean;
   /** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). Default 1000000000. */
   sandboxUid?: number;
+  /**
+   * A delegated cgroup v2 directory (memory and pids in its cgroup.controllers, writable) under which sandbox cgroups
+   * are made, so a server that is not root enforces resourceLimits cpu/memory/pids. startServer() rejects an unusable
+   * one. Default: as root, /sys/fs/cgroup (v2) or the cgroup v1 hierarchies.
+   */
+  cgroupParent?: string;
+  /** pids.max of a sandbox that asks for no `pids`, and the largest `pids` a create may ask for; 0: no cap. Default 4096. */
+  maxPids?: number;
+  /** Disk bound of a sandbox without resourceLimits['ephemeral-storage'] (a quantity like '10Gi', or bytes; >= 8Mi); root only. Default '10Gi'. */
+  diskLimit?: string | number;
+  /**
+   * Accept resourceLimits the server cannot enforce (no cgroups, no disk bound) instead of answering 400
+   * SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE; warns on every start. `insecure` implies it. Default false.
+   */
+  unenforcedLimits?: boolean;
 }
 
 export interface DevServer {
