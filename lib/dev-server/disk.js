@@ -8,23 +8,15 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { execFile, execFileSync } from 'node:child_process';
 import { mounts } from './cgroups.js';
+import { findExecutable } from './runner.js';
+
+/** Where mkfs.ext4 and mount live when PATH lacks the sbin directories (a non-login root shell). */
+const SBIN = ['/usr/sbin', '/sbin', '/usr/bin', '/bin'];
 
 const TOOL_TIMEOUT_MS = 15000;
 const INSTANCE_NAME = /^(\d+)-[0-9a-f]+$/;
 /** An image of ours, wherever its data dir: <dataDir>/disks/<server pid>-<random>/<sandbox id>.img */
 const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/;
-
-function findTool(name) {
-  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/sbin', '/usr/bin', '/bin']) {
-    if (!dir) continue;
-    const p = path.join(dir, name);
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch { /* keep looking */ }
-  }
-  return null;
-}
 
 function run(tool, args) {
   return new Promise((resolve, reject) => {
@@ -63,7 +55,7 @@ function loopDevices() {
 /** Which tools are missing for the disk bound, or null when it can be given (root, mkfs.ext4, mount, loop devices). */
 export function detectDisk() {
   if (process.getuid?.() !== 0) return { tools: null, why: 'the server does not run as root (loop-mounted images need it)' };
-  const tools = { mkfs: findTool('mkfs.ext4'), mount: findTool('mount'), umount: findTool('umount') };
+  const tools = { mkfs: findExecutable('mkfs.ext4', SBIN), mount: findExecutable('mount', SBIN), umount: findExecutable('umount', SBIN) };
   const missing = Object.entries({ 'mkfs.ext4': tools.mkfs, mount: tools.mount, umount: tools.umount }).filter(([, p]) => !p).map(([n]) => n);
   if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount)` };
   if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };

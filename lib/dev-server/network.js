@@ -7,24 +7,13 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ApiError } from './validate.js';
+import { findExecutable } from './runner.js';
 
 const READY_TIMEOUT_MS = 10000;
 const EXIT_TIMEOUT_MS = 5000;
 const MTU = 65520;
 /** slirp4netns's built-in DNS forwarder (network address + 3): it forwards to the host's first nameserver. */
 const SANDBOX_NAMESERVER = '10.0.2.3';
-
-function findExecutable(name) {
-  for (const dir of (process.env.PATH ?? '').split(':')) {
-    if (!dir) continue;
-    const p = path.join(dir, name);
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch { /* keep looking */ }
-  }
-  return null;
-}
 
 /**
  * What this machine offers sandboxes given network: { slirp4netns: path or null, problem: text or null }. The

@@ -28,17 +28,25 @@ function alive(pid) {
   }
 }
 
-/** True when a `bwrap` executable is on PATH. */
-export function findBwrap() {
-  for (const dir of (process.env.PATH ?? '').split(':')) {
+/**
+ * The path of executable `name` on PATH (then in `extraDirs`), or null. The one PATH look-up of the server: bwrap,
+ * slirp4netns, mkfs.ext4 / mount / umount.
+ */
+export function findExecutable(name, extraDirs = []) {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), ...extraDirs]) {
     if (!dir) continue;
-    const p = path.join(dir, 'bwrap');
+    const p = path.join(dir, name);
     try {
       fs.accessSync(p, fs.constants.X_OK);
       return p;
     } catch { /* keep looking */ }
   }
   return null;
+}
+
+/** A `bwrap` executable on PATH, or null. */
+export function findBwrap() {
+  return findExecutable('bwrap');
 }
 
 /** Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps). */

@@ -177,7 +177,6 @@ export class Sandboxes {
     const sb = {
       id, proc, relay: null, timer: null, deleting: false, disk: null,
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
-      image: req.image, entrypoint: req.entrypoint, metadata: req.metadata,
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
       platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch },
       createdAt: now, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
