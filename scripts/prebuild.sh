@@ -12,7 +12,7 @@
 # $MASTRA_OPENSANDBOX_PREBUILD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/mastra-opensandbox/prebuild): a cold run
 # downloads ~18 MB of sources and compiles them (minutes), a warm one only links the addon. Needs: dpkg-dev
 # (apt-get source), cmake, ninja-build, libssl-dev (its libssl.a/libcrypto.a) and the -dev packages whose versions
-# are used; arm64 on another machine also gcc/g++-aarch64-linux-gnu and libssl-dev:arm64.
+# are used; --arch arm64 on x64 also gcc-aarch64-linux-gnu and g++-aarch64-linux-gnu (its OpenSSL is downloaded).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,8 +32,9 @@ case $arch in
   arm64) triplet=aarch64-linux-gnu; machine=aarch64; loader=ld-linux-aarch64.so.1 ;;
   *) die "unknown --arch $arch (x64 or arm64)" ;;
 esac
-cc=gcc cxx=g++ strip=strip
-if [ "$(uname -m)" != "$machine" ]; then cc=$triplet-gcc cxx=$triplet-g++ strip=$triplet-strip; fi
+tp="" # binutils/compiler prefix: Debian's cross tools when the target is not this machine
+[ "$(uname -m)" = "$machine" ] || tp=$triplet-
+cc=${tp}gcc cxx=${tp}g++
 
 # What the binary promises (README "Prebuilt binary"); checked at the end.
 GLIBC_FLOOR=2.28
@@ -47,25 +48,36 @@ ver() {
   v=$(dpkg-query -W -f='${source:Version}' "$1" 2>/dev/null) || die "$1 is not installed (apt-get install $1)"
   echo "$v"
 }
-ssl_pkg=libssl-dev
-[ "$arch" = x64 ] || ssl_pkg=libssl-dev:arm64
-curl_v=$(ver libcurl4-openssl-dev) lws_v=$(ver libwebsockets-dev) cjson_v=$(ver libcjson-dev) ssl_v=$(ver "$ssl_pkg")
-for t in cmake ninja "$cc" "$cxx" dpkg-source readelf; do command -v "$t" >/dev/null || die "$t not found"; done
+# OpenSSL: the installed libssl-dev's static libraries for this machine's architecture. For another one (arm64 on
+# x64) its libssl-dev .deb is downloaded and unpacked in the scratch directory instead of installed: multiarch would
+# force the host's libssl-dev, libssl3 and openssl to the same version and add arm64 libc6 to the system. The cross
+# build takes the host's OpenSSL version when the mirror still has it for arm64, else the mirror's newest
+# (OPENSSL_VERSION in the cache and NOTICES/README.txt say which); the host's version is in the key, so a security
+# update of the host's libssl-dev rebuilds both.
+curl_v=$(ver libcurl4-openssl-dev) lws_v=$(ver libwebsockets-dev) cjson_v=$(ver libcjson-dev) ssl_v=$(ver libssl-dev)
+for t in cmake ninja "$cc" "$cxx" "${tp}ar" "${tp}nm" "${tp}strip" "${tp}readelf" dpkg-source; do
+  command -v "$t" >/dev/null || die "$t not found${tp:+ (apt-get install gcc-$triplet g++-$triplet)}"
+done
 key="$arch curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v openssl=$ssl_v $($cc -dumpfullversion) deps.sh=$(sha256sum scripts/prebuild/deps.sh | cut -c1-16)"
 cache=${MASTRA_OPENSANDBOX_PREBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/prebuild}
 deps=$cache/deps-$arch-$(echo "$key" | sha256sum | cut -c1-16)
 mkdir -p "$cache"
 
-# The machine's own Debian mirrors as deb-src entries in a private apt directory (no change to /etc/apt; removed
-# with the scratch directory): one-line and deb822 sources whose URIs are Debian's or Ubuntu's.
+# The machine's own Debian mirrors as deb-src entries (and, for a cross build, deb entries for the target's
+# binary packages) in a private apt directory (no change to /etc/apt or dpkg; removed with the scratch directory):
+# one-line and deb822 sources whose URIs are Debian's or Ubuntu's, without their architecture restrictions.
 debsrc() {
-  local f
+  local f t types=deb-src
+  [ -z "$tp" ] || types="deb deb-src"
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] && sed -n -E 's/^deb(\s+\[[^]]*\])?\s+((https?|file):[^ ]*(debian|ubuntu)[^ ]*\s.*)$/deb-src\1 \2/p' "$f"
+    for t in $types; do
+      [ -f "$f" ] && sed -n -E 's/^deb(\s+\[[^]]*\])?\s+((https?|file):[^ ]*(debian|ubuntu)[^ ]*\s.*)$/'$t'\1 \2/p' "$f" |
+        sed -E 's/ arch=[^] ]*//; s/ \[ *\]//'
+    done
   done
   for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] && awk 'BEGIN { RS=""; ORS="\n\n" } /(^|\n)URIs:[^\n]*(debian|ubuntu)/ && /(^|\n)Types:[^\n]*deb/ && !/(^|\n)Enabled: *no/ {
-      sub(/(^|\n)Types:[^\n]*/, "\nTypes: deb-src"); print }' "$f"
+    [ -f "$f" ] && awk -v types="$types" 'BEGIN { RS=""; ORS="\n\n" } /(^|\n)URIs:[^\n]*(debian|ubuntu)/ && /(^|\n)Types:[^\n]*deb/ && !/(^|\n)Enabled: *no/ {
+      sub(/(^|\n)Types:[^\n]*/, "\nTypes: " types); gsub(/\nArchitectures:[^\n]*/, ""); print }' "$f"
   done
 }
 
@@ -80,10 +92,25 @@ if [ ! -f "$deps/.complete" ]; then
   grep -q deb-src "$a/sources.list.d/deb-src.sources" || die "no Debian/Ubuntu entry in /etc/apt to derive deb-src from"
   apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$a/sources.list.d" -o "Dir::State::Lists=$a/lists"
     -o "Dir::Cache=$a/cache" -o "APT::Sandbox::User=$(id -un)" -qq)
+  [ -z "$tp" ] || apt_opts+=(-o "APT::Architectures::=$arch")
   apt-get "${apt_opts[@]}" update || die "apt-get update of the deb-src entries failed"
   (cd "$scratch/src" && apt-get "${apt_opts[@]}" source curl="$curl_v" libwebsockets="$lws_v" cjson="$cjson_v" >/dev/null) ||
     die "apt-get source curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v failed (is that version still on the mirror?)"
-  bash scripts/prebuild/deps.sh "$scratch/src" "$scratch/prefix" "$arch"
+  ssl_inc=/usr/include ssl_lib=/usr/lib/$triplet ssl_doc=/usr/share/doc/libssl-dev
+  if [ -n "$tp" ]; then
+    ssl_v_host=$ssl_v
+    apt-cache "${apt_opts[@]}" madison "libssl-dev:$arch" | grep -q " | $ssl_v | " ||
+      ssl_v=$(apt-cache "${apt_opts[@]}" policy "libssl-dev:$arch" | sed -n 's/^ *Candidate: //p')
+    [ -n "$ssl_v" ] && [ "$ssl_v" != "(none)" ] || die "the mirror has no libssl-dev for $arch"
+    [ "$ssl_v" = "$ssl_v_host" ] || say "libssl-dev $ssl_v_host is not on the mirror for $arch: using $ssl_v"
+    (cd "$scratch" && apt-get "${apt_opts[@]}" download "libssl-dev:$arch=$ssl_v") || die "apt-get download libssl-dev:$arch=$ssl_v failed"
+    dpkg-deb -x "$scratch"/libssl-dev_*.deb "$scratch/ssl"
+    # one include directory: the common headers and this architecture's configuration.h
+    ssl_inc=$scratch/ssl/include ssl_lib=$scratch/ssl/usr/lib/$triplet ssl_doc=$scratch/ssl/usr/share/doc/libssl-dev
+    cp -r "$scratch/ssl/usr/include" "$ssl_inc"
+    cp "$ssl_inc/$triplet"/openssl/* "$ssl_inc/openssl/"
+  fi
+  bash scripts/prebuild/deps.sh "$scratch/src" "$scratch/prefix" "$arch" "$ssl_inc" "$ssl_lib"
   # license notices of what gets linked in
   n=$scratch/prefix/NOTICES
   mkdir -p "$n"
@@ -94,8 +121,9 @@ if [ ! -f "$deps/.complete" ]; then
     { echo "libwebsockets $f:"; sed -n '1,/\*\//p' "$scratch"/src/libwebsockets-*/"$f"; } > "$n/libwebsockets-$(basename "$f" .c).txt"
   done
   # OpenSSL 3 is under the Apache License 2.0 (its LICENSE.txt is that text): Debian's copyright file + the text
-  cat "/usr/share/doc/${ssl_pkg%%:*}/copyright" /usr/share/common-licenses/Apache-2.0 > "$n/OpenSSL.txt"
+  cat "$ssl_doc/copyright" /usr/share/common-licenses/Apache-2.0 > "$n/OpenSSL.txt"
   echo "$key" > "$scratch/prefix/VERSIONS"
+  echo "$ssl_v" > "$scratch/prefix/OPENSSL_VERSION"
   rm -rf "$deps"
   mv "$scratch/prefix" "$deps"
   touch "$deps/.complete"
@@ -117,27 +145,29 @@ if [ ! -f "$work/.link-key" ]; then
   ln -s "$deps/include" "$deps/lib" "$work/static/"
   cp scripts/prebuild/exports.map "$work/static/"
   "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIC -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat.o"
-  nm "$work/static/glibc-compat.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap.txt"
+  "${tp}nm" "$work/static/glibc-compat.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap.txt"
 fi
 gyp_arch=()
 [ "$arch" = x64 ] || gyp_arch=(--arch=arm64)
-(cd "$work" && CC=$cc CXX=$cxx MASTRA_OPENSANDBOX_STATIC_DEPS=$work/static \
+(cd "$work" && CC=$cc CXX=$cxx AR=${tp}ar MASTRA_OPENSANDBOX_STATIC_DEPS=$work/static \
   node scripts/build.js --incremental "${gyp_arch[@]}" > "$work/build.log" 2>&1) || { tail -40 "$work/build.log"; die "addon build failed"; }
 echo "$link_key" > "$work/.link-key"
 node=$out/mastra_opensandbox.node
-"$strip" --strip-unneeded -o "$node" "$work/build/Release/mastra_opensandbox.node"
+"${tp}strip" --strip-unneeded -o "$node" "$work/build/Release/mastra_opensandbox.node"
+
+ssl_v=$(cat "$deps/OPENSSL_VERSION" 2>/dev/null || echo "$ssl_v") # what the cross build took
 
 # ---- 3. the promise: glibc floor, NEEDED, exports
-newest() { readelf -W --version-info "$node" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
+newest() { "${tp}readelf" -W --version-info "$node" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
 le() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1)" = "$2" ]; }
 glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
-le "$glibc" "$GLIBC_FLOOR" || die "needs GLIBC_$glibc > $GLIBC_FLOOR: $(readelf -W --dyn-syms "$node" | grep -o "[a-z_0-9]*@GLIBC_$glibc" | sort -u | tr '\n' ' ')"
+le "$glibc" "$GLIBC_FLOOR" || die "needs GLIBC_$glibc > $GLIBC_FLOOR: $("${tp}readelf" -W --dyn-syms "$node" | grep -o "[a-z_0-9]*@GLIBC_$glibc" | sort -u | tr '\n' ' ')"
 le "${glibcxx:-0}" "$GLIBCXX_FLOOR" || die "needs GLIBCXX_$glibcxx > $GLIBCXX_FLOOR"
-needed=$(readelf -W -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')
+needed=$("${tp}readelf" -W -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')
 for l in $needed; do
   case " $NEEDED_OK " in *" $l "*) ;; *) die "needs $l (allowed: $NEEDED_OK)" ;; esac
 done
-exports=$(readelf -W --dyn-syms "$node" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" { print $8 }' | sed 's/@.*//' | sort | tr '\n' ' ')
+exports=$("${tp}readelf" -W --dyn-syms "$node" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" { print $8 }' | sed 's/@.*//' | sort | tr '\n' ' ')
 [ "$exports" = "$(echo $EXPORTS | tr ' ' '\n' | sort | tr '\n' ' ')" ] || die "exports '$exports', expected '$EXPORTS'"
 
 # ---- 4. notices, a load test where the binary runs here

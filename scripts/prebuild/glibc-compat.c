@@ -45,12 +45,17 @@ COMPAT(int, dlclose, (void *h), (h))
 COMPAT(char *, dlerror, (void), ())
 COMPAT(int, dladdr, (const void *addr, Dl_info *info), (addr, info))
 
-/* Before 2.33 stat and fstat were inline wrappers of __xstat/__fxstat (with a structure version argument). */
+/* Before 2.33 stat, fstat and lstat were inline wrappers of __xstat/__fxstat/__lxstat (with a structure version
+ * argument). lstat: referenced by the aarch64 build. */
 int compat_xstat(int ver, const char *path, struct stat *st);
 __asm__(".symver compat_xstat,__xstat@" BASE);
 int compat_fxstat(int ver, int fd, struct stat *st);
 __asm__(".symver compat_fxstat,__fxstat@" BASE);
+int compat_lxstat(int ver, const char *path, struct stat *st);
+__asm__(".symver compat_lxstat,__lxstat@" BASE);
 int __wrap_stat(const char *path, struct stat *st);
 int __wrap_fstat(int fd, struct stat *st);
+int __wrap_lstat(const char *path, struct stat *st);
 int __wrap_stat(const char *path, struct stat *st) { return compat_xstat(STAT_VER, path, st); }
 int __wrap_fstat(int fd, struct stat *st) { return compat_fxstat(STAT_VER, fd, st); }
+int __wrap_lstat(const char *path, struct stat *st) { return compat_lxstat(STAT_VER, path, st); }
