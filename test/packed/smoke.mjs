@@ -1,71 +1,28 @@
 // Smoke test of the packed package, run by scripts/test-packed.sh inside a bubblewrap environment without a
 // compiler and without the curl, libwebsockets, cJSON and OpenSSL libraries, in a fresh project where the tarball
-// was installed. Uses only the package's public entry points: the local server (isolation 'none': no nested
-// bubblewrap) behind an https front with a private CA, and OpenSandboxSandbox with caFile over https and wss —
-// a command, a background process fed through stdin, a file upload. argv: <CA cert> <CA key>. Prints "smoke ok".
+// was installed. Uses only the package's public entry points: the local server behind an https front with a private
+// CA (smoke-server.mjs; in this process, or already running at <domain> when given), and OpenSandboxSandbox with
+// caFile over https and wss — a command, a background process fed through stdin, a file upload.
+// argv: <CA cert> <CA key> [<domain>]. Prints "smoke ok".
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import http from 'node:http';
-import https from 'node:https';
-import net from 'node:net';
 import path from 'node:path';
-import tls from 'node:tls';
 import { createRequire } from 'node:module';
 import { OpenSandboxSandbox } from 'mastra-opensandbox';
-import { startServer } from 'mastra-opensandbox/dev-server';
+import { startSmokeServer } from './smoke-server.mjs';
 
-const [caFile, keyFile] = process.argv.slice(2);
-const cred = { cert: fs.readFileSync(caFile), key: fs.readFileSync(keyFile) };
+const [caFile, keyFile, external] = process.argv.slice(2);
 const deadline = setTimeout(() => {
   console.error('smoke: no result within 120 s');
   process.exit(1);
 }, 120000);
 
-const server = await startServer({ isolation: 'none', log: () => {} });
-const closers = [];
-const listen = async (srv) => {
-  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
-  closers.push(srv);
-  return srv.address().port;
-};
-// Each execd relay port gets a TLS front (bytes piped: HTTP, event streams and WebSocket pass unchanged).
-const fronts = new Map();
-async function tlsFront(port) {
-  if (!fronts.has(port)) {
-    const srv = tls.createServer(cred, (s) => {
-      const up = net.connect(port, '127.0.0.1');
-      s.on('error', () => up.destroy());
-      up.on('error', () => s.destroy());
-      s.pipe(up).pipe(s);
-    });
-    fronts.set(port, await listen(srv));
-  }
-  return fronts.get(port);
-}
-// The lifecycle API over https; endpoint answers point at the TLS fronts of the relays.
-const upstream = new URL(server.baseUrl);
-const api = https.createServer(cred, (req, res) => {
-  const up = http.request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, async (ur) => {
-    const chunks = [];
-    for await (const c of ur) chunks.push(c);
-    let body = Buffer.concat(chunks);
-    if (/\/endpoints\/\d+/.test(req.url) && ur.statusCode === 200) {
-      const ep = JSON.parse(body);
-      const [host, port] = ep.endpoint.split(':');
-      ep.endpoint = `${host}:${await tlsFront(Number(port))}`;
-      body = Buffer.from(JSON.stringify(ep));
-    }
-    res.writeHead(ur.statusCode, { ...ur.headers, 'content-length': body.length });
-    res.end(body);
-  });
-  up.on('error', (e) => res.destroy(e));
-  req.pipe(up);
-});
-const apiPort = await listen(api);
+const server = external ? null : await startSmokeServer(caFile, keyFile);
+const domain = external ?? server.domain;
 
 // the addon that got loaded is the prebuilt one inside the installed package
 const pkgDir = fs.realpathSync(path.dirname(createRequire(import.meta.url).resolve('mastra-opensandbox/package.json')));
-const sandbox = new OpenSandboxSandbox({ domain: `https://127.0.0.1:${apiPort}`, caFile });
+const sandbox = new OpenSandboxSandbox({ domain, caFile });
 try {
   const r = await sandbox.executeCommand('echo', ['hello', 'from the prebuilt addon']);
   assert.equal(r.exitCode, 0);
@@ -84,8 +41,6 @@ try {
   console.log('smoke ok');
 } finally {
   await sandbox._destroy().catch(() => {});
-  for (const s of closers) s.close();
-  for (const s of closers) s.closeAllConnections?.();
-  await server.close();
+  await server?.close();
   clearTimeout(deadline);
 }
