@@ -162,6 +162,26 @@ describe('dev-server lifecycle API', function () {
     assert.equal((await api(`/v1/sandboxes/${json.id}`, { method: 'DELETE' })).status, 204);
   });
 
+  it('a sandbox deleted while it starts: the create answers 404 and no process of it remains', async () => {
+    const cmdlines = () => fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map((n) => {
+      try {
+        return fs.readFileSync(`/proc/${n}/cmdline`, 'utf8');
+      } catch {
+        return '';
+      }
+    });
+    const creating = api('/v1/sandboxes', { method: 'POST', body: minimal() });
+    // listed as Pending from the moment its directory exists, before its processes run
+    const pending = await waitFor(async () => (await api('/v1/sandboxes?state=Pending')).json.items[0], { message: 'the sandbox is listed as Pending', intervalMs: 2 });
+    assert.equal((await api(`/v1/sandboxes/${pending.id}`, { method: 'DELETE' })).status, 204);
+    const r = await creating;
+    assert.deepEqual([r.status, r.json.code], [404, 'DOCKER::SANDBOX_NOT_FOUND']);
+    // bwrap's argv carries the sandbox's hostname: the first 12 hex digits of its id
+    const hostname = pending.id.replace(/-/g, '').slice(0, 12);
+    await waitFor(() => !cmdlines().some((c) => c.includes(`\0${hostname}\0`)), { message: 'no process of the deleted sandbox remains', timeoutMs: 10000 });
+    assert.equal((await api(`/v1/sandboxes/${pending.id}`)).status, 404);
+  });
+
   it('pause and resume answer 202 with an empty body', async () => {
     const { json } = await createRaw();
     const p = await api(`/v1/sandboxes/${json.id}/pause`, { method: 'POST' });

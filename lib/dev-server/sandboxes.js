@@ -219,9 +219,15 @@ export class Sandboxes {
       this.items.delete(id);
       await sb.relay?.close();
       await this.dispose(sb);
+      if (sb.deleting) throw notFound(id); // deleted while it started: that, not the start, failed it
       throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
     }
-    if (sb.deleting || this.closing) throw notFound(id);
+    if (sb.deleting || this.closing) {
+      // deleted (or the server closed) while it started: remove()/closeAll() could not stop what did not run yet
+      await sb.relay?.close();
+      await this.dispose(sb);
+      throw notFound(id);
+    }
     this.transition(sb, 'Running', 'CONTAINER_RUNNING', 'Sandbox container started successfully.');
     this.schedule(sb);
     // execd (the sandbox's main process) died on its own: the sandbox stays listed, like an exited container
