@@ -2,7 +2,9 @@
 // tmp, home, run) is the mount of a sparse ext4 image of its own (<dataDir>/disks/<server instance>/<id>.img, loop
 // device, nosuid,nodev), sized by resourceLimits["ephemeral-storage"] or the server's diskLimit. Writes past it fail
 // with ENOSPC ("No space left on device") inside that sandbox only. The image is unmounted (the loop device clears
-// itself) and deleted with the sandbox; images and mounts of servers that died are swept at start.
+// itself) and deleted with the sandbox; images and mounts of servers that died are swept at start. mkfs runs once per
+// size and owner (a template image, made at start for the default size); each sandbox's image is a sparse copy of it
+// (about 8 ms instead of mkfs's 35 ms for 10Gi).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -55,12 +57,14 @@ function loopDevices() {
 /** Which tools are missing for the disk bound, or null when it can be given (root, mkfs.ext4, mount, loop devices). */
 export function detectDisk() {
   if (process.getuid?.() !== 0) return { tools: null, why: 'the server does not run as root (loop-mounted images need it)' };
-  const tools = { mkfs: findExecutable('mkfs.ext4', SBIN), mount: findExecutable('mount', SBIN), umount: findExecutable('umount', SBIN) };
-  const missing = Object.entries({ 'mkfs.ext4': tools.mkfs, mount: tools.mount, umount: tools.umount }).filter(([, p]) => !p).map(([n]) => n);
-  if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount)` };
+  const tools = { mkfs: findExecutable('mkfs.ext4', SBIN), mount: findExecutable('mount', SBIN), umount: findExecutable('umount', SBIN), cp: findExecutable('cp', SBIN) };
+  const missing = Object.entries({ 'mkfs.ext4': tools.mkfs, mount: tools.mount, umount: tools.umount, cp: tools.cp }).filter(([, p]) => !p).map(([n]) => n);
+  if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount, coreutils)` };
   if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };
   return { tools, why: null };
 }
+
+const ownerOf = (identity) => (identity ? `${identity.uid}:${identity.gid}` : '0:0');
 
 export class Disks {
   /** tools from detectDisk(); dataDir: the server's (images under <dataDir>/disks/<instance>/). */
@@ -70,6 +74,7 @@ export class Disks {
     this.base = path.join(dataDir, 'disks');
     this.instance = `${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
     this.dir = path.join(this.base, this.instance);
+    this.templates = new Map(); // "<bytes>-<uid>:<gid>" -> Promise of a formatted, never mounted image
     this.sweep();
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
@@ -106,6 +111,31 @@ export class Disks {
   }
 
   /**
+   * The formatted template image of `bytes` whose root directory `owner` ("uid:gid") owns: made once (mkfs), then
+   * copied per sandbox. A failed mkfs is forgotten so that the next sandbox tries again.
+   */
+  template(bytes, owner) {
+    const key = `${bytes}-${owner}`;
+    if (!this.templates.has(key)) {
+      const image = path.join(this.dir, `template-${key.replace(':', '-')}.img`);
+      const made = (async () => {
+        fs.writeFileSync(image, '', { mode: 0o600 });
+        fs.truncateSync(image, bytes);
+        await run(this.tools.mkfs, ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${owner}`, image]);
+        return image;
+      })();
+      made.catch(() => this.templates.delete(key));
+      this.templates.set(key, made);
+    }
+    return this.templates.get(key);
+  }
+
+  /** Formats the template of the default size ahead of the first create (errors surface at that create). */
+  prepare(bytes, identity) {
+    this.template(bytes, ownerOf(identity)).catch(() => {});
+  }
+
+  /**
    * Makes `mountPoint` the mount of a new `bytes`-sized image, owned by `identity` ({ uid, gid }, or root), mode 0700.
    * Resolves { release() } (unmount, delete the image; idempotent).
    */
@@ -128,9 +158,8 @@ export class Disks {
       fs.rmSync(image, { force: true });
     };
     try {
-      fs.truncateSync(image, bytes);
-      const owner = identity ? `${identity.uid}:${identity.gid}` : '0:0';
-      await run(this.tools.mkfs, ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${owner}`, image]);
+      // a sparse copy: only the few MiB of metadata are written (cp finds the holes)
+      await run(this.tools.cp, ['--sparse=always', await this.template(bytes, ownerOf(identity)), image]);
       fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
       // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
       await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noinit_itable', image, mountPoint]);
@@ -143,8 +172,9 @@ export class Disks {
     return { image, release };
   }
 
-  /** Removes this instance's image directory (every sandbox already released). */
-  close() {
+  /** Removes this instance's image directory (every sandbox already released; templates in the making awaited). */
+  async close() {
+    await Promise.allSettled(this.templates.values());
     fs.rmSync(this.dir, { recursive: true, force: true });
     try {
       fs.rmdirSync(this.base);

@@ -198,11 +198,12 @@ export async function startServer(options = {}) {
     if (!limits.disks) {
       warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
     }
+    limits.disks?.prepare(diskLimit, hardening?.identity);
     log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}`);
   }
   const releaseLimits = async () => {
     await limits?.cgroups?.close().catch((err) => log?.(err.message));
-    limits?.disks?.close();
+    await limits?.disks?.close();
   };
 
   const sandboxes = new Sandboxes({
