@@ -143,7 +143,7 @@ export class Cgroups {
   /**
    * The attachment (runner.js) of one sandbox: attach() makes its cgroup(s), writes the limits ({ cpu cores, memory
    * bytes, pids }; pids is always given: the request's or the server's cap, or null for none) and moves the
-   * sandbox's first process in; release() removes them once its processes are gone.
+   * sandbox's first process in; ready() sets the cpu quota; release() removes them once its processes are gone.
    */
   sandbox(id, limits) {
     const dirs = this.version === 2 ? { all: path.join(this.base, this.instance, id) }
@@ -162,16 +162,19 @@ export class Cgroups {
           const swap = v2 ? 'memory.swap.max' : 'memory.memsw.limit_in_bytes';
           if (fs.existsSync(file('memory', swap))) write('memory', swap, v2 ? 0 : limits.memory);
         }
-        if (limits.cpu !== undefined) {
-          const quota = Math.max(1000, Math.round(limits.cpu * CPU_PERIOD_US));
-          if (v2) write('cpu', 'cpu.max', `${quota} ${CPU_PERIOD_US}`);
-          else {
-            write('cpu', 'cpu.cfs_period_us', CPU_PERIOD_US);
-            write('cpu', 'cpu.cfs_quota_us', quota);
-          }
-        }
         if (limits.pids != null) write('pids', 'pids.max', limits.pids);
         for (const d of Object.values(dirs)) fs.writeFileSync(path.join(d, 'cgroup.procs'), String(pid));
+      },
+      // the cpu quota once execd is ready, before any command can run: execd (Node) spends ~100 ms of CPU on several
+      // threads starting, which a quota of one core or less throttles by 50-350 ms; memory and pids bind from the start
+      ready: async () => {
+        if (limits.cpu === undefined) return;
+        const quota = Math.max(1000, Math.round(limits.cpu * CPU_PERIOD_US));
+        if (this.version === 2) write('cpu', 'cpu.max', `${quota} ${CPU_PERIOD_US}`);
+        else {
+          write('cpu', 'cpu.cfs_period_us', CPU_PERIOD_US);
+          write('cpu', 'cpu.cfs_quota_us', quota);
+        }
       },
       release: async () => {
         for (const d of Object.values(dirs)) await removeCgroup(d);

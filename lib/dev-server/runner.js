@@ -78,7 +78,8 @@ function underSystemDir(p) {
  * nested user namespace (--disable-userns), so that slirp4netns started by a non-root server can join (network.js).
  * attachments (isolation bwrap): objects with `attach({ pid, netns })` (async; called once bubblewrap has made the
  * sandbox's namespaces and before anything runs in it: `pid` is the host pid of its first process, `netns` the
- * path of its network namespace; a throw fails the start) and `release()` (async; called after its processes are
+ * path of its network namespace; a throw fails the start), optionally `ready()` (async; once execd listens, before
+ * the create answers and so before any command runs) and `release()` (async; called after its processes are
  * gone) — the per-sandbox cgroup and network are such attachments.
  * The runner options (isolation, hardening: { seccompPath, identity } or null, execdToken, commandTailMs, ptyExitRace,
  * signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server. identity ({ uid, gid }) is the host
@@ -257,7 +258,7 @@ export class SandboxProcess {
         if (out.includes('execd ready')) {
           out = null;
           clearTimeout(timer);
-          resolve();
+          Promise.all((this.attached ?? []).map((a) => a.ready?.())).then(resolve, (err) => fail(err));
         }
       });
       this.exitPromise.then(() => {
