@@ -28,8 +28,8 @@ say() { echo "prebuild: $*"; }
 die() { echo "prebuild: $*" >&2; exit 1; }
 
 case $arch in
-  x64) triplet=x86_64-linux-gnu; machine=x86_64; loader=ld-linux-x86-64.so.2 ;;
-  arm64) triplet=aarch64-linux-gnu; machine=aarch64; loader=ld-linux-aarch64.so.1 ;;
+  x64) triplet=x86_64-linux-gnu; machine=x86_64; loader=ld-linux-x86-64.so.2; debarch=amd64 ;;
+  arm64) triplet=aarch64-linux-gnu; machine=aarch64; loader=ld-linux-aarch64.so.1; debarch=arm64 ;;
   *) die "unknown --arch $arch (x64 or arm64)" ;;
 esac
 tp="" # binutils/compiler prefix: Debian's cross tools when the target is not this machine
@@ -48,17 +48,16 @@ ver() {
   v=$(dpkg-query -W -f='${source:Version}' "$1" 2>/dev/null) || die "$1 is not installed (apt-get install $1)"
   echo "$v"
 }
-# OpenSSL: the installed libssl-dev's static libraries for this machine's architecture. For another one (arm64 on
-# x64) its libssl-dev .deb is downloaded and unpacked in the scratch directory instead of installed: multiarch would
-# force the host's libssl-dev, libssl3 and openssl to the same version and add arm64 libc6 to the system. The cross
-# build takes the host's OpenSSL version when the mirror still has it for arm64, else the mirror's newest
-# (OPENSSL_VERSION in the cache and NOTICES/README.txt say which); the host's version is in the key, so a security
-# update of the host's libssl-dev rebuilds both.
+# OpenSSL: the static libraries of the mirror's newest libssl-dev for the target architecture (its security
+# updates: a machine image may hold an older one), its .deb downloaded and unpacked in the scratch directory, never
+# installed: for arm64 on x64 multiarch would force the host's libssl-dev, libssl3 and openssl to the same version
+# and add arm64 libc6 to the system. OPENSSL_VERSION in the cache and NOTICES/README.txt say which; the host's version
+# is in the key, so updating the host's libssl-dev also rebuilds both.
 curl_v=$(ver libcurl4-openssl-dev) lws_v=$(ver libwebsockets-dev) cjson_v=$(ver libcjson-dev) ssl_v=$(ver libssl-dev)
 for t in cmake ninja "$cc" "$cxx" "${tp}ar" "${tp}nm" "${tp}strip" "${tp}readelf" dpkg-source; do
   command -v "$t" >/dev/null || die "$t not found${tp:+ (apt-get install gcc-$triplet g++-$triplet)}"
 done
-key="$arch curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v openssl=$ssl_v $($cc -dumpfullversion) deps.sh=$(sha256sum scripts/prebuild/deps.sh | cut -c1-16)"
+key="$arch curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v openssl=$ssl_v(host; the mirror's newest linked) $($cc -dumpfullversion) deps.sh=$(sha256sum scripts/prebuild/deps.sh | cut -c1-16)"
 cache=${MASTRA_OPENSANDBOX_PREBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/prebuild}
 deps=$cache/deps-$arch-$(echo "$key" | sha256sum | cut -c1-16)
 mkdir -p "$cache"
@@ -67,8 +66,7 @@ mkdir -p "$cache"
 # binary packages) in a private apt directory (no change to /etc/apt or dpkg; removed with the scratch directory):
 # one-line and deb822 sources whose URIs are Debian's or Ubuntu's, without their architecture restrictions.
 debsrc() {
-  local f t types=deb-src
-  [ -z "$tp" ] || types="deb deb-src"
+  local f t types="deb deb-src"
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     for t in $types; do
       [ -f "$f" ] && sed -n -E 's/^deb(\s+\[[^]]*\])?\s+((https?|file):[^ ]*(debian|ubuntu)[^ ]*\s.*)$/'$t'\1 \2/p' "$f" |
@@ -96,20 +94,16 @@ if [ ! -f "$deps/.complete" ]; then
   apt-get "${apt_opts[@]}" update || die "apt-get update of the deb-src entries failed"
   (cd "$scratch/src" && apt-get "${apt_opts[@]}" source curl="$curl_v" libwebsockets="$lws_v" cjson="$cjson_v" >/dev/null) ||
     die "apt-get source curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v failed (is that version still on the mirror?)"
-  ssl_inc=/usr/include ssl_lib=/usr/lib/$triplet ssl_doc=/usr/share/doc/libssl-dev
-  if [ -n "$tp" ]; then
-    ssl_v_host=$ssl_v
-    apt-cache "${apt_opts[@]}" madison "libssl-dev:$arch" | grep -q " | $ssl_v | " ||
-      ssl_v=$(apt-cache "${apt_opts[@]}" policy "libssl-dev:$arch" | sed -n 's/^ *Candidate: //p')
-    [ -n "$ssl_v" ] && [ "$ssl_v" != "(none)" ] || die "the mirror has no libssl-dev for $arch"
-    [ "$ssl_v" = "$ssl_v_host" ] || say "libssl-dev $ssl_v_host is not on the mirror for $arch: using $ssl_v"
-    (cd "$scratch" && apt-get "${apt_opts[@]}" download "libssl-dev:$arch=$ssl_v") || die "apt-get download libssl-dev:$arch=$ssl_v failed"
-    dpkg-deb -x "$scratch"/libssl-dev_*.deb "$scratch/ssl"
-    # one include directory: the common headers and this architecture's configuration.h
-    ssl_inc=$scratch/ssl/include ssl_lib=$scratch/ssl/usr/lib/$triplet ssl_doc=$scratch/ssl/usr/share/doc/libssl-dev
-    cp -r "$scratch/ssl/usr/include" "$ssl_inc"
-    cp "$ssl_inc/$triplet"/openssl/* "$ssl_inc/openssl/"
-  fi
+  ssl_v_host=$ssl_v
+  ssl_v=$(apt-cache "${apt_opts[@]}" policy "libssl-dev:$debarch" | sed -n 's/^ *Candidate: //p')
+  [ -n "$ssl_v" ] && [ "$ssl_v" != "(none)" ] || die "the mirror has no libssl-dev for $debarch"
+  [ "$ssl_v" = "$ssl_v_host" ] || say "OpenSSL: the mirror's libssl-dev $ssl_v (this machine has $ssl_v_host)"
+  (cd "$scratch" && apt-get "${apt_opts[@]}" download "libssl-dev:$debarch=$ssl_v") || die "apt-get download libssl-dev:$debarch=$ssl_v failed"
+  dpkg-deb -x "$scratch"/libssl-dev_*.deb "$scratch/ssl"
+  # one include directory: the common headers and this architecture's configuration.h
+  ssl_inc=$scratch/ssl/include ssl_lib=$scratch/ssl/usr/lib/$triplet ssl_doc=$scratch/ssl/usr/share/doc/libssl-dev
+  cp -r "$scratch/ssl/usr/include" "$ssl_inc"
+  cp "$ssl_inc/$triplet"/openssl/* "$ssl_inc/openssl/"
   bash scripts/prebuild/deps.sh "$scratch/src" "$scratch/prefix" "$arch" "$ssl_inc" "$ssl_lib"
   # license notices of what gets linked in
   n=$scratch/prefix/NOTICES
@@ -155,7 +149,7 @@ echo "$link_key" > "$work/.link-key"
 node=$out/mastra_opensandbox.node
 "${tp}strip" --strip-unneeded -o "$node" "$work/build/Release/mastra_opensandbox.node"
 
-ssl_v=$(cat "$deps/OPENSSL_VERSION" 2>/dev/null || echo "$ssl_v") # what the cross build took
+ssl_v=$(cat "$deps/OPENSSL_VERSION" 2>/dev/null || echo "$ssl_v") # what the build took (the mirror's)
 
 # ---- 3. the promise: glibc floor, NEEDED, exports
 newest() { "${tp}readelf" -W --version-info "$node" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
