@@ -10,6 +10,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { processExists as alive } from './proctree.js';
 
 const TOP = 'mastra-opensandbox';
 const CPU_PERIOD_US = 100000;
@@ -27,15 +28,6 @@ export function mounts() {
     const [fstype, source, superOpts = ''] = right.split(' ');
     return { mountPoint: unescape(f[4]), fstype, source: unescape(source), superOpts: superOpts.split(',') };
   });
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return err.code === 'EPERM';
-  }
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

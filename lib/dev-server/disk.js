@@ -11,6 +11,7 @@ import path from 'node:path';
 import { execFile, execFileSync } from 'node:child_process';
 import { mounts } from './cgroups.js';
 import { findExecutable } from './runner.js';
+import { processExists as alive } from './proctree.js';
 
 /** Where mkfs.ext4 and mount live when PATH lacks the sbin directories (a non-login root shell). */
 const SBIN = ['/usr/sbin', '/sbin', '/usr/bin', '/bin'];
@@ -27,15 +28,6 @@ function run(tool, args) {
       else resolve();
     });
   });
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return err.code === 'EPERM';
-  }
 }
 
 /** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)") }]. */

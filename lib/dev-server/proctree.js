@@ -1,5 +1,5 @@
 // Process-tree helpers for the sandbox runner: find every descendant of a pid through /proc (Linux only) and
-// signal them, used to pause (SIGSTOP), resume (SIGCONT) and kill a sandbox.
+// signal them, used to pause (SIGSTOP), resume (SIGCONT) and kill a sandbox; whether a pid still exists.
 import fs from 'node:fs';
 
 /** Map pid -> parent pid for every process visible in /proc. */
@@ -63,4 +63,14 @@ export function signalTree(root, sig, maxRounds = 20) {
     }
   }
   return done.size;
+}
+
+/** True while a process with this pid exists (whoever owns it): a server instance's pid, in the sweeps of leftovers. */
+export function processExists(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === 'EPERM';
+  }
 }
