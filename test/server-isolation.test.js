@@ -221,7 +221,8 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       const pids = descendants(child.pid);
       child.kill('SIGTERM');
       assert.equal(await exited, 0);
-      assert.deepEqual(pids.filter(alive), [], 'sandbox processes left');
+      // the sandboxes' processes, and the server's reaper, which exits once the server has closed
+      await waitFor(() => pids.filter(alive).length === 0, { timeoutMs: 5000, message: `processes left: ${pids.filter(alive)}` });
       assert.equal(fs.existsSync(path.join(data, 'sb')), false, 'sandbox directories left');
     } finally {
       child.kill('SIGKILL');
@@ -288,13 +289,19 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       assert.ok(pids.length >= 3, `sandbox processes: ${pids}`);
       const comm = (pid) => fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
       assert.equal(pids.filter((p) => comm(p) === 'slirp4netns').length, 1);
+      // what the kernel would keep (the sandboxes' disk mounts and images, their cgroups) the server's reaper removes
+      const ROOT = process.getuid() === 0;
+      const disks = path.join(work, 'killed', 'disks');
+      const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(` ${path.join(work, 'killed')}/`));
+      const leftovers = () => [...mounted(), ...(fs.existsSync(disks) ? fs.readdirSync(disks) : [])];
+      const cgroups = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')).filter((f) => f[f.indexOf('-') + 1] === 'cgroup')
+        .map((f) => path.join(f[4], 'mastra-opensandbox')).filter((d) => fs.existsSync(d))
+        .flatMap((d) => fs.readdirSync(d).filter((n) => n.startsWith(`${child.pid}-`)).map((n) => path.join(d, n)));
+      if (ROOT) assert.deepEqual([mounted().length, cgroups.length > 0], [2, true], 'both sandboxes have a disk mount and cgroups');
       child.kill('SIGKILL');
       await waitFor(() => !pids.some(alive), { timeoutMs: 10000, message: `all sandbox processes gone: ${pids}` });
-      // what the kernel keeps (the sandbox's disk mount, its cgroups) the next server start sweeps
-      const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(` ${path.join(work, 'killed')}/`));
-      if (process.getuid() === 0) assert.equal(mounted().length, 2, 'the disks of both sandboxes stay mounted until a sweep');
-      await (await startServer({ dataDir: path.join(work, 'other-data') })).close();
-      assert.deepEqual(mounted(), []);
+      await waitFor(() => leftovers().length === 0, { timeoutMs: 10000, message: `the reaper unmounts and removes the disks: ${leftovers()}` });
+      await waitFor(() => cgroups.every((d) => !fs.existsSync(d)), { timeoutMs: 10000, message: `the reaper removes the cgroups: ${cgroups}` });
     } finally {
       child.kill('SIGKILL');
     }

@@ -12,6 +12,7 @@ import { findBwrap, probeBwrap } from './runner.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
+import { startReaper } from './reaper.js';
 import {
   ApiError, MIN_DISK_BYTES, ValidationError, issue, parseBytes, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
 } from './validate.js';
@@ -199,11 +200,15 @@ export async function startServer(options = {}) {
       warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
     }
     limits.disks?.prepare(diskLimit, hardening?.identity);
+    if (limits.disks || limits.cgroups) {
+      limits.reaper = startReaper({ sandboxDir: path.join(fs.realpathSync(dataDir), 'sb'), disksDir: limits.disks && fs.realpathSync(limits.disks.dir), cgroupDirs: limits.cgroups?.instanceDirs() ?? [] });
+    }
     log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}`);
   }
   const releaseLimits = async () => {
     await limits?.cgroups?.close().catch((err) => log?.(err.message));
     await limits?.disks?.close();
+    limits?.reaper?.close();
   };
 
   const sandboxes = new Sandboxes({
