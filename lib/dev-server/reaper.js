@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 const SCRIPT = `cat > /dev/null
 sb=$1 disks=$2
 shift 2
-while read -r src mp rest; do
+[ -n "$disks" ] && while read -r src mp rest; do
   case $mp in "$sb"/*) ;; *) continue ;; esac
   case $src in /dev/loop*) ;; *) continue ;; esac
   case $(cat "/sys/block/\${src#/dev/}/loop/backing_file" 2>/dev/null) in "$disks"/*) umount -l "$mp" ;; esac
