@@ -178,7 +178,8 @@ describe('dev-server lifecycle API', function () {
     assert.deepEqual([r.status, r.json.code], [404, 'DOCKER::SANDBOX_NOT_FOUND']);
     // bwrap's argv carries the sandbox's hostname: the first 12 hex digits of its id
     const hostname = pending.id.replace(/-/g, '').slice(0, 12);
-    await waitFor(() => !cmdlines().some((c) => c.includes(`\0${hostname}\0`)), { message: 'no process of the deleted sandbox remains', timeoutMs: 10000 });
+    const left = () => cmdlines().filter((c) => c.includes(`\0${hostname}\0`));
+    await waitFor(() => left().length === 0, { message: `no process of the deleted sandbox remains: ${left().map((c) => c.split('\0').slice(-4).join(' '))}`, timeoutMs: 10000 });
     assert.equal((await api(`/v1/sandboxes/${pending.id}`)).status, 404);
   });
 

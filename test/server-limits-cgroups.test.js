@@ -14,6 +14,7 @@ import { startServer } from '../lib/dev-server/index.js';
 import { mounts } from '../lib/dev-server/cgroups.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
 
 const ROOT = process.getuid() === 0;
 const MiB = 1024 * 1024;
@@ -315,6 +316,7 @@ describe('dev-server resource limits (cgroups) and disk bound', function () {
       fs.chmodSync(work, 0o711); // nobody reaches its data dir (and nothing else of ours)
       fs.mkdirSync(data, { recursive: true });
       fs.chownSync(data, 65534, 65534);
+      letUserRunCheckout(65534); // a checkout in a 0700 directory (a fresh clone under mktemp -d)
       const cli = path.resolve('lib/dev-server/cli.js');
       const child = spawn('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, cli, '--port', '0', '--no-api-key', '--data-dir', data, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
       const state = { out: '', child };

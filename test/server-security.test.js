@@ -13,6 +13,7 @@ import { findBwrap } from '../lib/dev-server/runner.js';
 import { DEFAULT_SANDBOX_UID } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
 
 const ROOT = process.getuid() === 0;
 const NETWORK = { networkPolicy: { defaultAction: 'allow' } };
@@ -325,6 +326,7 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
       console.log(s.baseUrl);
       process.stdin.resume();
       process.stdin.on('end', () => s.close().then(() => process.exit(0)));`;
+    letUserRunCheckout(65534);
     const asNobody = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script];
     // slirp4netns opens /dev/net/tun; it is 0666 on a usual system. Where it is not, the server gets a 0666 node of its
     // own in a private mount namespace (gone with it) instead of a change to the host's /dev
@@ -375,6 +377,7 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const port = new URL(a.base).port;
     const js = `const s=require('net').connect(${port},'127.0.0.1',()=>s.write('POST /command HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: 20\\r\\n\\r\\n{"command":"id -u"}\\n'));s.on('data',d=>process.stdout.write(d));s.on('end',()=>process.exit(0));setTimeout(()=>process.exit(3),10000)`;
     // asynchronously: the relay answering it lives in this process
+    letUserRunCheckout(65534);
     const asNobody = (...argv) => promisify(execFile)('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', ...argv], { timeout: 20000 })
       .catch((err) => err);
     const r = await asNobody(process.execPath, '-e', js);

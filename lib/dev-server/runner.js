@@ -67,6 +67,9 @@ function runtimeDirs() {
   return { nodeDir, pkgDir, linkedModules };
 }
 
+/** A sandbox's hostname: the first 12 hex digits of its id. */
+const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
+
 function underSystemDir(p) {
   return SYSTEM_DIRS.some((d) => p === d || p.startsWith(d + '/'));
 }
@@ -97,6 +100,7 @@ export class SandboxProcess {
       run: path.join(spec.dir, 'run'),
     };
     this.runDirFd = null;
+    this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
     this.attachments = spec.attachments ?? [];
     this.child = null;
     this.exited = null;
@@ -132,7 +136,7 @@ export class SandboxProcess {
       a.push('--unshare-user', '--uid', '0', '--gid', '0', ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', fdOf(hardening.seccompPath));
     }
     if (!this.spec.hostNetwork) a.push('--unshare-net');
-    a.push('--hostname', this.spec.id.replace(/-/g, '').slice(0, 12));
+    a.push('--hostname', hostnameOf(this.spec.id));
     for (const d of SYSTEM_DIRS) {
       let st;
       try {
@@ -207,7 +211,7 @@ export class SandboxProcess {
       HOME: isolated ? '/root' : this.dirs.home,
       TMPDIR: isolated ? '/tmp' : this.dirs.tmp,
       LANG: 'C.UTF-8',
-      HOSTNAME: this.spec.id.replace(/-/g, '').slice(0, 12),
+      HOSTNAME: hostnameOf(this.spec.id),
       ...this.spec.env,
     };
     let child;
@@ -244,7 +248,8 @@ export class SandboxProcess {
       stderr = (stderr + b.toString()).slice(-4000);
       this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
     });
-    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd], child.stdio[infoFd + 1]);
+    if (infoFd !== null) this.sandboxPid = readSandboxPid(child.stdio[infoFd]);
+    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd + 1]);
     await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
@@ -272,25 +277,13 @@ export class SandboxProcess {
   }
 
   /**
-   * Reads bwrap's info (the sandbox's host pid), runs every attachment's attach(), then lets the sandbox go on by
-   * writing to its block fd. Rejects (bounded by READY_TIMEOUT_MS) when bwrap fails first or an attachment throws.
+   * Once bwrap reported the sandbox's pid, runs every attachment's attach(), then lets the sandbox go on by writing
+   * to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an attachment
+   * throws.
    */
-  async attach(info, block) {
-    const text = await new Promise((resolve, reject) => {
-      let buf = '';
-      const timer = setTimeout(() => reject(new Error(`bubblewrap did not report the sandbox within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
-      info.on('data', (b) => { buf += b.toString(); });
-      info.on('error', () => {});
-      info.on('close', () => {
-        clearTimeout(timer);
-        resolve(buf);
-      });
-    });
-    let pid;
-    try {
-      pid = JSON.parse(text)['child-pid'];
-    } catch { /* bwrap failed before it made the sandbox: its stderr says why */ }
-    if (!Number.isInteger(pid)) throw new Error('bubblewrap could not create the sandbox');
+  async attach(block) {
+    const pid = await this.sandboxPid;
+    if (pid === null) throw new Error('bubblewrap could not create the sandbox');
     this.attached = [];
     for (const a of this.attachments) {
       this.attached.push(a);
@@ -319,10 +312,23 @@ export class SandboxProcess {
     this.paused = false;
   }
 
+  /** True when `pid` runs this sandbox's bwrap argv (its hostname): never signal a pid the system reused. */
+  isOurs(pid) {
+    try {
+      return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`\0--hostname\0${hostnameOf(this.spec.id)}\0`);
+    } catch {
+      return false;
+    }
+  }
+
   /** Kills every process of the sandbox and waits (bounded) for it to be gone. Does not remove the dirs. */
   async kill() {
     if (this.child?.pid && !this.exited) {
+      // a sandbox still starting: its first process may be cloned but not yet a descendant we can see, and bwrap's
+      // --die-with-parent does not reach a child killed before it armed it; so wait (bounded) for bwrap's report
+      const sandboxPid = await this.sandboxPid;
       const all = descendants(this.child.pid);
+      if (sandboxPid && !all.includes(sandboxPid) && this.isOurs(sandboxPid)) all.push(sandboxPid);
       // SIGKILL works on stopped processes too; with bwrap the first descendant is the pid-namespace init,
       // whose death takes the whole namespace with it.
       signal(this.child.pid, 'SIGKILL');
@@ -349,6 +355,25 @@ export class SandboxProcess {
   removeDirs() {
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** The sandbox's host pid from bwrap's --info-fd JSON, or null (bwrap failed first, or nothing within the deadline). */
+function readSandboxPid(info) {
+  return new Promise((resolve) => {
+    let buf = '';
+    const timer = setTimeout(() => resolve(null), READY_TIMEOUT_MS);
+    info.on('data', (b) => { buf += b.toString(); });
+    info.on('error', () => {});
+    info.on('close', () => {
+      clearTimeout(timer);
+      try {
+        const pid = JSON.parse(buf)['child-pid'];
+        resolve(Number.isInteger(pid) ? pid : null);
+      } catch {
+        resolve(null); // bwrap failed before it made the sandbox: its stderr says why
+      }
+    });
+  });
 }
 
 const live = new Set();
