@@ -14,8 +14,9 @@ import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
 import { startReaper } from './reaper.js';
 import {
-  ApiError, MIN_DISK_BYTES, ValidationError, issue, parseBytes, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
+  ApiError, MIN_DISK_BYTES, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
 } from './validate.js';
+import { parseBytes } from './quantities.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
