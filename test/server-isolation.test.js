@@ -12,6 +12,7 @@ import { startServer } from '../lib/dev-server/index.js';
 import { descendants } from '../lib/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
+import { mounts } from '../lib/dev-server/cgroups.js';
 
 // `ps -eo args` without procps: one line per process, argv joined by spaces
 const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
@@ -292,10 +293,10 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       // what the kernel would keep (the sandboxes' disk mounts and images, their cgroups) the server's reaper removes
       const ROOT = process.getuid() === 0;
       const disks = path.join(work, 'killed', 'disks');
-      const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(` ${path.join(work, 'killed')}/`));
+      const mounted = () => mounts().filter((m) => m.mountPoint.startsWith(`${path.join(work, 'killed')}/`));
       const leftovers = () => [...mounted(), ...(fs.existsSync(disks) ? fs.readdirSync(disks) : [])];
-      const cgroups = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')).filter((f) => f[f.indexOf('-') + 1] === 'cgroup')
-        .map((f) => path.join(f[4], 'mastra-opensandbox')).filter((d) => fs.existsSync(d))
+      const cgroups = mounts().filter((m) => m.fstype === 'cgroup')
+        .map((m) => path.join(m.mountPoint, 'mastra-opensandbox')).filter((d) => fs.existsSync(d))
         .flatMap((d) => fs.readdirSync(d).filter((n) => n.startsWith(`${child.pid}-`)).map((n) => path.join(d, n)));
       if (ROOT) assert.deepEqual([mounted().length, cgroups.length > 0], [2, true], 'both sandboxes have a disk mount and cgroups');
       child.kill('SIGKILL');
