@@ -191,16 +191,19 @@ static void start_connect(osb_ws_conn *c) {
   }
 }
 
+/* Takes connections off the work list one at a time, under mu: once c->queued is 0 another thread may schedule c
+ * again and rewrite c->work_next, so the list is never walked outside the lock. */
 static void drain_work(osb_ws *w) {
-  uv_mutex_lock(&w->mu);
-  osb_ws_conn *list = w->work;
-  w->work = NULL;
-  for (osb_ws_conn *c = list; c; c = c->work_next) c->queued = 0;
-  uv_mutex_unlock(&w->mu);
-  while (list) {
-    osb_ws_conn *c = list;
-    list = c->work_next;
+  for (;;) {
     uv_mutex_lock(&w->mu);
+    osb_ws_conn *c = w->work;
+    if (!c) {
+      uv_mutex_unlock(&w->mu);
+      return;
+    }
+    w->work = c->work_next;
+    c->work_next = NULL;
+    c->queued = 0;
     int state = c->state;
     uv_mutex_unlock(&w->mu);
     if (state == C_PENDING) {

@@ -1,7 +1,8 @@
 /* Tests of src/core/ws.c (the lws-thread WebSocket client) against a real libwebsockets server running in the
  * test on 127.0.0.1 (its own context and thread): handshake headers, text/binary round trips, a 1 MiB message
  * reassembled from fragments, the peer's close code and reason, a refused upgrade, a refused connection,
- * osb_ws_close() silencing callbacks, many concurrent connections, and stop with connections still open.
+ * osb_ws_close() silencing callbacks, many concurrent connections, threads sending at once, and stop with
+ * connections still open.
  * Run under ASan/UBSan and valgrind by the Makefile: any leak fails the run. */
 #include "core/ws.h"
 
@@ -36,6 +37,7 @@ typedef struct {
   size_t n;
   int binary;
   int close_code;     /* != 0: close with this code after sending nothing */
+  int notes;          /* "n" messages received (counted, not echoed) */
   char token[64];
 } srv_conn;
 
@@ -58,6 +60,10 @@ static int srv_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     return 0;
   case LWS_CALLBACK_RECEIVE:
     if (!lws_is_final_fragment(wsi)) return 0; /* the client's messages are small */
+    if (len == 1 && *(const char *)in == 'n') {
+      sc->notes++;
+      return 0;
+    }
     free(sc->buf);
     sc->buf = NULL;
     if (len == 5 && !memcmp(in, "close", 5)) {
@@ -67,6 +73,10 @@ static int srv_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user,
       for (size_t i = 0; i < BIG; i++) sc->buf[LWS_PRE + i] = (unsigned char)(i * 7);
       sc->n = BIG;
       sc->binary = 1;
+    } else if (len == 5 && !memcmp(in, "notes", 5)) {
+      sc->buf = malloc(LWS_PRE + 16);
+      sc->n = (size_t)snprintf((char *)sc->buf + LWS_PRE, 16, "%d", sc->notes);
+      sc->binary = 0;
     } else if (len == 5 && !memcmp(in, "token", 5)) {
       size_t n = strlen(sc->token);
       sc->buf = malloc(LWS_PRE + n + 1);
@@ -352,6 +362,48 @@ static void test_many(osb_ws *w) {
   for (int i = 0; i < N; i++) rec_free(&rs[i]);
 }
 
+/* Threads sending and pausing on open connections while the WebSocket thread drains its work list: every
+ * message is sent exactly once (regression: the drain walked the list outside the lock, so a connection scheduled
+ * again meanwhile rewrote its link and the walk skipped or repeated connections; TSan reported the race). */
+enum { SENDERS = 8, NOTES = 300 };
+static osb_ws_conn *sender_conns[SENDERS];
+static void sender(void *arg) {
+  osb_ws_conn *c = sender_conns[(size_t)arg];
+  for (int i = 0; i < NOTES; i++) {
+    osb_ws_send(c, 0, "n", 1);
+    if (i % 7 == 0) osb_ws_pause(c, (i / 7) % 2);
+  }
+  osb_ws_pause(c, 0);
+  osb_ws_send(c, 0, "notes", 5);
+}
+
+static void test_concurrent_senders(osb_ws *w) {
+  static rec rs[SENDERS];
+  uv_thread_t ts[SENDERS];
+  char err[128] = "";
+  int opened = 0;
+  for (int i = 0; i < SENDERS; i++) {
+    rec_init(&rs[i]);
+    sender_conns[i] = osb_ws_connect(w, url, NULL, NULL, 0, &CB, &rs[i], err, sizeof err);
+    if (sender_conns[i] && wait_for(&rs[i], &rs[i].opened, 1)) opened++;
+  }
+  CHECK(opened == SENDERS, "%d of %d opened", opened, SENDERS);
+  for (size_t i = 0; i < SENDERS; i++) uv_thread_create(&ts[i], sender, (void *)i);
+  for (int i = 0; i < SENDERS; i++) uv_thread_join(&ts[i]);
+  char want[16];
+  int wn = snprintf(want, sizeof want, "%d", NOTES), ok = 0;
+  for (int i = 0; i < SENDERS; i++) {
+    if (wait_for(&rs[i], &rs[i].messages, 1) && rs[i].messages == 1 && rs[i].last_len == (size_t)wn &&
+        !memcmp(rs[i].last, want, (size_t)wn))
+      ok++;
+    else
+      fprintf(stderr, "connection %d: %d answers, last %.*s\n", i, rs[i].messages, (int)rs[i].last_len, rs[i].last);
+  }
+  CHECK(ok == SENDERS, "%d of %d connections: the peer got exactly %d messages", ok, SENDERS, NOTES);
+  for (int i = 0; i < SENDERS; i++) osb_ws_conn_release(sender_conns[i]);
+  for (int i = 0; i < SENDERS; i++) rec_free(&rs[i]);
+}
+
 int main(void) {
   lws_set_log_level(LLL_ERR, NULL);
   srv_start();
@@ -366,6 +418,7 @@ int main(void) {
   test_refused(w);
   test_close_silences(w);
   test_many(w);
+  test_concurrent_senders(w);
 
   /* stop with a connection still open (its handle released after stop) */
   rec r;
