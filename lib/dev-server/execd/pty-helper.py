@@ -46,6 +46,12 @@ def main():
     cols, rows, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
     master, slave = os.openpty()
     set_size(master, cols, rows)
+    # SIGCHLD wakes select through a self-pipe. Set up before the fork: a child that exits at once must not exit
+    # while SIGCHLD is still ignored (the exit would never be seen). Both pipe ends are close-on-exec.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     pid = os.fork()
     if pid == 0:
         try:
@@ -68,12 +74,6 @@ def main():
                 os._exit(127)
     os.close(slave)
     status(f'pid {pid}')
-
-    # SIGCHLD wakes select through a self-pipe.
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
     os.set_blocking(master, False)
 
     pending = b''          # stdin bytes not yet accepted by the PTY
@@ -101,7 +101,8 @@ def main():
         return True
 
     while exit_code is None:
-        rl = [master, wake_r] + ([0] if stdin_open else []) + ([3] if ctl_open else [])
+        # a master at EOF stays readable: leave it out, or the loop would spin until SIGCHLD
+        rl = [wake_r] + ([master] if master_open else []) + ([0] if stdin_open else []) + ([3] if ctl_open else [])
         wl = [master] if pending else []
         try:
             r, w, _ = select.select(rl, wl, [])
