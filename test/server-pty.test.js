@@ -41,9 +41,17 @@ function connect(url) {
   c.json = (type) => c.frames.filter((f) => f.kind === 'text' && f.json.type === type).map((f) => f.json);
   c.stdin = (s) => ws.send(Buffer.concat([Buffer.from([STDIN]), Buffer.from(s)]));
   c.until = (pred, message) => waitFor(() => pred(c), { timeoutMs: 10000, message });
+  // whenClosed with a deadline: a connection the server never closes fails with what it received
+  c.ended = (ms = 15000) => {
+    let timer;
+    const late = new Promise((resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`not closed within ${ms} ms; frames: ${JSON.stringify(c.frames.map((f) => f.json ?? f.kind))}`)), ms);
+    });
+    return Promise.race([c.whenClosed, late]).finally(() => clearTimeout(timer));
+  };
   c.close = () => {
     ws.close();
-    return c.whenClosed;
+    return c.ended();
   };
   return c;
 }
@@ -108,7 +116,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     assert.deepEqual(c.json('error')[0], { type: 'error', code: 'INVALID_FRAME', error: 'unknown frame type "bogus"' });
 
     c.stdin('exit 3\n');
-    assert.deepEqual(await c.whenClosed, { code: 1000, reason: 'process exited' });
+    assert.deepEqual(await c.ended(), { code: 1000, reason: 'process exited' });
     const last = c.frames.at(-1);
     assert.deepEqual(last, { kind: 'text', json: { type: 'exit', exit_code: 3 } });
     assert.deepEqual((await status(id)).json, { session_id: id, running: false, output_offset: 'out-42\nerr-1\ntext-stdin\n'.length });
@@ -138,7 +146,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     c.stdin('echo rc=$?\n');
     await c.until((x) => /[\r\n]rc=130\r\n/.test(x.text()), 'Ctrl-C (0x03 on stdin) interrupts the foreground job');
     c.stdin('exit 4\n');
-    assert.deepEqual(await c.whenClosed, { code: 1000, reason: 'process exited' });
+    assert.deepEqual(await c.ended(), { code: 1000, reason: 'process exited' });
     assert.deepEqual(c.frames.at(-1).json, { type: 'exit', exit_code: 4 });
   });
 
@@ -201,7 +209,7 @@ describe('dev-server execd PTY WebSocket API', function () {
 
     const b = open(id, '?pty=0&takeover=1');
     await b.until((x) => x.json('connected').length === 1, 'taker connected');
-    assert.deepEqual(await a.whenClosed, { code: 4001, reason: 'TAKEN_OVER' });
+    assert.deepEqual(await a.ended(), { code: 4001, reason: 'TAKEN_OVER' });
     b.stdin('echo mine\n');
     await b.until((x) => x.text('stdout') === 'mine\n', 'taker owns stdin/stdout');
     assert.equal(a.text('stdout'), '');
@@ -217,13 +225,13 @@ describe('dev-server execd PTY WebSocket API', function () {
   it('connecting again after the process exited runs the command again (new pid)', async () => {
     const id = await session({ command: 'echo run-$$' });
     const first = open(id, '?pty=0');
-    await first.whenClosed;
+    await first.ended();
     assert.deepEqual(first.frames.map((f) => f.kind), ['text', 'stdout', 'text']);
     const pid1 = /^run-(\d+)\n$/.exec(first.text())[1];
     assert.deepEqual(first.json('exit'), [{ type: 'exit', exit_code: 0 }]);
 
     const again = open(id, '?pty=0');
-    await again.whenClosed;
+    await again.ended();
     assert.equal(again.frames[0].kind, 'replay');
     assert.equal(again.frames[0].bytes.toString().slice(0, `run-${pid1}\n`.length), `run-${pid1}\n`);
     const all = again.frames[0].bytes.toString() + again.text();
@@ -240,7 +248,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     await c.until((x) => x.json('error').length === 1, 'unsupported signal error');
     assert.equal(c.json('error')[0].code, 'INVALID_FRAME');
     c.ws.send(JSON.stringify({ type: 'signal', signal: 'SIGTERM' }));
-    assert.equal((await c.whenClosed).code, 1000);
+    assert.equal((await c.ended()).code, 1000);
     assert.deepEqual(c.json('exit'), [{ type: 'exit', exit_code: -1 }]);
     assert.equal(c.text(), '');
 
@@ -250,7 +258,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     const del = await request(`${execd}/pty/${id2}`, { method: 'DELETE' });
     assert.equal(del.status, 200);
     assert.equal(del.text, '');
-    assert.equal((await d.whenClosed).code, 1000);
+    assert.equal((await d.ended()).code, 1000);
     assert.deepEqual(d.json('exit'), [{ type: 'exit', exit_code: -1 }]);
     assert.equal((await status(id2)).status, 404);
   });
@@ -259,7 +267,7 @@ describe('dev-server execd PTY WebSocket API', function () {
     for (const query of ['?pty=0', '', '?pty=0', '']) {
       const id = await session({ command: 'echo hello-output; printf tail-no-newline' });
       const c = open(id, query);
-      await c.whenClosed;
+      await c.ended();
       assert.match(c.text(), /^hello-output\r?\ntail-no-newline$/);
       assert.deepEqual(c.frames.at(-1).json, { type: 'exit', exit_code: 0 });
     }
@@ -270,7 +278,7 @@ describe('dev-server execd PTY WebSocket API', function () {
       const id = await session({ cwd: '/workspace/vanishing' });
       await sbx.files.deleteDirectories(['/workspace/vanishing']);
       const c = open(id, query);
-      assert.equal((await c.whenClosed).code, 1011);
+      assert.equal((await c.ended()).code, 1011);
       assert.deepEqual(c.frames.map((f) => f.json), [{ type: 'error', code: 'START_FAILED', error: 'working directory /workspace/vanishing does not exist' }]);
       assert.equal((await status(id)).json.running, false);
     }
@@ -336,9 +344,25 @@ describe('dev-server execd PTY WebSocket API', function () {
       const again = open(r.id, '?since=0', linger.base);
       await again.until((x) => x.json('connected').length === 1, 'reattached');
       again.stdin('exit 5\n');
-      assert.deepEqual(await again.whenClosed, { code: 1000, reason: 'process exited' });
+      assert.deepEqual(await again.ended(), { code: 1000, reason: 'process exited' });
     });
   });
+
+  // Ten commands that exit at once, each must end with its exit frame and close 1000. Regression: the PTY helper
+  // armed SIGCHLD after the fork, so a child that exited first was never reaped and the connection never closed
+  // (seen under load, the helper spinning); and in exit-race mode an attach that found the run already drained
+  // sent no exit frame.
+  async function exitAtOnce(query, base) {
+    for (let i = 0; i < 10; i++) {
+      const id = await session({ command: 'exit 3' }, base);
+      const c = open(id, query, base);
+      assert.deepEqual(await c.ended(), { code: 1000, reason: 'process exited' });
+      assert.deepEqual(c.json('exit'), [{ type: 'exit', exit_code: 3 }]);
+    }
+  }
+  for (const [mode, query] of [['pipe', '?pty=0'], ['pty', '']]) {
+    it(`${mode} mode: commands that exit at once all get their exit frame and close`, () => exitAtOnce(query, execd));
+  }
 
   describe('with the exit-race switch (ptyExitRace)', () => {
     let raceServer;
@@ -354,10 +378,12 @@ describe('dev-server execd PTY WebSocket API', function () {
     });
 
     for (const [mode, query] of [['pipe', '?pty=0'], ['pty', '']]) {
+      it(`${mode} mode: commands that exit at once all get their exit frame and close`, () => exitAtOnce(query, race.base));
+
       it(`${mode} mode: output of the last moments is missing live but present in the replay`, async () => {
         const id = await session({ command: 'echo hello-output' }, race.base);
         const c = open(id, query, race.base);
-        await c.whenClosed;
+        await c.ended();
         assert.deepEqual(c.frames.map((f) => f.kind), ['text', 'text']);
         assert.equal(c.frames[0].json.type, 'connected');
         assert.deepEqual(c.frames[1].json, { type: 'exit', exit_code: 0 });
@@ -370,7 +396,7 @@ describe('dev-server execd PTY WebSocket API', function () {
         assert.equal(st.json.running, false);
 
         const again = open(id, `${query ? `${query}&` : '?'}since=0`, race.base);
-        await again.whenClosed;
+        await again.ended();
         assert.equal(again.frames[0].kind, 'replay');
         assert.equal(again.frames[0].offset, 0);
         assert.equal(again.frames[0].bytes.toString().slice(0, expected.length), expected);

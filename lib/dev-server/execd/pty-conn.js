@@ -75,8 +75,8 @@ export class PtyConnection {
     }
     this.sendJson({ type: 'connected', session_id: s.id, mode: s.isPty ? 'pty' : 'pipe' });
     this.live = true;
-    if (this.run.drained) this.onRunEvent(this.run, 'exit', this.run.exitCode);
-    else if (this.exitRace && this.run.exitCode !== null) this.onRunEvent(this.run, 'processExit', this.run.exitCode);
+    // a run that already ended (it can exit, and drain, while start() resolves) gets its exit frame now
+    if (this.run.drained || (this.exitRace && this.run.exitCode !== null)) this.exited(this.run.exitCode);
   }
 
   onOutput(stream, chunk) {
@@ -98,10 +98,12 @@ export class PtyConnection {
 
   onRunEvent(run, what, code) {
     if (this.done || !this.live || run !== this.run) return;
-    if (what === (this.exitRace ? 'processExit' : 'exit')) {
-      this.sendJson({ type: 'exit', exit_code: code });
-      this.finish(1000, 'process exited');
-    }
+    if (what === (this.exitRace ? 'processExit' : 'exit')) this.exited(code);
+  }
+
+  exited(code) {
+    this.sendJson({ type: 'exit', exit_code: code });
+    this.finish(1000, 'process exited');
   }
 
   sendBinary(frame) {
