@@ -12,6 +12,7 @@ import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
 import { mounts } from '../lib/dev-server/cgroups.js';
+import { loopDevices } from '../lib/dev-server/disk.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
@@ -38,17 +39,9 @@ function cgroupFile(id, name) {
   assert.ok(dir, `no cgroup file ${name} for sandbox ${id} (dirs: ${cgroupDirs(id).join(', ')})`);
   return fs.readFileSync(path.join(dir, name), 'utf8').trim();
 }
-/** Loop devices whose backing file lies under dir. */
-function loopsUnder(dir) {
-  const out = [];
-  for (const n of fs.readdirSync('/sys/block').filter((x) => x.startsWith('loop'))) {
-    try {
-      const f = fs.readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim();
-      if (f.startsWith(dir + '/')) out.push(`${n}: ${f}`);
-    } catch { /* unused */ }
-  }
-  return out;
-}
+/** Loop devices whose backing file lies under dir, as "/dev/loopN: file[ (deleted)]". */
+const loopsUnder = (dir) => loopDevices().filter((l) => l.backing.startsWith(dir + '/'))
+  .map((l) => `${l.device}: ${l.backing}${l.deleted ? ' (deleted)' : ''}`);
 const mountsUnder = (dir) => mounts().filter((m) => m.mountPoint.startsWith(dir + '/')).map((m) => m.mountPoint);
 
 describe('dev-server resource limits (cgroups) and disk bound', function () {

@@ -7,17 +7,17 @@
 //   4. otherwise none (the server then refuses limits at create, or warns that they are not enforced).
 // Layout: <base>/<server instance: pid-random>/<sandbox id>, so concurrent servers never touch each other's cgroups;
 // instance dirs of dead servers are swept at start; close() removes the instance's.
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { processExists as alive } from './proctree.js';
+import { deadInstances, instanceName } from './proctree.js';
 
 const TOP = 'mastra-opensandbox';
 const CPU_PERIOD_US = 100000;
 /** rmdir of a cgroup answers EBUSY while its last processes exit: retried this long. */
 const RMDIR_WAIT_MS = 3000;
-const INSTANCE_NAME = /^(\d+)-[0-9a-f]+$/;
-const V1_CONTROLLERS = ['memory', 'pids', 'cpu'];
+/** The controllers used, in the order they are enabled and described; memory and pids are required, cpu optional. */
+const CONTROLLERS = ['memory', 'pids', 'cpu'];
+const REQUIRED = ['memory', 'pids'];
 
 /** Mounts of this process: [{ mountPoint, fstype, source, superOpts: [] }] from /proc/self/mountinfo. */
 export function mounts() {
@@ -89,7 +89,7 @@ export class Cgroups {
     this.removeBase = removeBase;
     this.controllers = new Set(controllers);
     this.log = log;
-    this.instance = `${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+    this.instance = instanceName();
     this.sweep();
     for (const dir of this.instanceDirs()) {
       makeDir(dir, () => this.version === 2 && this.enable(path.dirname(dir)));
@@ -113,22 +113,14 @@ export class Cgroups {
   }
 
   enable(dir) {
-    const want = ['memory', 'pids', 'cpu'].filter((c) => this.controllers.has(c)).map((c) => `+${c}`).join(' ');
+    const want = CONTROLLERS.filter((c) => this.controllers.has(c)).map((c) => `+${c}`).join(' ');
     fs.writeFileSync(path.join(dir, 'cgroup.subtree_control'), want);
   }
 
   /** Removes the instance dirs of servers that are gone (their sandboxes died with them: --die-with-parent). */
   sweep() {
     for (const base of this.bases()) {
-      let names = [];
-      try {
-        names = fs.readdirSync(base);
-      } catch { /* not made yet */ }
-      for (const name of names) {
-        const m = INSTANCE_NAME.exec(name);
-        if (!m || alive(Number(m[1]))) continue;
-        removeCgroup(path.join(base, name)).catch((err) => this.log?.(`stale ${err.message}`));
-      }
+      for (const name of deadInstances(base)) removeCgroup(path.join(base, name)).catch((err) => this.log?.(`stale ${err.message}`));
     }
   }
 
@@ -196,7 +188,7 @@ export function detectCgroups({ cgroupParent, log } = {}) {
     if (!path.isAbsolute(cgroupParent)) throw fail('must be an absolute path (a cgroup v2 directory)');
     if (!fs.existsSync(path.join(cgroupParent, 'cgroup.subtree_control'))) throw fail('is not a cgroup v2 directory (no cgroup.subtree_control)');
     const have = controllersOf(cgroupParent);
-    const missing = ['memory', 'pids'].filter((c) => !have.includes(c));
+    const missing = REQUIRED.filter((c) => !have.includes(c));
     if (missing.length) throw fail(`the controllers ${missing.join(', ')} are not delegated to it (its cgroup.controllers: "${have.join(' ')}")`);
     try {
       fs.accessSync(cgroupParent, fs.constants.W_OK);
@@ -204,7 +196,7 @@ export function detectCgroups({ cgroupParent, log } = {}) {
     } catch (err) {
       throw fail(`not writable by this process (${err.code})`);
     }
-    const controllers = ['memory', 'pids', 'cpu'].filter((c) => have.includes(c));
+    const controllers = CONTROLLERS.filter((c) => have.includes(c));
     try {
       return { cgroups: new Cgroups({ version: 2, base: cgroupParent, removeBase: false, controllers, log }) };
     } catch (err) {
@@ -217,16 +209,16 @@ export function detectCgroups({ cgroupParent, log } = {}) {
   try {
     const v2 = all.find((m) => m.fstype === 'cgroup2');
     const v2Controllers = v2 ? controllersOf(v2.mountPoint) : [];
-    if (v2 && ['memory', 'pids'].every((c) => v2Controllers.includes(c))) {
+    if (v2 && REQUIRED.every((c) => v2Controllers.includes(c))) {
       const base = path.join(v2.mountPoint, TOP);
-      const controllers = ['memory', 'pids', 'cpu'].filter((c) => v2Controllers.includes(c));
+      const controllers = CONTROLLERS.filter((c) => v2Controllers.includes(c));
       const subtree = fs.readFileSync(path.join(v2.mountPoint, 'cgroup.subtree_control'), 'utf8').trim().split(/\s+/);
       const off = controllers.filter((c) => !subtree.includes(c));
       if (off.length) return { cgroups: null, why: `cgroup v2 at ${v2.mountPoint} does not enable ${off.join(', ')} for its children (cgroup.subtree_control)` };
       return { cgroups: new Cgroups({ version: 2, base, removeBase: true, controllers, log }) };
     }
     const roots = {};
-    for (const c of V1_CONTROLLERS) {
+    for (const c of CONTROLLERS) {
       const m = all.find((x) => x.fstype === 'cgroup' && x.superOpts.includes(c));
       if (m) roots[c] = path.join(m.mountPoint, TOP);
     }

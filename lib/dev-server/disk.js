@@ -5,19 +5,17 @@
 // itself) and deleted with the sandbox; images and mounts of servers that died are swept at start. mkfs runs once per
 // size and owner (a template image, made at start for the default size); each sandbox's image is a sparse copy of it
 // (about 8 ms instead of mkfs's 35 ms for 10Gi).
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { execFile, execFileSync } from 'node:child_process';
 import { mounts } from './cgroups.js';
 import { findExecutable } from './runner.js';
-import { processExists as alive } from './proctree.js';
+import { deadInstances, instanceName, processExists } from './proctree.js';
 
 /** Where mkfs.ext4 and mount live when PATH lacks the sbin directories (a non-login root shell). */
 const SBIN = ['/usr/sbin', '/sbin', '/usr/bin', '/bin'];
 
 const TOOL_TIMEOUT_MS = 15000;
-const INSTANCE_NAME = /^(\d+)-[0-9a-f]+$/;
 /** An image of ours, wherever its data dir: <dataDir>/disks/<server pid>-<random>/<sandbox id>.img */
 const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/;
 
@@ -30,8 +28,8 @@ function run(tool, args) {
   });
 }
 
-/** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)") }]. */
-function loopDevices() {
+/** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)"), deleted: whether it was }]. */
+export function loopDevices() {
   let names = [];
   try {
     names = fs.readdirSync('/sys/block').filter((n) => n.startsWith('loop'));
@@ -39,8 +37,9 @@ function loopDevices() {
   const out = [];
   for (const n of names) {
     try {
-      const backing = fs.readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
-      out.push({ device: `/dev/${n}`, backing });
+      const file = fs.readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim();
+      const deleted = file.endsWith(' (deleted)');
+      out.push({ device: `/dev/${n}`, backing: deleted ? file.slice(0, -' (deleted)'.length) : file, deleted });
     } catch { /* not attached */ }
   }
   return out;
@@ -49,8 +48,9 @@ function loopDevices() {
 /** Which tools are missing for the disk bound, or null when it can be given (root, mkfs.ext4, mount, loop devices). */
 export function detectDisk() {
   if (process.getuid?.() !== 0) return { tools: null, why: 'the server does not run as root (loop-mounted images need it)' };
-  const tools = { mkfs: findExecutable('mkfs.ext4', SBIN), mount: findExecutable('mount', SBIN), umount: findExecutable('umount', SBIN), cp: findExecutable('cp', SBIN) };
-  const missing = Object.entries({ 'mkfs.ext4': tools.mkfs, mount: tools.mount, umount: tools.umount, cp: tools.cp }).filter(([, p]) => !p).map(([n]) => n);
+  const names = { mkfs: 'mkfs.ext4', mount: 'mount', umount: 'umount', cp: 'cp' };
+  const tools = Object.fromEntries(Object.entries(names).map(([k, name]) => [k, findExecutable(name, SBIN)]));
+  const missing = Object.keys(names).filter((k) => !tools[k]).map((k) => names[k]);
   if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount, coreutils)` };
   if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };
   return { tools, why: null };
@@ -64,7 +64,7 @@ export class Disks {
     this.tools = tools;
     this.log = log;
     this.base = path.join(dataDir, 'disks');
-    this.instance = `${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+    this.instance = instanceName();
     this.dir = path.join(this.base, this.instance);
     this.templates = new Map(); // "<bytes>-<uid>:<gid>" -> Promise of a formatted, never mounted image
     this.sweep();
@@ -80,7 +80,7 @@ export class Disks {
     const all = mounts();
     for (const { device, backing } of loopDevices()) {
       const m = IMAGE_PATH.exec(backing);
-      if (!m || alive(Number(m[1]))) continue;
+      if (!m || processExists(Number(m[1]))) continue;
       for (const mp of all.filter((x) => x.source === device).map((x) => x.mountPoint)) {
         this.log?.(`unmounting the disk of a sandbox of a dead server: ${mp}`);
         try {
@@ -91,15 +91,7 @@ export class Disks {
       }
       fs.rmSync(path.dirname(backing), { recursive: true, force: true });
     }
-    let names = [];
-    try {
-      names = fs.readdirSync(this.base);
-    } catch { /* first start */ }
-    for (const name of names) {
-      const m = INSTANCE_NAME.exec(name);
-      if (!m || alive(Number(m[1]))) continue;
-      fs.rmSync(path.join(this.base, name), { recursive: true, force: true });
-    }
+    for (const name of deadInstances(this.base)) fs.rmSync(path.join(this.base, name), { recursive: true, force: true });
   }
 
   /**

@@ -1,5 +1,7 @@
 // Process-tree helpers for the sandbox runner: find every descendant of a pid through /proc (Linux only) and
-// signal them, used to pause (SIGSTOP), resume (SIGCONT) and kill a sandbox; whether a pid still exists.
+// signal them, used to pause (SIGSTOP), resume (SIGCONT) and kill a sandbox; whether a pid still exists; the names
+// of server instances (cgroups.js, disk.js), from which the sweeps of leftovers read whether their server is gone.
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 
 /** Map pid -> parent pid for every process visible in /proc. */
@@ -73,4 +75,25 @@ export function processExists(pid) {
   } catch (err) {
     return err.code === 'EPERM';
   }
+}
+
+const INSTANCE_NAME = /^(\d+)-[0-9a-f]+$/;
+
+/** A new name for this server instance's directories: `<pid>-<random hex>` (concurrent servers never share one). */
+export function instanceName() {
+  return `${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+}
+
+/** Names of the instance directories (instanceName()) in `dir` whose server process is gone; [] when dir is missing. */
+export function deadInstances(dir) {
+  let names;
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names.filter((name) => {
+    const m = INSTANCE_NAME.exec(name);
+    return m && !processExists(Number(m[1]));
+  });
 }

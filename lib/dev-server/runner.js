@@ -102,6 +102,7 @@ export class SandboxProcess {
     this.runDirFd = null;
     this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
     this.attachments = spec.attachments ?? [];
+    this.attached = []; // the attachments whose attach() was called: kill() releases them
     this.child = null;
     this.exited = null;
     this.paused = false;
@@ -263,7 +264,7 @@ export class SandboxProcess {
         if (out.includes('execd ready')) {
           out = null;
           clearTimeout(timer);
-          Promise.all((this.attached ?? []).map((a) => a.ready?.())).then(resolve, (err) => fail(err));
+          Promise.all(this.attached.map((a) => a.ready?.())).then(resolve, (err) => fail(err));
         }
       });
       this.exitPromise.then(() => {
@@ -284,7 +285,6 @@ export class SandboxProcess {
   async attach(block) {
     const pid = await this.sandboxPid;
     if (pid === null) throw new Error('bubblewrap could not create the sandbox');
-    this.attached = [];
     for (const a of this.attachments) {
       this.attached.push(a);
       await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
@@ -342,7 +342,7 @@ export class SandboxProcess {
       fs.closeSync(this.runDirFd);
       this.runDirFd = null;
     }
-    for (const a of this.attached ?? []) {
+    for (const a of this.attached) {
       try {
         await a.release();
       } catch (err) {
