@@ -1,7 +1,7 @@
 // Foreground commands of OpenSandboxSandbox.executeCommand: the execd request of a Mastra command call, the mapping
 // of execd's result onto Mastra's CommandResult (exit codes of timeouts, aborts, kills and start failures) and the
 // delivery of streamed output to the caller's callbacks. The sandbox runs the request (recovery, keep-alive).
-import { shellQuote } from './options.js';
+import { shellQuote } from './shell.js';
 
 /** Exit code reported for a command stopped through its abortSignal (like a shell's 128 + SIGINT). */
 export const ABORTED_EXIT_CODE = 130;

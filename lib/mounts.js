@@ -3,7 +3,7 @@
 // them in the MOUNTS_LABEL metadata label), a reconnect compares that hash, and a mount() after creation only reports
 // whether the mount is already there. HostMounts holds what the remote sandbox was created with.
 import { createHash } from 'node:crypto';
-import { shellQuote } from './options.js';
+import { shellQuote } from './shell.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
 export const MOUNTS_LABEL = 'mastra.ai/mounts';

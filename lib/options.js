@@ -322,9 +322,3 @@ export function normalizeCommandCall(command, args, options) {
     maxRetainedBytes: retain,
   };
 }
-
-/** Mastra's shell quoting: safe words pass through, anything else is single-quoted. */
-export function shellQuote(arg) {
-  if (/^[a-zA-Z0-9._\-/=:@]+$/.test(arg)) return arg;
-  return `'${arg.replace(/'/g, `'\\''`)}'`;
-}

@@ -7,7 +7,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
 import { Lifecycle, Execd } from './native.js';
 import { OpenSandboxProcessManager } from './process-manager.js';
-import { normalizeOptions, normalizeCommandCall, shellQuote } from './options.js';
+import { normalizeOptions, normalizeCommandCall } from './options.js';
+import { shellQuote } from './shell.js';
 import { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError } from './errors.js';
 import { parseResources } from './resources.js';
@@ -16,6 +17,7 @@ import { KeepAlive } from './keepalive.js';
 import { SnapshotClient } from './snapshots.js';
 import { Checkpoints, checkpointCandidates } from './checkpoints.js';
 import { TEMPLATE_BUILD_LABEL, buildTemplate, templateStart } from './template.js';
+import { BUILD_TEMPLATE, setTemplateSandbox } from './template-standalone.js';
 import { withRecovery } from './recovery.js';
 import { MOUNTS_LABEL, HostMounts } from './mounts.js';
 import { commandLine, commandRequest, abortedResult, toResult, batchDelivery } from './commands.js';
@@ -26,8 +28,6 @@ export const EXECD_PORT = 44772;
 
 const STATE_POLL_MS = 200;
 const LIVE_STATES = ['Running', 'Paused', 'Pending'];
-
-const BUILD_TEMPLATE = Symbol('buildTemplate');
 
 const stateOf = remote => String(remote?.status?.state ?? 'Unknown');
 const toDate = s => (s ? new Date(s) : undefined);
@@ -787,8 +787,4 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 }
 
-/** `template.build(options)`: builds a template through a sandbox configured with it (never started itself). */
-export function buildTemplateStandalone(template, options = {}) {
-  if (options === null || typeof options !== 'object') throw new OpenSandboxError('template.build: options must be an object', 'INVALID_OPTION', { kind: 'option' });
-  return new OpenSandboxSandbox({ ...options, template, checkpointName: null })[BUILD_TEMPLATE]();
-}
+setTemplateSandbox(OpenSandboxSandbox);

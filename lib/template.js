@@ -6,7 +6,8 @@
 // same family (or the base image) and report `templatePending`.
 import { createHash } from 'node:crypto';
 import { OpenSandboxOptionError, OpenSandboxTemplateBuildError } from './errors.js';
-import { shellQuote } from './options.js';
+import { shellQuote } from './shell.js';
+import { buildTemplateStandalone } from './template-standalone.js';
 
 export const TEMPLATE_PREFIX = 'mastra.template.';
 /** Metadata label of a builder sandbox: the template id it builds (cross-process "build running" marker). */
@@ -229,7 +230,6 @@ export class OpenSandboxTemplate {
    * is not built again. Resolves { templateId, snapshotId, built }.
    */
   async build(options = {}) {
-    const { buildTemplateStandalone } = await import('./sandbox.js');
     return buildTemplateStandalone(this, options);
   }
 }

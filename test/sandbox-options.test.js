@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict';
 import { SandboxError } from '@mastra/core/workspace';
 import { OpenSandboxSandbox, OpenSandboxOptionError, OpenSandboxError, encodeLogicalId, LOGICAL_ID_LABEL } from '../lib/index.js';
-import { normalizeOptions, shellQuote } from '../lib/options.js';
+import { normalizeOptions } from '../lib/options.js';
+import { shellQuote } from '../lib/shell.js';
 import { labelProblem } from '../lib/labels.js';
 import { parseResources } from '../lib/resources.js';
 
