@@ -1,7 +1,8 @@
 // OpenSandboxFilesystem: a Mastra filesystem whose files live in an OpenSandbox sandbox. Every byte of I/O goes
 // through the C core over execd's files API (src/opensandbox/fileops.c: info, download with one buffer, list,
 // search, mkdir, mv, remove, replace; src/opensandbox/files.c: upload). The sandbox (and its start, reconnect and
-// keep-alive) is shared with an OpenSandboxSandbox, given or made from the same options. Paths resolve against
+// keep-alive) is shared with an OpenSandboxSandbox, given or made from the same options; a sandbox made from options
+// that created its remote sandbox deletes it on destroy() (ownership follows creation). Paths resolve against
 // `basePath` and are confined to it (`..` and symlinks included); see docs/filesystem.md for the semantics and the
 // differences from Mastra's LocalFilesystem.
 import path from 'node:path';
@@ -24,6 +25,10 @@ import { OpenSandboxSandbox } from './sandbox.js';
 
 const P = path.posix;
 const FILE_REQUEST = Symbol.for('mastra-opensandbox.fileRequest');
+/** @internal Constructor option (lib/provider.js): the options of the sandbox to make, kept apart from the filesystem's. */
+export const SANDBOX_OPTIONS = Symbol('sandboxOptions');
+/** @internal lib/provider.js: the sandbox this filesystem made is now shared (a workspace's sandbox owns it). */
+export const SHARE_SANDBOX = Symbol('shareSandbox');
 const DEFAULT_MAX_READ_BYTES = 1024 * 1024 * 1024;
 const LIST_ALL_DEPTH = 1000; // execd's /directories/list depth for "everything below"
 const FS_OPTIONS = ['sandbox', 'id', 'basePath', 'contained', 'readOnly', 'maxReadBytes', 'instructions', 'onInit', 'onDestroy', 'textExtensions'];
@@ -92,7 +97,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
   readOnly;
   status = 'pending';
   #sandbox;
-  #ownsSandbox;
+  #madeSandbox; // the sandbox was made from the options (not given)
+  #created = null; // remote ids the made sandbox created (Set), while not shared: what destroy() deletes
   #basePath;
   #contained;
   #maxReadBytes;
@@ -105,7 +111,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
    * options: `sandbox` (an OpenSandboxSandbox to share) or the OpenSandboxSandbox options themselves (`id`,
    * `domain`, `apiKey`, …: a sandbox made from them attaches to the same remote sandbox that class would);
    * `basePath` (default the sandbox's working directory), `contained` (default true), `readOnly`, `maxReadBytes`
-   * (default 1 GiB), `instructions`, and MastraFilesystem's `onInit`/`onDestroy`/`textExtensions`.
+   * (default 1 GiB), `instructions`, and MastraFilesystem's `onInit`/`onDestroy`/`textExtensions`. A sandbox made
+   * from the options that created its remote sandbox (rather than attaching to one) deletes it on destroy().
    */
   constructor(options = {}) {
     if (options === null || typeof options !== 'object') throw new OpenSandboxOptionError('options', 'expected an object');
@@ -116,12 +123,16 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       const extra = Object.keys(options).filter(k => !FS_OPTIONS.includes(k) && options[k] !== undefined);
       if (extra.length) throw new OpenSandboxOptionError(extra[0], 'sandbox options cannot be combined with `sandbox` (the given sandbox has its own)');
       this.#sandbox = sandbox;
-      this.#ownsSandbox = false;
+      this.#madeSandbox = false;
     } else {
-      const sandboxOptions = {};
-      for (const [k, v] of Object.entries(options)) if (!FS_OPTIONS.includes(k) || k === 'id') sandboxOptions[k] = v;
-      this.#sandbox = new OpenSandboxSandbox(sandboxOptions);
-      this.#ownsSandbox = true;
+      let sandboxOptions = options[SANDBOX_OPTIONS];
+      if (!sandboxOptions) {
+        sandboxOptions = {};
+        for (const [k, v] of Object.entries(options)) if (!FS_OPTIONS.includes(k) || k === 'id') sandboxOptions[k] = v;
+      }
+      this.#created = new Set();
+      this.#sandbox = new OpenSandboxSandbox(this.#recordingCreations(sandboxOptions));
+      this.#madeSandbox = true;
     }
     if (basePath !== undefined && (typeof basePath !== 'string' || !basePath.startsWith('/'))) {
       throw new OpenSandboxOptionError('basePath', 'must be an absolute path inside the sandbox');
@@ -135,7 +146,28 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     this.readOnly = readOnly;
     this.#maxReadBytes = maxReadBytes;
     this.#instructions = instructions;
-    this.id = options.id !== undefined && this.#ownsSandbox ? `opensandbox-fs-${options.id}` : `opensandbox-fs-${this.#sandbox.id}`;
+    this.id = options.id !== undefined && this.#madeSandbox ? `opensandbox-fs-${options.id}` : `opensandbox-fs-${this.#sandbox.id}`;
+  }
+
+  /**
+   * The made sandbox's options with an onStart hook (the caller's still runs) that records the remote id of every
+   * start of that sandbox whose outcome is 'created' (not 'connected': reattached by sandboxId or by logical id).
+   */
+  #recordingCreations(sandboxOptions) {
+    const hook = sandboxOptions.onStart;
+    if (hook !== undefined && typeof hook !== 'function') return sandboxOptions; // refused by the sandbox, naming onStart
+    return {
+      ...sandboxOptions,
+      onStart: async args => {
+        if (args?.outcome === 'created' && args.sandbox === this.#sandbox) this.#created?.add(args.sandbox.opensandbox.sandboxId);
+        return hook?.(args);
+      },
+    };
+  }
+
+  /** @internal The made sandbox is shared from now on: destroy() leaves it to its other holder. */
+  [SHARE_SANDBOX]() {
+    this.#created = null;
   }
 
   get basePath() {
@@ -156,10 +188,16 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     await this.#request('create base directory', c => this.#op(c, 'mkdir', [this.#basePath], { num: 755 }));
   }
 
-  /** Nothing remote is deleted: the sandbox belongs to whoever made it (a sandbox made from options is left running). */
+  /**
+   * Ownership follows creation: when the sandbox made from the options created the remote sandbox it holds, that
+   * sandbox is destroyed (the remote one deleted). A given or shared sandbox, or a remote sandbox the made one
+   * attached to (sandboxId, or the logical id of a live sandbox), is left as it is.
+   */
   async destroy() {
     this.#client = undefined;
     this.#clientKey = undefined;
+    const remoteId = this.#sandbox.opensandbox.sandboxId;
+    if (remoteId && this.#created?.has(remoteId)) await this.#sandbox._destroy();
   }
 
   /** metadata is the serializable config (openSandboxFilesystemProvider's schema; no secrets). */

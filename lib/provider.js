@@ -4,7 +4,7 @@
 // execd token come from the environment at hydration; a stored secret is refused, as are unknown fields and
 // wrong types, all before any network call.
 import { OpenSandboxSandbox } from './sandbox.js';
-import { OpenSandboxFilesystem } from './filesystem.js';
+import { OpenSandboxFilesystem, SANDBOX_OPTIONS, SHARE_SANDBOX } from './filesystem.js';
 import { DEFAULTS } from './options.js';
 import { OpenSandboxOptionError } from './errors.js';
 
@@ -131,7 +131,7 @@ export const openSandboxProvider = Object.freeze({
    */
   createSandbox(config) {
     const options = optionsFromStoredConfig(config);
-    return pairedSandbox('sandbox', config, () => new OpenSandboxSandbox(options));
+    return pairedSandbox('sandbox', config, () => ({ sandbox: new OpenSandboxSandbox(options) }));
   },
 });
 
@@ -187,14 +187,20 @@ export const openSandboxFilesystemProvider = Object.freeze({
   configSchema: openSandboxFilesystemConfigSchema,
   /**
    * Validates the stored config (throws before any network call) and returns an OpenSandboxFilesystem on the
-   * sandbox openSandboxProvider made for the same stored sandbox config (or on a new one that it will hand out).
+   * sandbox openSandboxProvider made for the same stored sandbox config, else on a sandbox of its own (which
+   * openSandboxProvider may then take: shared from then on). A sandbox of its own that created its remote sandbox
+   * is deleted by the filesystem's destroy() (a workspace with no sandbox has nobody else to do it).
    */
   createFilesystem(config) {
     const { sandbox: sandboxConfig, ...own } = validateStoredFilesystemConfig(config);
     const options = optionsFromStoredConfig(sandboxConfig);
-    const sandbox = pairedSandbox('filesystem', sandboxConfig ?? {}, () => new OpenSandboxSandbox(options));
     for (const k of Object.keys(own)) if (own[k] === undefined) delete own[k];
-    return new OpenSandboxFilesystem({ ...own, sandbox });
+    let made;
+    const sandbox = pairedSandbox('filesystem', sandboxConfig ?? {}, () => {
+      made = new OpenSandboxFilesystem({ ...own, [SANDBOX_OPTIONS]: options });
+      return { sandbox: made.sandbox, filesystem: made };
+    });
+    return made ?? new OpenSandboxFilesystem({ ...own, sandbox });
   },
 });
 
@@ -206,21 +212,24 @@ export const openSandboxProviders = Object.freeze({ sandboxes: sandboxProviders,
 
 // A stored workspace holds the sandbox config twice (its sandbox, and inside its filesystem). Hydration creates the
 // filesystem, then the sandbox: the second call for an equal sandbox config (with a logical id) takes the sandbox
-// the first one made, once, so both share one OpenSandboxSandbox. Weak: a sandbox nobody took is not kept alive.
-const unpaired = new Map(); // JSON of the stored sandbox config -> { by, ref: WeakRef<OpenSandboxSandbox> }
+// the first one made, once, so both share one OpenSandboxSandbox (a filesystem that made it then leaves it to the
+// workspace's sandbox). Weak: a sandbox nobody took is not kept alive.
+const unpaired = new Map(); // JSON of the stored sandbox config -> { by, ref: WeakRef<OpenSandboxSandbox>, filesystem?: WeakRef }
 
 const stableJson = v => JSON.stringify(v, (k, x) => (x && typeof x === 'object' && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : x));
 
+/** make() -> { sandbox, filesystem? }: a new sandbox, and the filesystem that made it (if one did). */
 function pairedSandbox(by, config, make) {
-  if (!config?.id) return make(); // without a logical id two configs are two sandboxes
+  if (!config?.id) return make().sandbox; // without a logical id two configs are two sandboxes
   const key = stableJson(config);
   const waiting = unpaired.get(key);
   const sandbox = waiting && waiting.by !== by ? waiting.ref.deref() : undefined;
   if (sandbox && sandbox.status !== 'destroyed') {
     unpaired.delete(key);
+    waiting.filesystem?.deref()?.[SHARE_SANDBOX]();
     return sandbox;
   }
   const made = make();
-  unpaired.set(key, { by, ref: new WeakRef(made) });
-  return made;
+  unpaired.set(key, { by, ref: new WeakRef(made.sandbox), ...(made.filesystem ? { filesystem: new WeakRef(made.filesystem) } : {}) });
+  return made.sandbox;
 }

@@ -396,6 +396,7 @@ export declare class OpenSandboxFilesystem extends MastraFilesystem {
   /** The sandbox whose files these are (given, or made from the options). */
   get sandbox(): OpenSandboxSandbox;
   init(): Promise<void>;
+  /** Deletes the remote sandbox only when the sandbox made from the options created it (not given, not attached). */
   destroy(): Promise<void>;
   /** metadata: the stored config of openSandboxFilesystemProvider (no secrets). */
   getInfo(): Promise<FilesystemInfo<OpenSandboxFilesystemStoredConfig & Record<string, unknown>>>;
