@@ -514,7 +514,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #lc() {
     if (!this.#lifecycleClient) {
       const { lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile } = this.#cfg;
-      this.#lifecycleClient = new Lifecycle({ baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile });
+      this.#lifecycleClient = new Lifecycle({
+        baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile,
+        // the server clock for the keep-alive's expiry times (lib/keepalive.js)
+        onServerDate: (date, sentAt, receivedAt) => this.#keepAlive.anchor(date, sentAt, receivedAt, 1000),
+      });
     }
     return this.#lifecycleClient;
   }
@@ -669,9 +673,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ...(volumes.length ? { volumes } : {}),
       ...(cfg.networkPolicy ? { networkPolicy: cfg.networkPolicy } : {}),
     };
-    const sentAt = Date.now();
     const created = await this.#lcCall('create sandbox', lc => lc.create(request));
-    this.#keepAlive.anchor(created?.createdAt, sentAt, Date.now());
     if (!created || typeof created.id !== 'string') {
       throw new OpenSandboxError('create sandbox: the server answered without a sandbox id', 'PROTOCOL', { kind: 'protocol', operation: 'create sandbox' });
     }
@@ -691,23 +693,16 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.#remoteId = id;
     const deadline = Date.now() + this.#cfg.readyTimeoutMs;
     let resumed = false;
-    let resumeSentAt;
     for (;;) {
       const state = stateOf(remote);
-      if (state === 'Running') {
-        // the transition to Running after our resume happened on the server clock between these two instants
-        if (resumeSentAt) this.#keepAlive.anchor(remote.status?.lastTransitionAt, resumeSentAt, Date.now());
-        return remote;
-      }
+      if (state === 'Running') return remote;
       if (state === 'Paused' && !resumed) {
-        const sentAt = Date.now();
         try {
           await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
         } catch (err) {
           if (err.status !== 409) throw err;
         }
         resumed = true;
-        resumeSentAt = sentAt;
       } else if (!['Pending', 'Pausing', 'Resuming', 'Paused'].includes(state)) {
         throw new OpenSandboxNotFoundError(`sandbox ${id} is ${state}, not running or paused`, {
           operation: `start sandbox ${id}`, status: 404, code: 'SANDBOX_NOT_LIVE',
