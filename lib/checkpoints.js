@@ -31,6 +31,11 @@ export class Checkpoints {
     this.#timeoutMs = timeoutMs;
   }
 
+  /** Whether the server can hold checkpoints (it has the Snapshots API). */
+  available() {
+    return this.#snaps.available();
+  }
+
   /** The newest Ready checkpoint of `name` (a snapshot object), or null. */
   newest(name) {
     return this.#snaps.newestReady(checkpointSnapshotName(name));
@@ -59,20 +64,21 @@ export class Checkpoints {
 
   /**
    * Deletes the Ready checkpoints of `name` older than the newest `keep`, and its Failed captures. Best effort: a
-   * snapshot that cannot be deleted now (e.g. 409 while a sandbox is restored from it) is left for the next prune
-   * and reported to onError. Resolves the number deleted.
+   * snapshot that cannot be deleted now (e.g. 409 SNAPSHOT::DELETE_CONFLICT while a sandbox created from it exists:
+   * upstream then leaves the record `Deleting`) is reported to onError and deleted again by the next prune, which
+   * retries every `Deleting` record of the name too. Resolves the number deleted.
    */
   async prune(name) {
     const snapName = checkpointSnapshotName(name);
     let all;
     try {
-      all = await this.#snaps.listAll({ states: ['Ready', 'Failed'], filter: s => s.name === snapName });
+      all = await this.#snaps.listAll({ states: ['Ready', 'Failed', 'Deleting'], filter: s => s.name === snapName });
     } catch (err) {
       this.#onError(err);
       return 0;
     }
     const ready = all.filter(s => s.status?.state === 'Ready');
-    const doomed = [...ready.slice(this.#keep), ...all.filter(s => s.status?.state === 'Failed')];
+    const doomed = [...ready.slice(this.#keep), ...all.filter(s => ['Failed', 'Deleting'].includes(s.status?.state))];
     let n = 0;
     for (const s of doomed) {
       try {
@@ -90,8 +96,11 @@ export class Checkpoints {
  * The checkpoints a fresh start may boot from, in order: the newest Ready checkpoint of `checkpointName`, else of
  * `seedCheckpointName` (boot-only). Yields { snapshotId, restoredFrom: { kind: 'checkpoint' | 'seed', name,
  * snapshotId } }; the caller tries each (one deleted meanwhile is skipped) before its base image or snapshot.
+ * None on a server without the Snapshots API (a start there boots from the image).
  */
 export async function* checkpointCandidates(checkpoints, { checkpointName, seedCheckpointName }) {
+  if (!checkpointName && !seedCheckpointName) return;
+  if (!(await checkpoints.available())) return;
   for (const [kind, name] of [['checkpoint', checkpointName], ['seed', seedCheckpointName]]) {
     if (!name) continue;
     const snap = await checkpoints.newest(name);
