@@ -17,6 +17,7 @@ import {
   ApiError, MIN_DISK_BYTES, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
 } from './validate.js';
 import { parseBytes } from './quantities.js';
+import { upstreamProfile } from './upstream.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
@@ -26,7 +27,8 @@ import {
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
+  'emulateDelays'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
@@ -135,6 +137,10 @@ export async function startServer(options = {}) {
   if (!Number.isSafeInteger(diskLimit) || diskLimit < MIN_DISK_BYTES) {
     throw new Error(`diskLimit must be a byte quantity of at least 8Mi (e.g. "10Gi", or a number of bytes), got ${JSON.stringify(opts.diskLimit)}`);
   }
+  // what the emulated upstream deployment does (upstream.js); throws naming the option
+  const profile = upstreamProfile({
+    emulate: opts.emulate, serverVersion: opts.serverVersion, workloadProvider: opts.workloadProvider, emulateDelays: opts.emulateDelays,
+  });
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
@@ -216,9 +222,9 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log, limits,
+    endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
   });
-  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
+  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
   sandboxes.snapshots = snapshots;
   let domain = '';
 
@@ -425,7 +431,7 @@ export async function startServer(options = {}) {
   const port = server.address().port;
   const hostPart = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   domain = `${hostPart}:${port}`;
-  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir})`);
+  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir}${profile.runtime ? `, emulating ${profile.runtime}${profile.provider ? ` (${profile.provider})` : ''}` : ''} server ${profile.version})`);
 
   let closed = null;
   return {
