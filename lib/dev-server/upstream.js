@@ -45,6 +45,14 @@ const err = (status, code, message) => new ApiError(status, code, message);
 /** Seconds precision, like a Kubernetes creationTimestamp. */
 const k8sTime = (ms) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.000Z$/, 'Z');
 
+/** docker_service.py: a sandbox's status as get/list derive it from the container's state. */
+const DOCKER_STATUS = {
+  Running: () => ({ reason: 'CONTAINER_RUNNING', message: 'Sandbox container is running.' }),
+  Paused: () => ({ reason: 'CONTAINER_PAUSED', message: 'Sandbox container is paused.' }),
+  Terminated: () => ({ reason: 'CONTAINER_EXITED', message: 'Sandbox container exited successfully.' }),
+  Failed: (sb) => ({ reason: 'CONTAINER_EXITED_ERROR', message: `Sandbox container exited with code ${sb.exitCode}.` }),
+};
+
 /**
  * The behaviours of one deployment. Each entry is data or a small function of the sandbox record; `null` where the
  * deployment behaves as the local server does by default.
@@ -55,7 +63,7 @@ function behaviours(runtime, version, provider) {
     snapshotsApi,
     // 404 of an unknown sandbox on every route
     notFound: (id) => err(404, 'DOCKER::SANDBOX_NOT_FOUND', `Sandbox ${id} not found.`),
-    // status.lastTransitionAt: 'transition' (the time of the last state change), or a function (sb) → string
+    // status.lastTransitionAt: 'transition' (the time of the last state change), or a function (sb, iso) → string
     lastTransitionAt: 'transition',
     // pause: 'freeze' (SIGSTOP, processes kept), 'release' (Pausing → Paused, processes lost), or an ApiError factory
     pause: 'freeze',
@@ -64,6 +72,15 @@ function behaviours(runtime, version, provider) {
     // answer to a pause of a sandbox in `state` that cannot be paused, and to a resume of one that cannot be resumed
     pauseRefusal: (id, state) => err(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${id} is not running (state ${state}).`),
     resumeRefusal: (id, state) => err(409, 'DOCKER::SANDBOX_NOT_PAUSED', `Sandbox ${id} is not paused (state ${state}).`),
+    // get/list: { reason, message } of the sandbox's current state (sb) → object, or null: as the last transition said
+    statusView: null,
+    // get/list createdAt: 'request' (the create's arrival, as its answer says) or 'container' (Docker: after the pull)
+    viewCreatedAt: 'request',
+    // get/list platform: 'always', or 'requested' (only when the create gave one)
+    platformView: 'always',
+    // where a create spends `delays.create`: null, 'pull' (before the sandbox exists: Docker pulls the image), or
+    // 'ready' (listed as Pending meanwhile: Kubernetes waits for the pod)
+    createWait: null,
     // a create's state once it answers: 'Running', or 'Allocated' (pod has an IP, not ready yet; Running `ready` ms later)
     createdState: 'Running',
     // upstream's FastAPI answers: unknown route {"detail":"Not Found"}, wrong method {"detail":"Method Not Allowed"}
@@ -74,11 +91,16 @@ function behaviours(runtime, version, provider) {
     snapshotLabels: false,
     // DELETE of a snapshot a live sandbox was created from: 409 SNAPSHOT::DELETE_CONFLICT, the record stays Deleting
     snapshotDeleteConflict: false,
-    // renew: upstream Docker checks "in the future" (400) before "has an expiry" (409)
-    renewPastFirst: false,
+    // renew: the order of its checks — 'lookup' (404), 'past' (400: not in the future), 'expiry' (409: no expiry)
+    renewChecks: ['lookup', 'expiry', 'past'],
+    noExpiry: (id) => err(409, 'DOCKER::INVALID_EXPIRATION', `Sandbox ${id} does not expire; it cannot be renewed.`),
     // codes where upstream differs from the local server's own
-    timeoutTooLong: (timeout, max) => err(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${timeout}s exceeds the server maximum of ${max}s`),
+    timeoutTooLong: null, // null: the local 400 SANDBOX::INVALID_TIMEOUT
     invalidPort: null, // null: 422 like a schema failure
+    // path prefix of the endpoint `use_server_proxy=true` hands out (upstream's has no /v1)
+    proxyPrefix: '/v1',
+    // the endpoint's answer while the pod has no IP (or the informer cache lags `delays.endpoint`); null: no such state
+    noPodIp: null,
     missingPvcStatus: 404,
     reservedMetadata: null, // null: the local message
   };
@@ -87,15 +109,24 @@ function behaviours(runtime, version, provider) {
     ...base,
     fastapiRoutes: true,
     hostPathSyntax: true,
+    proxyPrefix: '',
     timeoutTooLong: (timeout, max) => err(400, 'SANDBOX::INVALID_PARAMETER', `Sandbox timeout ${timeout}s exceeds configured maximum of ${max}s.`),
     reservedMetadata: (key) => err(400, 'SANDBOX::INVALID_METADATA_LABEL',
       `Metadata key '${key}' uses the reserved prefix 'opensandbox.io/'. Keys under this prefix are managed by the system and cannot be set via metadata.`),
+    noExpiry: (id) => err(409, 'DOCKER::INVALID_EXPIRATION', `Sandbox ${id} does not have automatic expiration enabled.`),
+    // validators.py ensure_valid_port (both runtimes share the DOCKER:: code)
+    invalidPort: () => err(400, 'DOCKER::INVALID_PORT', 'Port must be between 1 and 65535.'),
+    missingPvcStatus: 400,
   };
   if (runtime === 'docker') {
     return {
       ...upstream,
       // container FinishedAt, or its creation time while it never stopped; pause/unpause do not change it
-      lastTransitionAt: (sb) => sb.finishedAt ?? sb.createdAt,
+      lastTransitionAt: (sb, iso) => iso(sb.finishedAt ?? sb.containerCreatedAt),
+      statusView: (sb) => DOCKER_STATUS[sb.status.state]?.(sb) ?? null,
+      viewCreatedAt: 'container',
+      platformView: 'requested',
+      createWait: 'pull',
       // Docker's State.Running stays true while paused: a second pause reaches `docker pause`, which answers 409
       pauseRefusal: (id, state, sb) => (state === 'Paused'
         ? err(500, 'DOCKER::SANDBOX_PAUSE_FAILED', `Failed to pause sandbox container: 409 Client Error for http+docker://localhost/v1.41/containers/${sb.containerId}/pause: Conflict ("Container ${sb.containerId} is already paused")`)
@@ -103,9 +134,7 @@ function behaviours(runtime, version, provider) {
       resumeRefusal: () => err(409, 'DOCKER::SANDBOX_NOT_PAUSED', 'Sandbox is not in a paused state.'),
       snapshotLabels: true,
       snapshotDeleteConflict: true,
-      renewPastFirst: true,
-      invalidPort: () => err(400, 'DOCKER::INVALID_PORT', 'Port must be between 1 and 65535.'),
-      missingPvcStatus: 400,
+      renewChecks: ['lookup', 'past', 'expiry'],
     };
   }
   // kubernetes
@@ -113,9 +142,11 @@ function behaviours(runtime, version, provider) {
     ...upstream,
     notFound: (id) => err(404, 'KUBERNETES::SANDBOX_NOT_FOUND', `Sandbox '${id}' not found`),
     lastTransitionAt: (sb) => k8sTime(sb.createdAt), // the workload's creationTimestamp
+    createWait: 'ready',
     createdState: 'Allocated',
-    invalidPort: () => err(400, 'SANDBOX::INVALID_PORT', 'Port must be between 1 and 65535.'),
-    missingPvcStatus: 400,
+    noPodIp: () => err(404, 'KUBERNETES::POD_IP_NOT_AVAILABLE', 'Pod IP is not yet available. The Pod may still be starting.'),
+    // the time is checked before the workload is looked up
+    renewChecks: ['past', 'lookup', 'expiry'],
   };
   if (!snapshotsApi) {
     // before 0.1.13 the Kubernetes runtime had no pause at all
