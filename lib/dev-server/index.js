@@ -17,6 +17,7 @@ import {
   ApiError, MIN_DISK_BYTES, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
 } from './validate.js';
 import { parseBytes } from './quantities.js';
+import { upstreamProfile } from './upstream.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
@@ -26,7 +27,8 @@ import {
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
+  'emulateDelays'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
@@ -135,6 +137,10 @@ export async function startServer(options = {}) {
   if (!Number.isSafeInteger(diskLimit) || diskLimit < MIN_DISK_BYTES) {
     throw new Error(`diskLimit must be a byte quantity of at least 8Mi (e.g. "10Gi", or a number of bytes), got ${JSON.stringify(opts.diskLimit)}`);
   }
+  // what the emulated upstream deployment does (upstream.js); throws naming the option
+  const profile = upstreamProfile({
+    emulate: opts.emulate, serverVersion: opts.serverVersion, workloadProvider: opts.workloadProvider, emulateDelays: opts.emulateDelays,
+  });
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
@@ -216,16 +222,18 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log, limits,
+    endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
   });
-  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
+  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
   sandboxes.snapshots = snapshots;
   let domain = '';
 
   /** Endpoint of a sandbox port; for execd its headers carry the sandbox's own token (OpenSandbox-Secure-Access). */
   function endpointFor(sb, port, useServerProxy) {
     const secure = port === EXECD_PORT ? { [SECURE_ACCESS_HEADER]: sb.token } : {};
-    if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: secure };
+    // Kubernetes: no pod IP yet (or the informer has not seen it), also when the server proxy is asked for
+    if (profile.noPodIp && (!sb.relay || Date.now() < sb.endpointAt)) throw profile.noPodIp();
+    if (useServerProxy) return { endpoint: `${domain}${profile.proxyPrefix}/sandboxes/${sb.id}/proxy/${port}`, headers: secure };
     if (!sb.relay) throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sb.id} is not running (state ${sb.status.state}).`);
     const relay = `127.0.0.1:${sb.relay.port}`;
     if (port === EXECD_PORT) {
@@ -282,7 +290,7 @@ export async function startServer(options = {}) {
     checkAuth(req);
     if (p === '/sandboxes' && m === 'POST') {
       const body = await readJson(req);
-      const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds });
+      const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds, profile });
       const sb = await sandboxes.create(spec);
       const v = sandboxes.view(sb, { full: false });
       return send(res, 202, v, { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` });
@@ -295,7 +303,7 @@ export async function startServer(options = {}) {
       const pageSize = intQuery(url, 'pageSize', 20, 1, 200);
       return send(res, 200, sandboxes.list({ states, metadata, page, pageSize }));
     }
-    if (p === '/snapshots' && m === 'GET') {
+    if (p === '/snapshots' && m === 'GET' && profile.snapshotsApi) {
       const sandboxId = url.searchParams.get('sandboxId');
       const states = url.searchParams.getAll('state').filter((s) => s !== '');
       const page = intQuery(url, 'page', 1, 1);
@@ -303,7 +311,7 @@ export async function startServer(options = {}) {
       return send(res, 200, snapshots.list({ sandboxId: sandboxId || null, states, page, pageSize }));
     }
     let r = /^\/snapshots\/([^/]+)$/.exec(p);
-    if (r) {
+    if (r && profile.snapshotsApi) {
       const id = decodeURIComponent(r[1]);
       if (m === 'GET') return send(res, 200, snapshots.view(snapshots.get(id)));
       if (m === 'DELETE') {
@@ -312,7 +320,7 @@ export async function startServer(options = {}) {
       }
     }
     r = /^\/sandboxes\/([^/]+)\/snapshots$/.exec(p);
-    if (r && m === 'POST') {
+    if (r && m === 'POST' && profile.snapshotsApi) {
       const spec = validateSnapshotCreate(await readJson(req, { optional: true }));
       const rec = snapshots.create(decodeURIComponent(r[1]), spec);
       return send(res, 202, snapshots.view(rec), { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/snapshots/${rec.id}` });
@@ -349,7 +357,6 @@ export async function startServer(options = {}) {
         if (body.expiresAt === undefined) throw new ValidationError([issue(['body', 'expiresAt'], 'Field required', 'missing', body)]);
         const at = parseTimestamp(body.expiresAt);
         if (Number.isNaN(at)) throw new ValidationError([issue(['body', 'expiresAt'], 'Input should be a valid datetime', 'datetime_parsing', body.expiresAt)]);
-        sandboxes.get(id);
         return send(res, 200, sandboxes.renew(id, at));
       }
       if (r[2] === 'metadata' && m === 'PATCH') {
@@ -366,14 +373,35 @@ export async function startServer(options = {}) {
     r = /^\/sandboxes\/([^/]+)\/endpoints\/([^/]+)$/.exec(p);
     if (r && m === 'GET') {
       const id = pathId(r[1]);
-      if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
+      if (profile.invalidPort && /^-?\d+$/.test(r[2])) {
+        // upstream: FastAPI parses an integer, the service refuses it out of range (before looking the sandbox up)
+        if (Number(r[2]) < 1 || Number(r[2]) > 65535) throw profile.invalidPort();
+      } else if (profile.invalidPort) {
+        throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer, unable to parse string as an integer', 'int_parsing', r[2])]);
+      } else if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
         throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
       }
       const sb = sandboxes.get(id);
       const useProxy = /^(true|1|yes|on)$/i.test(url.searchParams.get('use_server_proxy') ?? '');
       return send(res, 200, endpointFor(sb, Number(r[2]), useProxy));
     }
+    if (profile.fastapiRoutes || (!profile.snapshotsApi && /^\/(snapshots(\/[^/]+)?|sandboxes\/[^/]+\/snapshots)$/.test(p))) {
+      // FastAPI (also a server too old for the Snapshots API, emulated or not): a known path with another method is a 405 naming the allowed ones, anything else a 404
+      const allow = allowedMethods(p);
+      if (allow) throw new ApiError(405, null, 'Method Not Allowed', { body: { detail: 'Method Not Allowed' }, headers: { Allow: allow } });
+      throw new ApiError(404, null, 'Not Found', { body: { detail: 'Not Found' } });
+    }
     throw new ApiError(404, 'GENERAL::NOT_FOUND', `Not Found: ${req.method} ${url.pathname}`);
+  }
+
+  /** The methods upstream serves on path `p` (without /v1), or null when it has no such route. */
+  function allowedMethods(p) {
+    const routes = [
+      [/^\/sandboxes$/, 'GET, POST'], [/^\/sandboxes\/[^/]+$/, 'GET, DELETE'], [/^\/sandboxes\/[^/]+\/(pause|resume|renew-expiration)$/, 'POST'],
+      [/^\/sandboxes\/[^/]+\/metadata$/, 'PATCH'], [/^\/sandboxes\/[^/]+\/endpoints\/[^/]+$/, 'GET'], [/^\/health$/, 'GET'],
+      ...(profile.snapshotsApi ? [[/^\/sandboxes\/[^/]+\/snapshots$/, 'POST'], [/^\/snapshots$/, 'GET'], [/^\/snapshots\/[^/]+$/, 'GET, DELETE']] : []),
+    ];
+    return routes.find(([re]) => re.test(p))?.[1] ?? null;
   }
 
   const server = http.createServer((req, res) => {
@@ -389,7 +417,7 @@ export async function startServer(options = {}) {
       .then(() => route(req, res, url))
       .catch((err) => {
         if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
-        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message });
+        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message }, err.extra.headers);
         log?.(`internal error on ${req.method} ${url.pathname}: ${err.stack ?? err}`);
         send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err.message ?? err) });
       })
@@ -425,7 +453,7 @@ export async function startServer(options = {}) {
   const port = server.address().port;
   const hostPart = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   domain = `${hostPart}:${port}`;
-  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir})`);
+  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir}${profile.runtime ? `, emulating ${profile.runtime}${profile.provider ? ` (${profile.provider})` : ''}` : ''} server ${profile.version})`);
 
   let closed = null;
   return {

@@ -34,12 +34,15 @@ export const RESERVED_PREFIX = 'opensandbox.io/';
 /** Largest `timeout` (seconds, ten years): larger values are a 422 before anything is created. */
 export const MAX_TIMEOUT_SECONDS = 10 * 365 * 86400;
 
-/** Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. */
-export function checkMetadata(metadata) {
+/**
+ * Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. `profile` (upstream.js) may give
+ * the emulated deployment's answer to a reserved key.
+ */
+export function checkMetadata(metadata, profile = null) {
   for (const [key, value] of Object.entries(metadata)) {
     const bad = (why) => new ApiError(400, 'SANDBOX::INVALID_METADATA_LABEL', `invalid metadata label ${JSON.stringify(key)}: ${why}`);
     if (typeof value !== 'string') throw bad('value must be a string');
-    if (key.startsWith(RESERVED_PREFIX)) throw bad(`the prefix ${RESERVED_PREFIX} is reserved`);
+    if (key.startsWith(RESERVED_PREFIX)) throw profile?.reservedMetadata?.(key) ?? bad(`the prefix ${RESERVED_PREFIX} is reserved`);
     const slash = key.lastIndexOf('/');
     const prefix = slash >= 0 ? key.slice(0, slash) : null;
     const name = slash >= 0 ? key.slice(slash + 1) : key;
@@ -102,10 +105,21 @@ function validateVolume(v, i, errs) {
 }
 
 /**
- * Validates a CreateSandboxRequest. Returns a normalized object; throws ValidationError (422) or ApiError (400).
- * `maxTimeout` (seconds) caps `timeout` when set.
+ * Upstream's host-path syntax (validators.py ensure_valid_host_path): a path with '/..' or with '//' or a trailing
+ * '/' is refused, not resolved. Throws 400 VOLUME::INVALID_HOST_PATH.
  */
-export function validateCreate(body, { maxTimeout } = {}) {
+function checkHostPathSyntax(p) {
+  if (p.includes('/..')) throw new ApiError(400, 'VOLUME::INVALID_HOST_PATH', `Host path '${p}' contains path traversal component '..'.`);
+  if (p.includes('//') || (p.length > 1 && p.endsWith('/'))) {
+    throw new ApiError(400, 'VOLUME::INVALID_HOST_PATH', `Host path '${p}' is not normalized. Remove redundant slashes.`);
+  }
+}
+
+/**
+ * Validates a CreateSandboxRequest. Returns a normalized object; throws ValidationError (422) or ApiError (400).
+ * `maxTimeout` (seconds) caps `timeout` when set; `profile` (upstream.js) gives the emulated deployment's answers.
+ */
+export function validateCreate(body, { maxTimeout, profile = null } = {}) {
   if (!isObj(body)) throw new ValidationError([issue(['body'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body)]);
   const errs = [];
   const out = {};
@@ -203,9 +217,10 @@ export function validateCreate(body, { maxTimeout } = {}) {
       'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (all outbound traffic except to the host\'s loopback) or none (no network).');
   }
   if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
-    throw new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
+    throw profile?.timeoutTooLong?.(out.timeout, maxTimeout) ?? new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
   }
-  checkMetadata(out.metadata);
+  checkMetadata(out.metadata, profile);
+  if (profile?.hostPathSyntax) for (const v of out.volumes) if (v.host) checkHostPathSyntax(v.host.path);
   return out;
 }
 
