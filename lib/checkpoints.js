@@ -12,6 +12,10 @@ export const DEFAULT_KEEP_CHECKPOINTS = 3;
 
 export const checkpointSnapshotName = name => `${CHECKPOINT_PREFIX}${name}`;
 
+// Snapshot ids whose delete conflicted (409), per "<server>|<snapshot name>", deleted again by the next prune of the
+// name in this process (also when the server does not list `Deleting` records)
+const conflicted = new Map();
+
 export class Checkpoints {
   #snaps;
   #keep;
@@ -65,11 +69,12 @@ export class Checkpoints {
   /**
    * Deletes the Ready checkpoints of `name` older than the newest `keep`, and its Failed captures. Best effort: a
    * snapshot that cannot be deleted now (e.g. 409 SNAPSHOT::DELETE_CONFLICT while a sandbox created from it exists:
-   * upstream then leaves the record `Deleting`) is reported to onError and deleted again by the next prune, which
-   * retries every `Deleting` record of the name too. Resolves the number deleted.
+   * upstream then leaves the record `Deleting`) is reported to onError and deleted again by the next prune of the
+   * name in this process, which also retries every `Deleting` record the server lists. Resolves the number deleted.
    */
   async prune(name) {
     const snapName = checkpointSnapshotName(name);
+    const key = `${this.#snaps.server ?? ''}|${snapName}`;
     let all;
     try {
       all = await this.#snaps.listAll({ states: ['Ready', 'Failed', 'Deleting'], filter: s => s.name === snapName });
@@ -78,13 +83,16 @@ export class Checkpoints {
       return 0;
     }
     const ready = all.filter(s => s.status?.state === 'Ready');
-    const doomed = [...ready.slice(this.#keep), ...all.filter(s => ['Failed', 'Deleting'].includes(s.status?.state))];
+    const doomed = new Set([...ready.slice(this.#keep), ...all.filter(s => ['Failed', 'Deleting'].includes(s.status?.state))].map(s => s.id));
+    for (const id of conflicted.get(key) ?? []) doomed.add(id);
+    conflicted.delete(key);
     let n = 0;
-    for (const s of doomed) {
+    for (const id of doomed) {
       try {
-        await this.#snaps.delete(s.id, { ignoreMissing: true });
+        await this.#snaps.delete(id, { ignoreMissing: true });
         n++;
       } catch (err) {
+        if (err.status === 409) conflicted.set(key, (conflicted.get(key) ?? new Set()).add(id));
         this.#onError(err);
       }
     }

@@ -42,6 +42,11 @@ export class SnapshotClient {
     };
   }
 
+  /** The lifecycle base URL this client talks to (undefined when not given). */
+  get server() {
+    return this.#server;
+  }
+
   /** Whether the server has the Snapshots API: asked once per server (GET /snapshots), then remembered. */
   available() {
     if (this.#server === undefined) return Promise.resolve(true);

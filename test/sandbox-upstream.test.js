@@ -107,6 +107,46 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       assert.equal((await s.opensandbox.get()).metadata['mastra.ai/mounts'].length, 16);
     });
 
+    it('a checkpoint restore does not inherit the mounts label of its source (docker commit keeps labels)', async () => {
+      const dir = path.join(hostRoot, 'ck-mount');
+      await fs.mkdir(dir);
+      const a = sb.make({ id: 'ck-labels' });
+      const ws = new Workspace({ sandbox: a, mounts: { '/mnt/ck': new LocalFilesystem({ basePath: dir }) } });
+      await ws.init();
+      assert.equal((await a.opensandbox.get()).metadata['mastra.ai/mounts'].length, 16);
+      await a.snapshot();
+      await a._destroy();
+      const b = sb.make({ id: 'ck-labels' });
+      assert.equal((await b._start()).restoredFrom?.kind, 'checkpoint');
+      const labels = (await b.opensandbox.get()).metadata;
+      assert.equal(labels['mastra.ai/mounts'] ?? '', '');
+      assert.equal(labels['mastra.ai/template-build'] ?? '', '');
+      assert.equal(labels[LOGICAL_ID_LABEL], encodeLogicalId('ck-labels'));
+    });
+
+    it('pruning deletes again a checkpoint whose delete conflicted (409 SNAPSHOT::DELETE_CONFLICT left it Deleting)', async function () {
+      this.timeout(120000);
+      const w = warnings();
+      const named = async () => (await api(server, 'GET', '/snapshots?pageSize=200')).body.items.filter(x => x.name === 'mastra.checkpoint.prune-409');
+      const a = sb.make({ id: 'prune-409', keepCheckpoints: 1 });
+      await a._start();
+      await a.snapshot();
+      const [first] = await named();
+      await a._destroy();
+      const b = sb.make({ id: 'prune-409', keepCheckpoints: 1 });
+      b.__setLogger(w.logger);
+      assert.equal((await b._start()).restoredFrom?.snapshotId, first.id); // b was created from the first checkpoint
+      await b.snapshot(); // prunes the first: 409, the record stays Deleting
+      assert.ok(w.seen.some(m => m.includes('SNAPSHOT::DELETE_CONFLICT')), w.seen.join('\n'));
+      assert.equal((await api(server, 'GET', `/snapshots/${first.id}`)).body.status.state, 'Deleting');
+      await b._destroy(); // nothing is created from the first checkpoint any more
+      const c = sb.make({ id: 'prune-409', keepCheckpoints: 1 });
+      c.__setLogger(w.logger);
+      await c._start();
+      await c.snapshot(); // this pruning deletes the first checkpoint again
+      assert.equal((await api(server, 'GET', `/snapshots/${first.id}`)).status, 404, JSON.stringify([w.seen, await named()]));
+    });
+
     it('a create slower than createTimeoutMs: the next start finds the sandbox by its label instead of creating a second', async function () {
       this.timeout(90000);
       const slow = await startServer({ port: 0, emulate: 'docker', emulateDelays: { create: 4000 } });
