@@ -107,6 +107,19 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       assert.equal((await s.opensandbox.get()).metadata['mastra.ai/mounts'].length, 16);
     });
 
+    it('resources some runtime cannot apply are warned about once per process', async () => {
+      const w = warnings();
+      const resources = { cpu: '1', memory: '512Mi', pids: '64' };
+      for (const id of ['docker-res-1', 'docker-res-2']) {
+        const s = sb.make({ id, resources });
+        s.__setLogger(w.logger);
+        await s._start();
+      }
+      assert.deepEqual(w.seen.filter(m => m.includes('resources.')), [
+        "OpenSandboxSandbox: resources.pids: upstream's Docker runtime ignores every key but cpu and memory (no pids limit there); Kubernetes passes it to the pod limits",
+      ]);
+    });
+
     it('a checkpoint restore does not inherit the mounts label of its source (docker commit keeps labels)', async () => {
       const dir = path.join(hostRoot, 'ck-mount');
       await fs.mkdir(dir);
@@ -204,7 +217,7 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
   });
 
   describe("emulate: 'kubernetes'", () => {
-    const delays = { create: 1500, ready: 1500, endpoint: 1000, pause: 2500, resume: 2500 };
+    const delays = { create: 1500, ready: 1500, endpoint: 3500, pause: 2500, resume: 2500 }; // the endpoint lags Running
     let server;
     const sb = sandboxes(() => server);
     before(async function () {
@@ -253,6 +266,32 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       assert.equal((await d.executeCommand('echo resumed')).stdout, 'resumed\n');
       assert.equal((await labelled(server, 'k8s-pausing')).length, 1);
     });
+  });
+
+  describe("emulate: 'kubernetes', a slow create", () => {
+    let server;
+    const sb = sandboxes(() => server);
+    before(async function () {
+      this.timeout(60000);
+      server = await startServer({ port: 0, emulate: 'kubernetes', emulateDelays: { create: 6000, ready: 200, endpoint: 0 } });
+    });
+    after(async function () {
+      this.timeout(60000);
+      await sb.destroyAll();
+      await server?.close();
+    });
+
+    it('a create that times out while the server goes on (listed Pending) adopts that sandbox instead of failing', async () => {
+      const w = warnings();
+      const s = sb.make({ id: 'k8s-slow-create', createTimeoutMs: 4000 }); // the emulated create takes 6 s
+      s.__setLogger(w.logger);
+      assert.equal((await s._start()).outcome, 'created');
+      assert.equal((await s.executeCommand('echo adopted')).stdout, 'adopted\n');
+      const all = await labelled(server, 'k8s-slow-create');
+      assert.deepEqual(all.map(x => x.id), [s.opensandbox.sandboxId]);
+      assert.ok(w.seen.some(m => /create sandbox timed out; adopting sandbox/.test(m)), w.seen.join('\n'));
+    });
+
   });
 
   for (const [what, options, code] of [
