@@ -681,7 +681,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       const templateId = cfg.template.templateId;
       const from = await templateStart(cfg.template, this.#templateContext(), async () => {
         const body = await this.#lcCall('list template builders', lc =>
-          lc.list({ metadata: { [TEMPLATE_BUILD_LABEL]: templateId }, states: ['Pending', 'Running'], page: 1, pageSize: 1 }));
+          lc.list({ metadata: { [TEMPLATE_BUILD_LABEL]: templateId }, states: ['Pending', 'Allocated', 'Running'], page: 1, pageSize: 1 }));
         return (body?.items ?? []).length > 0;
       });
       checkAbort();

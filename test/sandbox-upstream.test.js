@@ -11,6 +11,7 @@ import { OpenSandboxSandbox, OpenSandboxUnsupportedError, OpenSandboxTimeoutErro
 import { waitFor } from './helpers/poll.js';
 import { quietPeriod } from './helpers/raw.js';
 import { sandboxes } from './helpers/sandboxes.js';
+import { portUrl } from '../lib/ports.js';
 
 /** Raw lifecycle call against `server` (the way another process would do it). */
 const api = async (server, method, p) => {
@@ -333,6 +334,13 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       });
     });
   }
+
+  it('getPortUrl through the server proxy: the gateway routing header upstream keeps is not needed, an access token is', () => {
+    const ep = { endpoint: 'gw.example.com/sandboxes/s-1/proxy/8080', headers: { 'OpenSandbox-Ingress-To': 's-1-8080' } };
+    assert.equal(portUrl(ep, 'https', { serverProxy: true }), 'https://gw.example.com/sandboxes/s-1/proxy/8080');
+    assert.equal(portUrl(ep, 'https'), null); // directly, the gateway needs the header
+    assert.equal(portUrl({ ...ep, headers: { ...ep.headers, 'OpenSandbox-Secure-Access': 't' } }, 'https', { serverProxy: true }), null);
+  });
 
   describe('local server proxy (useServerProxy)', () => {
     let server;
