@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Workspace, LocalFilesystem } from '@mastra/core/workspace';
 import { startServer } from '../lib/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxUnsupportedError, OpenSandboxTimeoutError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
+import { OpenSandboxSandbox, Template, OpenSandboxUnsupportedError, OpenSandboxTimeoutError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { quietPeriod } from './helpers/raw.js';
 import { sandboxes } from './helpers/sandboxes.js';
@@ -193,7 +193,7 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       await server?.close();
     });
 
-    it('start() with a stable id works, supportsCheckpoints is false, snapshot() and snapshotId name the version needed', async () => {
+    it('start() with a stable id works, supportsCheckpoints is false, snapshot(), snapshotId and templates name the version needed', async () => {
       assert.equal((await api(server, 'GET', '/snapshots')).status, 404);
       const s = sb.make({ id: 'stable-on-0.1.12' });
       assert.deepEqual(await s._start(), { outcome: 'created' });
@@ -210,6 +210,9 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       await assert.rejects(s.opensandbox.createSnapshot(), unsupported);
       const fromSnapshot = sb.make({ snapshotId: 'any' });
       await assert.rejects(fromSnapshot._start(), unsupported);
+      const templated = sb.make({ template: Template().runCmd('echo built > /tmp/t') });
+      await assert.rejects(templated._start(), unsupported);
+      await assert.rejects(Template().runCmd('true').build({ domain: server.domain }), unsupported);
       // a second instance of the same id reattaches; the capability was asked once per server
       const again = sb.make({ id: 'stable-on-0.1.12' });
       assert.deepEqual(await again._start(), { outcome: 'connected' });
