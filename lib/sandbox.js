@@ -182,7 +182,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   /**
    * Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first. A
    * server that cannot pause (Kubernetes: 400 KUBERNETES::INVALID_STATE, 501 SANDBOX::API_NOT_SUPPORTED) leaves it
-   * running: warned once per server, reported by getInfo() (metadata.pause); Docker's 500
+   * running: warned once per server, reported by getInfo() (`pause`); Docker's 500
    * DOCKER::SANDBOX_PAUSE_FAILED is "already paused" (done) or "being committed by a snapshot" (left running).
    */
   async stop() {
@@ -452,8 +452,6 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ...(this.#options.createTimeoutMs !== undefined ? { createTimeoutMs: cfg.createTimeoutMs } : {}),
       // the remote id only when it was configured: otherwise a stored config reconnects by logical id
       ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
-      // the last stop() left the sandbox running (the server could not pause it)
-      ...(this.#pause ? { pause: { ...this.#pause } } : {}),
     };
     const mounts = [];
     for (const [path, entry] of this.mounts?.entries ?? []) {
@@ -470,6 +468,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
       resources: parseResources(cfg.resources),
       mounts,
       metadata,
+      // the last stop() left the sandbox running (the server could not pause it); not in metadata (the stored config)
+      ...(this.#pause ? { pause: { ...this.#pause } } : {}),
     };
   }
 

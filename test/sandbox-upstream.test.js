@@ -89,7 +89,7 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       assert.equal(s.status, 'stopped');
       assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Paused');
       assert.equal((await s.executeCommand('echo back')).stdout, 'back\n');
-      assert.equal((await s.getInfo()).metadata.pause, undefined);
+      assert.equal((await s.getInfo()).pause, undefined);
     });
 
     it('mounts a local filesystem whose base path has //, /.. and a trailing / (upstream refuses them unnormalised)', async () => {
@@ -326,7 +326,8 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
         assert.equal(s.status, 'stopped');
         assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Running');
         const info = await s.getInfo();
-        assert.deepEqual([info.metadata.pause.paused, info.metadata.pause.supported, info.metadata.pause.code], [false, false, code]);
+        assert.deepEqual([info.pause.paused, info.pause.supported, info.pause.code], [false, false, code]);
+        assert.equal(info.metadata.pause, undefined); // the stored config stays what the constructor took
         assert.equal((await s.executeCommand('echo still-here')).stdout, 'still-here\n');
         assert.equal(s.opensandbox.sandboxId, id);
         const other = sb.make();

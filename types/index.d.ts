@@ -290,7 +290,9 @@ export declare class OpenSandboxSandbox extends MastraSandbox {
   snapshot(options?: { abortSignal?: AbortSignal; timeoutMs?: number }): Promise<void>;
   destroy(): Promise<void>;
   executeCommand(command: string, args?: string[], options?: ExecuteCommandOptions): Promise<CommandResult>;
-  getInfo(): Promise<SandboxInfo>;
+  /** `pause` is present when the last stop() left the sandbox running: the server could not pause it (`supported`
+   * false: it cannot pause at all; `code`, `reason`: its answer). */
+  getInfo(): Promise<SandboxInfo & { pause?: { paused: false; supported: boolean; code: string; reason?: string } }>;
   getInstructions(opts?: { requestContext?: unknown }): string;
   readonly opensandbox: OpenSandboxHandle;
   /** Port URLs through the endpoints API: `getPortUrl(port)` -> `http(s)://…` or null when it cannot be exposed. */
