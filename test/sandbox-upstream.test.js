@@ -121,6 +121,15 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       ]);
     });
 
+    it('useServerProxy: the proxy endpoint upstream answers has no /v1; commands and port URLs work through it', async () => {
+      const s = sb.make({ useServerProxy: true });
+      await s._start();
+      const id = s.opensandbox.sandboxId;
+      assert.equal(s.opensandbox.execdUrl, `${server.baseUrl}/sandboxes/${id}/proxy/44772`);
+      assert.equal((await s.executeCommand('echo proxied')).stdout, 'proxied\n');
+      assert.equal(await s.networking.getPortUrl(8125), `http://${server.domain}/sandboxes/${id}/proxy/8125`);
+    });
+
     it('a checkpoint restore does not inherit the mounts label of its source (docker commit keeps labels)', async () => {
       const dir = path.join(hostRoot, 'ck-mount');
       await fs.mkdir(dir);
