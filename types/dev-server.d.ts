@@ -78,7 +78,7 @@ export interface DevServerOptions {
   /** With emulate 'kubernetes': upstream's `[kubernetes].workload_provider`. Default 'batchsandbox'. */
   workloadProvider?: 'batchsandbox' | 'agent-sandbox';
   /** Durations of the emulation in milliseconds (defaults per runtime, see docs/dev-server.md); tests shorten them. */
-  emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number };
+  emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number; snapshot?: number };
 }
 
 export interface DevServer {

@@ -26,7 +26,7 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   resourceLimits cpu/memory/pids need cgroups (root, or --cgroup-parent: a delegated cgroup v2 directory) and
   ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.
   --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
-  of its durations (create, ready, endpoint, pause, resume) in milliseconds.`;
+  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
 
 let args;
 try {

@@ -75,7 +75,8 @@ async function readJson(req, { optional = false } = {}) {
   try {
     return JSON.parse(text);
   } catch (err) {
-    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? 0);
+    // Python's json names the offset; so does V8, except at the end of the text
+    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? (/end of JSON input/.test(err.message) ? text.length : 0));
     throw new ValidationError([{ type: 'json_invalid', loc: ['body', pos], msg: 'JSON decode error', input: {}, ctx: { error: err.message } }]);
   }
 }
@@ -293,7 +294,7 @@ export async function startServer(options = {}) {
       const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds, profile });
       const sb = await sandboxes.create(spec);
       const v = sandboxes.view(sb, { full: false });
-      return send(res, 202, v, { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` });
+      return send(res, 202, v, profile.createLocation ? { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` } : {});
     }
     if (p === '/sandboxes' && m === 'GET') {
       const raw = url.searchParams.get('metadata');
@@ -382,6 +383,7 @@ export async function startServer(options = {}) {
         throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
       }
       const sb = sandboxes.get(id);
+      if (profile.signedRoutes && url.searchParams.has('expires')) throw profile.signedRoutes();
       const useProxy = /^(true|1|yes|on)$/i.test(url.searchParams.get('use_server_proxy') ?? '');
       return send(res, 200, endpointFor(sb, Number(r[2]), useProxy));
     }

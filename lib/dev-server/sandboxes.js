@@ -305,14 +305,20 @@ export class Sandboxes {
     // the create response has neither the startup source (image / snapshotId) nor platform
     if (sb.image && full) v.image = sb.image;
     if (sb.snapshotId && full) v.snapshotId = sb.snapshotId;
-    const { lastTransitionAt: at, statusView, viewCreatedAt, platformView } = this.profile;
+    const { lastTransitionAt: at, statusView, viewCreatedAt, platformView, omitEmptyMetadata, sortedMetadata, entrypointLast } = this.profile;
     // get and list describe the sandbox's current state (Docker: from the container); the create answer what it did
     const status = full && statusView ? { ...sb.status, ...statusView(sb) } : sb.status;
     v.status = at === 'transition' ? status : { ...status, lastTransitionAt: at(sb, iso) };
-    v.metadata = sb.metadata;
+    if (!omitEmptyMetadata || Object.keys(sb.metadata).length) {
+      v.metadata = full && sortedMetadata ? Object.fromEntries(Object.entries(sb.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : sb.metadata;
+    }
     v.entrypoint = sb.entrypoint;
     if (sb.expiresAt != null && iso(sb.expiresAt) !== null) v.expiresAt = iso(sb.expiresAt);
     v.createdAt = iso(full && viewCreatedAt === 'container' ? sb.containerCreatedAt : sb.createdAt);
+    if (!full && entrypointLast) {
+      delete v.entrypoint;
+      v.entrypoint = sb.entrypoint;
+    }
     if (full && (platformView === 'always' || sb.platformRequested)) v.platform = sb.platform;
     return v;
   }
