@@ -28,7 +28,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
-  'emulateDelays'];
+  'emulateDelays', 'defaultNetworkPolicy'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
@@ -104,11 +104,14 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
-    unenforcedLimits: false,
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow',
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
   if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
+  if (!['allow', 'deny'].includes(opts.defaultNetworkPolicy)) {
+    throw new Error(`defaultNetworkPolicy must be 'allow' (a create without networkPolicy gets network, as upstream) or 'deny', got ${JSON.stringify(opts.defaultNetworkPolicy)}`);
+  }
   if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
   if (!Array.isArray(opts.allowedHostPaths) || opts.allowedHostPaths.some((p) => typeof p !== 'string' || !path.isAbsolute(p))) {
     throw new Error('allowedHostPaths must be an array of absolute paths');
@@ -181,6 +184,10 @@ export async function startServer(options = {}) {
     if (network.problem && opts.insecure) {
       warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
     }
+    // upstream gives a sandbox without networkPolicy full network; here only through slirp4netns, never the host's
+    if (network.problem && opts.defaultNetworkPolicy === 'allow') {
+      warn(`dev-server: ${network.problem}: sandboxes created without networkPolicy get NO network (a real OpenSandbox server gives them full network); install slirp4netns, or start with defaultNetworkPolicy 'deny' (--default-network-policy deny) to make that the rule`);
+    }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
   }
@@ -224,6 +231,7 @@ export async function startServer(options = {}) {
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
     endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
+    defaultNetwork: opts.defaultNetworkPolicy === 'allow' && !network?.problem,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
   sandboxes.snapshots = snapshots;

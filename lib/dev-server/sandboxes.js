@@ -100,7 +100,8 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, defaultNetwork, log, limits }. defaultNetwork: whether a
+   * create without networkPolicy gets network. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
    * diskLimit (bytes) }. profile: the emulated upstream deployment (upstream.js; default: the local behaviour).
@@ -163,7 +164,8 @@ export class Sandboxes {
     }
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
-    const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
+    // no networkPolicy: network like upstream (defaultNetwork false where the server refused it at start, warned)
+    const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
     const binds = resolveVolumes(req.volumes, {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,

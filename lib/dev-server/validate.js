@@ -190,7 +190,7 @@ export function validateCreate(body, { maxTimeout, profile = null } = {}) {
   out.metadata = stringMap(body.metadata, ['body', 'metadata'], errs);
   out.extensions = stringMap(body.extensions, ['body', 'extensions'], errs);
   // networkPolicy
-  out.allowNetwork = false;
+  out.allowNetwork = null; // no networkPolicy: the server's defaultNetworkPolicy decides
   if (body.networkPolicy != null) {
     const np = body.networkPolicy;
     if (!isObj(np)) errs.push(issue(['body', 'networkPolicy'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', np));
