@@ -77,8 +77,13 @@ export interface DevServerOptions {
   serverVersion?: string;
   /** With emulate 'kubernetes': upstream's `[kubernetes].workload_provider`. Default 'batchsandbox'. */
   workloadProvider?: 'batchsandbox' | 'agent-sandbox';
+  /**
+   * What a create without networkPolicy gets: 'allow' (default; network through slirp4netns, as upstream gives full
+   * network) or 'deny' (none). Without slirp4netns, 'allow' gives no network and the server warns at start.
+   */
+  defaultNetworkPolicy?: 'allow' | 'deny';
   /** Durations of the emulation in milliseconds (defaults per runtime, see docs/dev-server.md); tests shorten them. */
-  emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number };
+  emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number; snapshot?: number };
 }
 
 export interface DevServer {

@@ -17,7 +17,8 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
-                  [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]... [--quiet]
+                  [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
+                  [--default-network-policy allow|deny] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
@@ -25,8 +26,10 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   and gives sandboxes that ask for network the host's network when slirp4netns is missing (otherwise: 400).
   resourceLimits cpu/memory/pids need cgroups (root, or --cgroup-parent: a delegated cgroup v2 directory) and
   ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.
+  A sandbox created without networkPolicy gets network through slirp4netns (as upstream: full network, but never this
+  machine's loopback); --default-network-policy deny gives such sandboxes none.
   --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
-  of its durations (create, ready, endpoint, pause, resume) in milliseconds.`;
+  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
 
 let args;
 try {
@@ -56,6 +59,7 @@ try {
       'disk-limit': { type: 'string' },
       'unenforced-limits': { type: 'boolean', default: false },
       emulate: { type: 'string' },
+      'default-network-policy': { type: 'string', default: 'allow' },
       'server-version': { type: 'string' },
       'workload-provider': { type: 'string' },
       'emulate-delay': { type: 'string', multiple: true, default: [] },
@@ -150,6 +154,7 @@ try {
     diskLimit: args['disk-limit'],
     unenforcedLimits: args['unenforced-limits'],
     emulate: args.emulate,
+    defaultNetworkPolicy: args['default-network-policy'],
     serverVersion: args['server-version'],
     workloadProvider: args['workload-provider'],
     emulateDelays: delays(args['emulate-delay']),

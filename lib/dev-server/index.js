@@ -28,7 +28,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
-  'emulateDelays'];
+  'emulateDelays', 'defaultNetworkPolicy'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
@@ -75,7 +75,8 @@ async function readJson(req, { optional = false } = {}) {
   try {
     return JSON.parse(text);
   } catch (err) {
-    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? 0);
+    // Python's json names the offset; so does V8, except at the end of the text
+    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? (/end of JSON input/.test(err.message) ? text.length : 0));
     throw new ValidationError([{ type: 'json_invalid', loc: ['body', pos], msg: 'JSON decode error', input: {}, ctx: { error: err.message } }]);
   }
 }
@@ -103,11 +104,14 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
-    unenforcedLimits: false,
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow',
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
   if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
+  if (!['allow', 'deny'].includes(opts.defaultNetworkPolicy)) {
+    throw new Error(`defaultNetworkPolicy must be 'allow' (a create without networkPolicy gets network, as upstream) or 'deny', got ${JSON.stringify(opts.defaultNetworkPolicy)}`);
+  }
   if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
   if (!Array.isArray(opts.allowedHostPaths) || opts.allowedHostPaths.some((p) => typeof p !== 'string' || !path.isAbsolute(p))) {
     throw new Error('allowedHostPaths must be an array of absolute paths');
@@ -180,6 +184,10 @@ export async function startServer(options = {}) {
     if (network.problem && opts.insecure) {
       warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
     }
+    // upstream gives a sandbox without networkPolicy full network; here only through slirp4netns, never the host's
+    if (network.problem && opts.defaultNetworkPolicy === 'allow') {
+      warn(`dev-server: ${network.problem}: sandboxes created without networkPolicy get NO network (a real OpenSandbox server gives them full network); install slirp4netns, or start with defaultNetworkPolicy 'deny' (--default-network-policy deny) to make that the rule`);
+    }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
   }
@@ -223,6 +231,7 @@ export async function startServer(options = {}) {
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
     endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
+    defaultNetwork: opts.defaultNetworkPolicy === 'allow' && !network?.problem,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
   sandboxes.snapshots = snapshots;
@@ -293,7 +302,7 @@ export async function startServer(options = {}) {
       const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds, profile });
       const sb = await sandboxes.create(spec);
       const v = sandboxes.view(sb, { full: false });
-      return send(res, 202, v, { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` });
+      return send(res, 202, v, profile.createLocation ? { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` } : {});
     }
     if (p === '/sandboxes' && m === 'GET') {
       const raw = url.searchParams.get('metadata');
@@ -382,6 +391,7 @@ export async function startServer(options = {}) {
         throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
       }
       const sb = sandboxes.get(id);
+      if (profile.signedRoutes && url.searchParams.has('expires')) throw profile.signedRoutes();
       const useProxy = /^(true|1|yes|on)$/i.test(url.searchParams.get('use_server_proxy') ?? '');
       return send(res, 200, endpointFor(sb, Number(r[2]), useProxy));
     }

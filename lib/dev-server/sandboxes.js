@@ -100,7 +100,8 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, defaultNetwork, log, limits }. defaultNetwork: whether a
+   * create without networkPolicy gets network. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
    * diskLimit (bytes) }. profile: the emulated upstream deployment (upstream.js; default: the local behaviour).
@@ -163,7 +164,8 @@ export class Sandboxes {
     }
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
-    const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
+    // no networkPolicy: network like upstream (defaultNetwork false where the server refused it at start, warned)
+    const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
     const binds = resolveVolumes(req.volumes, {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
@@ -305,14 +307,20 @@ export class Sandboxes {
     // the create response has neither the startup source (image / snapshotId) nor platform
     if (sb.image && full) v.image = sb.image;
     if (sb.snapshotId && full) v.snapshotId = sb.snapshotId;
-    const { lastTransitionAt: at, statusView, viewCreatedAt, platformView } = this.profile;
+    const { lastTransitionAt: at, statusView, viewCreatedAt, platformView, omitEmptyMetadata, sortedMetadata, entrypointLast } = this.profile;
     // get and list describe the sandbox's current state (Docker: from the container); the create answer what it did
     const status = full && statusView ? { ...sb.status, ...statusView(sb) } : sb.status;
     v.status = at === 'transition' ? status : { ...status, lastTransitionAt: at(sb, iso) };
-    v.metadata = sb.metadata;
+    if (!omitEmptyMetadata || Object.keys(sb.metadata).length) {
+      v.metadata = full && sortedMetadata ? Object.fromEntries(Object.entries(sb.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : sb.metadata;
+    }
     v.entrypoint = sb.entrypoint;
     if (sb.expiresAt != null && iso(sb.expiresAt) !== null) v.expiresAt = iso(sb.expiresAt);
     v.createdAt = iso(full && viewCreatedAt === 'container' ? sb.containerCreatedAt : sb.createdAt);
+    if (!full && entrypointLast) {
+      delete v.entrypoint;
+      v.entrypoint = sb.entrypoint;
+    }
     if (full && (platformView === 'always' || sb.platformRequested)) v.platform = sb.platform;
     return v;
   }

@@ -178,7 +178,8 @@ export class Snapshots {
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
     }
     rec.sizeBytes = diskBytes(data);
-    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', 'Snapshot created successfully.');
+    if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
+    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', this.profile.snapshotReadyMessage);
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
   }
 

@@ -15,17 +15,18 @@ export const LATEST_VERSION = '0.1.14';
 /** The version that brought the Snapshots API and BatchSandbox pause/resume on Kubernetes. */
 export const SNAPSHOTS_SINCE = '0.1.13';
 /** Durations (ms) the emulation takes; `emulateDelays` overrides any of them. */
-export const DELAY_NAMES = ['create', 'ready', 'endpoint', 'pause', 'resume'];
+export const DELAY_NAMES = ['create', 'ready', 'endpoint', 'pause', 'resume', 'snapshot'];
 
 const DEFAULT_DELAYS = {
   // the local server answers as fast as it can
-  local: { create: 0, ready: 0, endpoint: 0, pause: 0, resume: 0 },
+  local: { create: 0, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 0 },
   // Docker: the create answers once the (local) image is pulled and the container runs (0.5-1 s recorded);
-  // pause/unpause are immediate
-  docker: { create: 700, ready: 0, endpoint: 0, pause: 0, resume: 0 },
+  // pause/unpause are immediate; `docker commit` of a snapshot takes 0.2-1 s
+  docker: { create: 700, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 300 },
   // Kubernetes: the create waits for the pod's IP (Allocated), readiness follows; the endpoint reads the informer
   // cache, which lags the pod; BatchSandbox pause commits and pushes the root filesystem, resume schedules a new pod
-  kubernetes: { create: 3000, ready: 2000, endpoint: 1000, pause: 20000, resume: 15000 },
+  // a SandboxSnapshot commits and pushes an image too
+  kubernetes: { create: 3000, ready: 2000, endpoint: 1000, pause: 20000, resume: 15000, snapshot: 20000 },
 };
 
 /** 'X.Y.Z' → [X, Y, Z], or null. */
@@ -97,12 +98,27 @@ function behaviours(runtime, version, provider) {
     // codes where upstream differs from the local server's own
     timeoutTooLong: null, // null: the local 400 SANDBOX::INVALID_TIMEOUT
     invalidPort: null, // null: 422 like a schema failure
+    // answer to an endpoint asked for with `?expires=` (a signed route); null: the parameter is ignored
+    signedRoutes: null,
+    // sandbox views leave out empty metadata (upstream's response models exclude None, and no labels read back as None)
+    omitEmptyMetadata: false,
+    // pydantic model validators: the first failing one is the only error ("Exactly one of image or snapshotId",
+    // then "resourceLimits is required when poolRef is not provided")
+    modelValidators: false,
+    // the create answer: a Location header; entrypoint last (upstream's CreateSandboxResponse field order)
+    createLocation: true,
+    entrypointLast: false,
+    // get/list metadata in key order (Docker reads it back from labels, a sorted map)
+    sortedMetadata: false,
+    snapshotReadyMessage: 'Snapshot created successfully.',
     // path prefix of the endpoint `use_server_proxy=true` hands out (upstream's has no /v1)
     proxyPrefix: '/v1',
     // the endpoint's answer while the pod has no IP (or the informer cache lags `delays.endpoint`); null: no such state
     noPodIp: null,
     missingPvcStatus: 404,
     reservedMetadata: null, // null: the local message
+    invalidMetadataKey: null,
+    invalidMetadataValue: null,
   };
   if (runtime === null) return base;
   const upstream = {
@@ -110,9 +126,16 @@ function behaviours(runtime, version, provider) {
     fastapiRoutes: true,
     hostPathSyntax: true,
     proxyPrefix: '',
+    omitEmptyMetadata: true,
+    modelValidators: true,
+    createLocation: false,
+    entrypointLast: true,
     timeoutTooLong: (timeout, max) => err(400, 'SANDBOX::INVALID_PARAMETER', `Sandbox timeout ${timeout}s exceeds configured maximum of ${max}s.`),
     reservedMetadata: (key) => err(400, 'SANDBOX::INVALID_METADATA_LABEL',
       `Metadata key '${key}' uses the reserved prefix 'opensandbox.io/'. Keys under this prefix are managed by the system and cannot be set via metadata.`),
+    // validators.py ensure_metadata_labels
+    invalidMetadataKey: (key) => err(400, 'SANDBOX::INVALID_METADATA_LABEL', `Metadata key '${key}' is invalid: must be either a name or a DNS-subdomain prefix and name separated by /, where the name is up to 63 characters and matches [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, and the optional prefix is a valid DNS subdomain up to 253 characters.`),
+    invalidMetadataValue: (value) => err(400, 'SANDBOX::INVALID_METADATA_LABEL', `Metadata value '${value}' is invalid: must be 63 characters or less, start/end with an alphanumeric character, and contain only alphanumeric, '-', '_', or '.' characters.`),
     noExpiry: (id) => err(409, 'DOCKER::INVALID_EXPIRATION', `Sandbox ${id} does not have automatic expiration enabled.`),
     // validators.py ensure_valid_port (both runtimes share the DOCKER:: code)
     invalidPort: () => err(400, 'DOCKER::INVALID_PORT', 'Port must be between 1 and 65535.'),
@@ -135,6 +158,10 @@ function behaviours(runtime, version, provider) {
       snapshotLabels: true,
       snapshotDeleteConflict: true,
       renewChecks: ['lookup', 'past', 'expiry'],
+      sortedMetadata: true,
+      snapshotReadyMessage: 'Docker snapshot image created successfully.',
+      signedRoutes: () => err(400, 'SANDBOX::API_NOT_SUPPORTED',
+        "Signed routes (expires parameter) are not supported when runtime.type='docker'. Use the Kubernetes runtime for signed routes."),
     };
   }
   // kubernetes
