@@ -32,6 +32,7 @@ const STATE_POLL_MS = 200;
 // else: not live (a start creates a new sandbox).
 const LIVE_STATES = ['Running', 'Paused', 'Pending', 'Allocated', 'Pausing', 'Resuming'];
 const WAIT_STATES = ['Pending', 'Allocated', 'Pausing', 'Resuming', 'Paused'];
+const TRANSIENT_STATES = ['Pending', 'Allocated', 'Pausing', 'Resuming']; // the server is moving it to another state
 
 const BUILD_TEMPLATE = Symbol('buildTemplate');
 
@@ -192,19 +193,27 @@ export class OpenSandboxSandbox extends MastraSandbox {
     await this.#cancelInflight();
     await this.processes.killAll();
     this.#execd = undefined;
-    try {
-      await this.#lc().pause(id);
-    } catch (e) {
-      const err = this.#map(e, `pause sandbox ${id}`);
-      if (err instanceof OpenSandboxNotFoundError) return this.#forget();
-      if (pauseUnsupported(err)) return this.#leftRunning(err, true);
-      if (err.code === 'DOCKER::SANDBOX_PAUSE_FAILED') {
-        // Docker refuses to pause a paused container, and one that `docker commit` (a snapshot) is pausing
-        const remote = await this.#waitForState(id, () => true, 'pause');
-        if (!remote || stateOf(remote) === 'Paused') return (this.#pause = undefined);
-        return this.#leftRunning(err, false);
+    for (let again = false; ; again = true) {
+      try {
+        await this.#lc().pause(id);
+        break;
+      } catch (e) {
+        const err = this.#map(e, `pause sandbox ${id}`);
+        if (err instanceof OpenSandboxNotFoundError) return this.#forget();
+        if (pauseUnsupported(err)) return this.#leftRunning(err, true);
+        if (err.code === 'DOCKER::SANDBOX_PAUSE_FAILED') {
+          // Docker refuses to pause a paused container, and one that `docker commit` (a snapshot) is pausing
+          const remote = await this.#waitForState(id, () => true, 'pause');
+          if (!remote || stateOf(remote) === 'Paused') return (this.#pause = undefined);
+          return this.#leftRunning(err, false);
+        }
+        if (err.status !== 409) throw err;
+        // not pausable now: already paused, or between states (Pending/Allocated/Pausing/Resuming): once it settles,
+        // Paused (or no longer live) is done, Running (it was being created or resumed) is paused once more
+        const remote = await this.#waitForState(id, st => !TRANSIENT_STATES.includes(st), 'pause');
+        if (!remote) return undefined;
+        if (stateOf(remote) !== 'Running' || again) return (this.#pause = undefined);
       }
-      if (err.status !== 409) throw err;
     }
     this.#pause = undefined;
     await this.#waitForState(id, s => s !== 'Pausing' && s !== 'Running', 'pause');

@@ -281,6 +281,36 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
     });
   });
 
+  describe("emulate: 'kubernetes', stop() between states", () => {
+    let server;
+    const sb = sandboxes(() => server);
+    before(async function () {
+      this.timeout(60000);
+      server = await startServer({ port: 0, emulate: 'kubernetes', emulateDelays: { create: 200, ready: 200, endpoint: 0, pause: 1500, resume: 1500 } });
+    });
+    after(async function () {
+      this.timeout(60000);
+      await sb.destroyAll();
+      await server?.close();
+    });
+
+    it('stop() during Resuming (409 KUBERNETES::INVALID_STATE) waits for Running and pauses it', async () => {
+      const s = sb.make();
+      await s._start();
+      const id = s.opensandbox.sandboxId;
+      const state = async () => (await api(server, 'GET', `/sandboxes/${id}`)).body.status.state;
+      // another process pauses and resumes it; our stop() arrives while it is Resuming
+      assert.equal((await api(server, 'POST', `/sandboxes/${id}/pause`)).status, 202);
+      await waitFor(async () => (await state()) === 'Paused', { timeoutMs: 20000, intervalMs: 100, message: 'Paused' });
+      assert.equal((await api(server, 'POST', `/sandboxes/${id}/resume`)).status, 202);
+      assert.equal(await state(), 'Resuming');
+      const refused = await api(server, 'POST', `/sandboxes/${id}/pause`);
+      assert.deepEqual([refused.status, refused.body.code], [409, 'KUBERNETES::INVALID_STATE']);
+      await s._stop();
+      assert.equal(await state(), 'Paused');
+    });
+  });
+
   describe("emulate: 'kubernetes', a slow create", () => {
     let server;
     const sb = sandboxes(() => server);
