@@ -12,6 +12,10 @@ export const DEFAULT_KEEP_CHECKPOINTS = 3;
 
 export const checkpointSnapshotName = name => `${CHECKPOINT_PREFIX}${name}`;
 
+// Snapshot ids whose delete conflicted (409), per "<server>|<snapshot name>", deleted again by the next prune of the
+// name in this process (also when the server does not list `Deleting` records)
+const conflicted = new Map();
+
 export class Checkpoints {
   #snaps;
   #keep;
@@ -29,6 +33,11 @@ export class Checkpoints {
     this.#onError = onError;
     this.#keep = keep;
     this.#timeoutMs = timeoutMs;
+  }
+
+  /** Whether the server can hold checkpoints (it has the Snapshots API). */
+  available() {
+    return this.#snaps.available();
   }
 
   /** The newest Ready checkpoint of `name` (a snapshot object), or null. */
@@ -59,26 +68,31 @@ export class Checkpoints {
 
   /**
    * Deletes the Ready checkpoints of `name` older than the newest `keep`, and its Failed captures. Best effort: a
-   * snapshot that cannot be deleted now (e.g. 409 while a sandbox is restored from it) is left for the next prune
-   * and reported to onError. Resolves the number deleted.
+   * snapshot that cannot be deleted now (e.g. 409 SNAPSHOT::DELETE_CONFLICT while a sandbox created from it exists:
+   * upstream then leaves the record `Deleting`) is reported to onError and deleted again by the next prune of the
+   * name in this process, which also retries every `Deleting` record the server lists. Resolves the number deleted.
    */
   async prune(name) {
     const snapName = checkpointSnapshotName(name);
+    const key = `${this.#snaps.server ?? ''}|${snapName}`;
     let all;
     try {
-      all = await this.#snaps.listAll({ states: ['Ready', 'Failed'], filter: s => s.name === snapName });
+      all = await this.#snaps.listAll({ states: ['Ready', 'Failed', 'Deleting'], filter: s => s.name === snapName });
     } catch (err) {
       this.#onError(err);
       return 0;
     }
     const ready = all.filter(s => s.status?.state === 'Ready');
-    const doomed = [...ready.slice(this.#keep), ...all.filter(s => s.status?.state === 'Failed')];
+    const doomed = new Set([...ready.slice(this.#keep), ...all.filter(s => ['Failed', 'Deleting'].includes(s.status?.state))].map(s => s.id));
+    for (const id of conflicted.get(key) ?? []) doomed.add(id);
+    conflicted.delete(key);
     let n = 0;
-    for (const s of doomed) {
+    for (const id of doomed) {
       try {
-        await this.#snaps.delete(s.id, { ignoreMissing: true });
+        await this.#snaps.delete(id, { ignoreMissing: true });
         n++;
       } catch (err) {
+        if (err.status === 409) conflicted.set(key, (conflicted.get(key) ?? new Set()).add(id));
         this.#onError(err);
       }
     }
@@ -90,8 +104,11 @@ export class Checkpoints {
  * The checkpoints a fresh start may boot from, in order: the newest Ready checkpoint of `checkpointName`, else of
  * `seedCheckpointName` (boot-only). Yields { snapshotId, restoredFrom: { kind: 'checkpoint' | 'seed', name,
  * snapshotId } }; the caller tries each (one deleted meanwhile is skipped) before its base image or snapshot.
+ * None on a server without the Snapshots API (a start there boots from the image).
  */
 export async function* checkpointCandidates(checkpoints, { checkpointName, seedCheckpointName }) {
+  if (!checkpointName && !seedCheckpointName) return;
+  if (!(await checkpoints.available())) return;
   for (const [kind, name] of [['checkpoint', checkpointName], ['seed', seedCheckpointName]]) {
     if (!name) continue;
     const snap = await checkpoints.newest(name);

@@ -13,6 +13,7 @@
 //      ├─ OpenSandboxProtocolError      malformed response or event stream
 //      ├─ OpenSandboxSnapshotError      a snapshot capture failed (snapshotId, state, reason)
 //      ├─ OpenSandboxTemplateBuildError a template build step failed (templateId, step, exitCode, stdout, stderr)
+//      ├─ OpenSandboxUnsupportedError   the server lacks an API the call needs (feature, requiredServerVersion)
 //      └─ OpenSandboxCancelledError     the operation was cancelled (abort signal)
 import { SandboxError } from '@mastra/core/workspace';
 
@@ -113,6 +114,15 @@ export class OpenSandboxTemplateBuildError extends OpenSandboxError {
     this.exitCode = details.exitCode;
     this.stdout = details.stdout;
     this.stderr = details.stderr;
+  }
+}
+
+export class OpenSandboxUnsupportedError extends OpenSandboxError {
+  constructor(message, details = {}) {
+    super(message, details.code || 'UNSUPPORTED_BY_SERVER', { kind: 'unsupported', ...details });
+    this.name = 'OpenSandboxUnsupportedError';
+    this.feature = details.feature;
+    this.requiredServerVersion = details.requiredServerVersion;
   }
 }
 

@@ -28,6 +28,7 @@ export {
   OpenSandboxTimeoutError,
   OpenSandboxProtocolError,
   OpenSandboxCancelledError,
+  OpenSandboxUnsupportedError,
   OpenSandboxSnapshotError,
   OpenSandboxTemplateBuildError,
 } from './errors.js';

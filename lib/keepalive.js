@@ -4,9 +4,12 @@
 // now + idle. A command starting or ending renews only when less than idleMs is left, to now + idle + half a
 // period: an idle sandbox expires at least idleMs after its last activity (at most a period later), and
 // back-to-back commands cost at most one renewal per half period.
-// Expiry times are computed on the SERVER clock: the offset to the local clock is anchored on server timestamps
-// seen at known local instants (createdAt of our create, lastTransitionAt after our resume); without an anchor
-// the local clock is used.
+// Expiry times are computed on the SERVER clock: the offset to the local clock is anchored on the HTTP Date header
+// of every lifecycle answer (the server's clock at the answer, to the second, seen between two local instants); the
+// bounds of all observations are intersected (a contradicting one, e.g. after a local clock step, starts over).
+// Never on a sandbox's status.lastTransitionAt: upstream stamps it with the container's FinishedAt or creation time
+// (Docker) or the workload's creationTimestamp (Kubernetes), not the time of our resume. Without an anchor the local
+// clock is used.
 
 const MIN_PERIOD_MS = 500;
 const MAX_PERIOD_MS = 60000;
@@ -16,7 +19,8 @@ export class KeepAlive {
   #busy;
   #renew;
   #onError;
-  #skewMs; // server clock - local clock, when anchored
+  #skewLo; // bounds of (server clock - local clock) in ms, when anchored
+  #skewHi;
   #timer;
   #running = false;
   #wasBusy = false;
@@ -39,16 +43,27 @@ export class KeepAlive {
     return Math.min(MAX_PERIOD_MS, Math.max(MIN_PERIOD_MS, Math.floor((this.#idleMs ?? 0) / 3)));
   }
 
-  /** A server timestamp observed between the local instants sentAt and receivedAt (ms since the epoch). */
-  anchor(serverTime, sentAt, receivedAt) {
+  /**
+   * A server timestamp observed between the local instants sentAt and receivedAt (ms since the epoch);
+   * precisionMs: how much the stamp may be truncated (an HTTP Date header: 1000).
+   */
+  anchor(serverTime, sentAt, receivedAt, precisionMs = 0) {
     const t = Date.parse(serverTime ?? '');
-    if (Number.isNaN(t)) return;
-    this.#skewMs = t - (sentAt + receivedAt) / 2;
+    if (Number.isNaN(t) || !(receivedAt >= sentAt)) return;
+    const lo = t - receivedAt;
+    const hi = t + precisionMs - sentAt;
+    if (this.#skewLo === undefined || lo > this.#skewHi || hi < this.#skewLo) {
+      this.#skewLo = lo;
+      this.#skewHi = hi;
+    } else {
+      this.#skewLo = Math.max(this.#skewLo, lo);
+      this.#skewHi = Math.min(this.#skewHi, hi);
+    }
   }
 
   /** The server's current time, estimated. */
   serverNow() {
-    return Date.now() + (this.#skewMs ?? 0);
+    return Date.now() + (this.#skewLo === undefined ? 0 : (this.#skewLo + this.#skewHi) / 2);
   }
 
   /** The sandbox is running: sets the expiry to now + idle and starts the ticks. */

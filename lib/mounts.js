@@ -3,6 +3,7 @@
 // them in the MOUNTS_LABEL metadata label), a reconnect compares that hash, and a mount() after creation only reports
 // whether the mount is already there. HostMounts holds what the remote sandbox was created with.
 import { createHash } from 'node:crypto';
+import path from 'node:path';
 import { shellQuote } from './shell.js';
 
 /** Metadata label holding a hash of the workspace mounts a sandbox was created with (reconnect check). */
@@ -19,6 +20,12 @@ function mountProblem(mountPath, config) {
   }
   return null;
 }
+
+/**
+ * The host path sent for a local filesystem's basePath: absolute and normalised (no `//`, `.`, `..` or trailing
+ * `/`). Upstream refuses the unnormalised forms with 400 VOLUME::INVALID_HOST_PATH; the local server resolved them.
+ */
+export const hostPathOf = basePath => path.posix.resolve(basePath);
 
 /** 16 hex chars of sha256 over the sorted mounts, or undefined when there are none. */
 function mountsHash(mounted) {
@@ -46,9 +53,10 @@ export class HostMounts {
       const config = entry.filesystem?.getMountConfig?.();
       if (mountProblem(mountPath, config)) continue; // mount() reports the problem
       const readOnly = Boolean(entry.filesystem.readOnly);
-      mounted.set(mountPath, { hostPath: config.basePath, readOnly });
+      const hostPath = hostPathOf(config.basePath);
+      mounted.set(mountPath, { hostPath, readOnly });
       const name = `mastra-mount-${createHash('sha256').update(mountPath).digest('hex').slice(0, 12)}`;
-      volumes.push({ name, host: { path: config.basePath }, mountPath, readOnly });
+      volumes.push({ name, host: { path: hostPath }, mountPath, readOnly });
     }
     const hash = mountsHash(mounted);
     return { volumes, mounted, hash };
@@ -94,7 +102,7 @@ export class HostMounts {
     if (this.#mismatch && (this.#mounted.has(mountPath) || manager?.has(mountPath))) return fail(this.#mismatch);
     const have = this.#mounted.get(mountPath);
     if (have) {
-      if (have.hostPath === config.basePath && have.readOnly === Boolean(filesystem.readOnly)) return { success: true, mountPath };
+      if (have.hostPath === hostPathOf(config.basePath) && have.readOnly === Boolean(filesystem.readOnly)) return { success: true, mountPath };
       return fail(`${mountPath} is mounted from ${have.hostPath}${have.readOnly ? ' (read-only)' : ''}; ` +
         'OpenSandbox volumes are fixed at sandbox creation: destroy the sandbox to change it');
     }

@@ -82,57 +82,80 @@ const parse = (text) => (text === undefined ? undefined : JSON.parse(text));
 /** Lifecycle client of the OpenSandbox sandboxes API. */
 export class Lifecycle {
   #n;
+  #onServerDate;
+  /**
+   * opts.onServerDate(date, sentAt, receivedAt), optional: called for every answer carrying an HTTP Date header
+   * (success or API error) with the header text and the local instants (ms) the request was sent and answered.
+   */
   constructor(opts) {
     const o = optionsObject(opts, 'Lifecycle options');
     if (typeof o.baseUrl !== 'string') throw typeError('baseUrl must be a string');
     if (o.apiKey !== undefined && o.apiKey !== null && typeof o.apiKey !== 'string') throw typeError('apiKey must be a string');
     this.#n = new binding.Lifecycle(o.baseUrl, o.apiKey ?? null, optionalMs(o.requestTimeoutMs, 'requestTimeoutMs', 30000),
       optionalString(o.caFile, 'caFile'));
+    if (o.onServerDate !== undefined && typeof o.onServerDate !== 'function') throw typeError('onServerDate must be a function');
+    this.#onServerDate = o.onServerDate;
+  }
+  /** Runs one native call; resolves the response body text (undefined when none), reports its Date header. */
+  async #call(start) {
+    const sentAt = Date.now();
+    let r;
+    try {
+      r = await start();
+    } catch (e) {
+      this.#date(e?.serverDate, sentAt);
+      throw e;
+    }
+    this.#date(r.date, sentAt);
+    return r.body;
+  }
+  #date(date, sentAt) {
+    if (date !== undefined && this.#onServerDate) this.#onServerDate(date, sentAt, Date.now());
   }
   async create(request) {
     if (request === null || typeof request !== 'object') throw typeError('create request must be an object');
-    return parse(await this.#n.create(JSON.stringify(request)));
+    return parse(await this.#call(() => this.#n.create(JSON.stringify(request))));
   }
   async get(id) {
-    return parse(await this.#n.get(id));
+    return parse(await this.#call(() => this.#n.get(id)));
   }
   async list({ metadata, states, page, pageSize } = {}) {
     if (states !== undefined && !Array.isArray(states)) throw typeError('states must be an array of strings');
-    return parse(await this.#n.list(stringPairs(metadata, 'metadata'), states ?? [], page ?? 0, pageSize ?? 0));
+    return parse(await this.#call(() => this.#n.list(stringPairs(metadata, 'metadata'), states ?? [], page ?? 0, pageSize ?? 0)));
   }
   async delete(id) {
-    await this.#n.delete(id);
+    await this.#call(() => this.#n.delete(id));
   }
   async pause(id) {
-    await this.#n.pause(id);
+    await this.#call(() => this.#n.pause(id));
   }
   async resume(id) {
-    await this.#n.resume(id);
+    await this.#call(() => this.#n.resume(id));
   }
   async renew(id, expiresAt) {
     const at = expiresAt instanceof Date ? expiresAt.toISOString() : expiresAt;
-    return parse(await this.#n.renew(id, at));
+    return parse(await this.#call(() => this.#n.renew(id, at)));
   }
   async endpoint(id, port, useServerProxy = false) {
-    const ep = parse(await this.#n.endpoint(id, port, Boolean(useServerProxy)));
+    const ep = parse(await this.#call(() => this.#n.endpoint(id, port, Boolean(useServerProxy))));
     return { endpoint: ep.endpoint, headers: ep.headers && typeof ep.headers === 'object' ? ep.headers : {} };
   }
   async patchMetadata(id, patch) {
     stringPairs(patch, 'metadata patch', { allowNull: true });
-    return parse(await this.#n.patchMetadata(id, JSON.stringify(patch)));
+    return parse(await this.#call(() => this.#n.patchMetadata(id, JSON.stringify(patch))));
   }
   async createSnapshot(sandboxId, { name } = {}) {
-    return parse(await this.#n.createSnapshot(sandboxId, optionalString(name, 'name')));
+    return parse(await this.#call(() => this.#n.createSnapshot(sandboxId, optionalString(name, 'name'))));
   }
   async getSnapshot(id) {
-    return parse(await this.#n.getSnapshot(id));
+    return parse(await this.#call(() => this.#n.getSnapshot(id)));
   }
   async listSnapshots({ sandboxId, states, page, pageSize } = {}) {
     if (states !== undefined && !Array.isArray(states)) throw typeError('states must be an array of strings');
-    return parse(await this.#n.listSnapshots(optionalString(sandboxId, 'sandboxId'), states ?? [], page ?? 0, pageSize ?? 0));
+    return parse(await this.#call(() => this.#n.listSnapshots(optionalString(sandboxId, 'sandboxId'), states ?? [], page ?? 0, pageSize ?? 0)));
   }
   async deleteSnapshot(id) {
-    await this.#n.deleteSnapshot(id);
+    await this.#call(() => this.#n.deleteSnapshot(id));
   }
 }
 

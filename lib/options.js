@@ -17,6 +17,7 @@ export const DEFAULTS = Object.freeze({
   useServerProxy: false,
   requestTimeoutMs: 30000,
   readyTimeoutMs: 30000,
+  createTimeoutMs: 180000,
   workingDirectory: '/workspace',
   keepCheckpoints: 3,
   snapshotTimeoutMs: 300000,
@@ -25,7 +26,7 @@ export const DEFAULTS = Object.freeze({
 const KNOWN = new Set([
   'id', 'domain', 'apiKey', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'resources', 'env',
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
-  'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes', 'caFile',
+  'createTimeoutMs', 'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes', 'caFile',
   'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template',
 ]);
 
@@ -266,6 +267,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     caFile: parseCaFile(o),
     requestTimeoutMs: optPositiveInt(o, 'requestTimeoutMs') ?? DEFAULTS.requestTimeoutMs,
     readyTimeoutMs: optPositiveInt(o, 'readyTimeoutMs') ?? DEFAULTS.readyTimeoutMs,
+    createTimeoutMs: optPositiveInt(o, 'createTimeoutMs') ?? DEFAULTS.createTimeoutMs,
     instructions: o.instructions,
     onStart: optFunction(o, 'onStart'),
     onStop: optFunction(o, 'onStop'),

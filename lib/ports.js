@@ -17,11 +17,14 @@ export function portNotExposable(err) {
 
 /**
  * The URL of endpoint answer `ep` (scheme `protocol` added when it has none, path prefix kept, no trailing slash);
- * null when there is no endpoint or reaching it needs extra request headers (a plain URL would not work).
+ * null when there is no endpoint or reaching it needs extra request headers (a plain URL would not work). Through
+ * the lifecycle server's proxy (`serverProxy`) a Kubernetes gateway's routing header (OpenSandbox-Ingress-To, which
+ * upstream keeps in that answer) is not needed: the proxy route finds the sandbox itself. An access token header is.
  */
-export function portUrl(ep, protocol) {
+export function portUrl(ep, protocol, { serverProxy = false } = {}) {
   if (!ep || typeof ep.endpoint !== 'string' || ep.endpoint === '') return null;
-  if (Object.keys(ep.headers ?? {}).length > 0) return null;
+  const needed = Object.keys(ep.headers ?? {}).filter(h => !(serverProxy && h.toLowerCase() === 'opensandbox-ingress-to'));
+  if (needed.length > 0) return null;
   const url = /^https?:\/\//i.test(ep.endpoint) ? ep.endpoint : `${protocol}://${ep.endpoint}`;
   return url.replace(/\/+$/, '');
 }

@@ -2,7 +2,7 @@
 // processes.spawn/get, writeFiles, OpenSandboxFilesystem, the code interpreter tools, getPortUrl). Mastra's convention for a sandbox that
 // died outside the provider's control (deleted, expired): the next call notices, resets the handle, provisions again
 // (ensureRunning) and retries once. Here the retry happens only when the failed request provably never started
-// anything — the server or a proxy refused it (404/502/503), the connection was refused, or (for calls whose
+// anything — the server or a proxy refused it (404/502/503, the server proxy's 401 SANDBOX::UNAUTHORIZED), the connection was refused, or (for calls whose
 // transport failures all come before anything runs, e.g. a command stream cut before its init event) any transport
 // failure — and the lifecycle API confirms the sandbox is gone. A request that may have run something, on a sandbox
 // that is gone, rejects with OpenSandboxSandboxGoneError (the handle is reset: the next call provisions again);
@@ -10,10 +10,14 @@
 
 const REFUSED = /couldn't connect|could not connect|connection refused|failed to connect/i;
 
+// The server proxy route (useServerProxy) of a sandbox it no longer knows answers 401 SANDBOX::UNAUTHORIZED (one
+// answer for an unknown sandbox and a wrong token, so ids cannot be probed): a refusal before anything ran.
+const proxyRefused = err => err?.kind === 'api' && err.status === 401 && err.code === 'SANDBOX::UNAUTHORIZED';
+
 /** Errors worth asking the lifecycle API whether the sandbox still exists. */
 export function suspicious(err) {
   if (err?.code === 'FILE_NOT_FOUND') return false; // execd's own 404 for a path
-  return err?.kind === 'transport' || (err?.kind === 'api' && [404, 502, 503].includes(err.status));
+  return err?.kind === 'transport' || (err?.kind === 'api' && [404, 502, 503].includes(err.status)) || proxyRefused(err);
 }
 
 /**
@@ -21,7 +25,7 @@ export function suspicious(err) {
  * before anything starts (the native layer marks a command stream cut after its init event COMMAND_STREAM_CUT).
  */
 export function neverStarted(err, anyTransport = false) {
-  if (err?.kind === 'api') return [404, 502, 503].includes(err.status);
+  if (err?.kind === 'api') return [404, 502, 503].includes(err.status) || proxyRefused(err);
   if (err?.kind !== 'transport' || err.code === 'COMMAND_STREAM_CUT') return false;
   return anyTransport || REFUSED.test(err.message ?? '');
 }

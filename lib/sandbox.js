@@ -10,8 +10,8 @@ import { OpenSandboxProcessManager } from './process-manager.js';
 import { normalizeOptions, normalizeCommandCall } from './options.js';
 import { shellQuote } from './shell.js';
 import { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
-import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError } from './errors.js';
-import { parseResources } from './resources.js';
+import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError, OpenSandboxTransportError } from './errors.js';
+import { parseResources, resourceWarnings } from './resources.js';
 import { normalizeFiles, uploadFiles } from './files.js';
 import { KeepAlive } from './keepalive.js';
 import { SnapshotClient } from './snapshots.js';
@@ -27,7 +27,20 @@ import { rawHandle } from './handle.js';
 export const EXECD_PORT = 44772;
 
 const STATE_POLL_MS = 200;
-const LIVE_STATES = ['Running', 'Paused', 'Pending'];
+// What each upstream state means to the client (docs/sandbox.md "States"): Running = attach; Pending (being created)
+// and Allocated (Kubernetes: the pod has an IP, not ready yet) = wait for Running; Pausing = wait for Paused, then
+// resume; Paused = resume; Resuming = wait for Running. All of them are the live sandbox of its logical id (a lookup
+// during any of them reattaches, never creates a second one). Stopping, Terminated, Failed, Unknown and anything
+// else: not live (a start creates a new sandbox).
+const LIVE_STATES = ['Running', 'Paused', 'Pending', 'Allocated', 'Pausing', 'Resuming'];
+const WAIT_STATES = ['Pending', 'Allocated', 'Pausing', 'Resuming', 'Paused'];
+const TRANSIENT_STATES = ['Pending', 'Allocated', 'Pausing', 'Resuming']; // the server is moving it to another state
+
+// pause answers of servers that cannot pause at all: 400 KUBERNETES::INVALID_STATE (agent-sandbox provider; a 409 of
+// that code is BatchSandbox's "not now", e.g. already paused), 501 SANDBOX::API_NOT_SUPPORTED (Kubernetes before 0.1.13)
+const pauseUnsupported = err => (err.status === 400 && err.code === 'KUBERNETES::INVALID_STATE') || err.status === 501;
+const pauseWarned = new Set(); // "<server>|<code>" already warned about (once per server)
+const resourcesWarned = new Set(); // resource warnings already given (once per process)
 
 const stateOf = remote => String(remote?.status?.state ?? 'Unknown');
 const toDate = s => (s ? new Date(s) : undefined);
@@ -37,11 +50,15 @@ export class OpenSandboxSandbox extends MastraSandbox {
   name = 'OpenSandboxSandbox';
   provider = 'opensandbox';
   status = 'pending';
-  /** snapshot() persists real checkpoints (OpenSandbox snapshots) that later starts boot from. */
+  /**
+   * snapshot() persists real checkpoints (OpenSandbox snapshots) that later starts boot from. Becomes false at start()
+   * on a server without the Snapshots API (before 0.1.13), where snapshot() rejects with OpenSandboxUnsupportedError.
+   */
   supportsCheckpoints = true;
 
   #cfg;
   #lifecycleClient;
+  #createClient; // #lcCreate()
   #remoteId; // remote OpenSandbox sandbox id, once known
   #explicitId; // true while #remoteId comes from the sandboxId option and was never attached
   #remote; // last sandbox object seen from the server
@@ -57,6 +74,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #keepAlive;
   #uploads = 0; // writeFiles calls in flight (activity for the keep-alive)
   #checkpoints; // lib/checkpoints.js, created on first use
+  #pause; // the last stop() that could not pause: { paused: false, supported, code, reason }
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
@@ -122,6 +140,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
       await this.#attach(remote);
       this.#mounts.check(remote, outcome);
       await this.#keepAlive.start();
+      // asked once per server (already known when this start looked for checkpoints); a failed question leaves it
+      this.supportsCheckpoints = await this.#snapshotClient().available().catch(() => this.supportsCheckpoints);
     } catch (err) {
       // A sandbox we just created is deleted again (like the official SDK); one we reattached to is kept.
       if (outcome === 'created') {
@@ -145,6 +165,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (!name) return;
     const { abortSignal, timeoutMs } = options ?? {};
     if (abortSignal?.aborted) throw new SandboxAbortError('snapshot', abortSignal.reason);
+    await this.#snapshotClient().require(`snapshot into checkpoint ${name}`);
     await this.#checkpointStore().capture(name, () => this.#prepareCapture(), { abortSignal, timeoutMs });
   }
 
@@ -159,7 +180,12 @@ export class OpenSandboxSandbox extends MastraSandbox {
     return { sandboxId: id, release: () => this.#lcCall(`pause sandbox ${id}`, lc => lc.pause(id)) };
   }
 
-  /** Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first. */
+  /**
+   * Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first. A
+   * server that cannot pause (Kubernetes: 400 KUBERNETES::INVALID_STATE, 501 SANDBOX::API_NOT_SUPPORTED) leaves it
+   * running: warned once per server, reported by getInfo() (`pause`); Docker's 500
+   * DOCKER::SANDBOX_PAUSE_FAILED is "already paused" (done) or "being committed by a snapshot" (left running).
+   */
   async stop() {
     const id = this.#remoteId;
     if (!id || this.#explicitId) return;
@@ -167,14 +193,39 @@ export class OpenSandboxSandbox extends MastraSandbox {
     await this.#cancelInflight();
     await this.processes.killAll();
     this.#execd = undefined;
-    try {
-      await this.#lc().pause(id);
-    } catch (e) {
-      const err = this.#map(e, `pause sandbox ${id}`);
-      if (err instanceof OpenSandboxNotFoundError) return this.#forget();
-      if (err.status !== 409) throw err;
+    for (let again = false; ; again = true) {
+      try {
+        await this.#lc().pause(id);
+        break;
+      } catch (e) {
+        const err = this.#map(e, `pause sandbox ${id}`);
+        if (err instanceof OpenSandboxNotFoundError) return this.#forget();
+        if (pauseUnsupported(err)) return this.#leftRunning(err, true);
+        if (err.code === 'DOCKER::SANDBOX_PAUSE_FAILED') {
+          // Docker refuses to pause a paused container, and one that `docker commit` (a snapshot) is pausing
+          const remote = await this.#waitForState(id, () => true, 'pause');
+          if (!remote || stateOf(remote) === 'Paused') return (this.#pause = undefined);
+          return this.#leftRunning(err, false);
+        }
+        if (err.status !== 409) throw err;
+        // not pausable now: already paused, or between states (Pending/Allocated/Pausing/Resuming): once it settles,
+        // Paused (or no longer live) is done, Running (it was being created or resumed) is paused once more
+        const remote = await this.#waitForState(id, st => !TRANSIENT_STATES.includes(st), 'pause');
+        if (!remote) return undefined;
+        if (stateOf(remote) !== 'Running' || again) return (this.#pause = undefined);
+      }
     }
+    this.#pause = undefined;
     await this.#waitForState(id, s => s !== 'Pausing' && s !== 'Running', 'pause');
+  }
+
+  /** stop() on a sandbox the server would not pause: it stays running (the next start reattaches to it). */
+  #leftRunning(err, unsupported) {
+    this.#pause = { paused: false, supported: !unsupported, code: err.code, reason: err.serverMessage };
+    const key = `${this.#cfg.lifecycleBaseUrl}|${err.code}`;
+    if (unsupported && pauseWarned.has(key)) return;
+    if (unsupported) pauseWarned.add(key);
+    this.logger.warn(`OpenSandboxSandbox: the server cannot pause sandbox ${this.#remoteId} (${err.code}); stop() left it running`, { error: err.message });
   }
 
   /** Deletes the sandbox (a sandbox already gone is fine); foreground commands still running are cancelled first. */
@@ -326,17 +377,13 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ep = await this.#recovering(async () => {
         const id = this.#remoteId;
         if (!id) throw new SandboxNotReadyError(this.id);
-        try {
-          return await this.#lc().endpoint(id, port, this.#cfg.useServerProxy);
-        } catch (e) {
-          throw this.#map(e, `get endpoint of port ${port} of sandbox ${id}`);
-        }
+        return await this.#endpointOf(id, port, `get endpoint of port ${port} of sandbox ${id}`);
       }, { anyTransport: true });
     } catch (err) {
       if (portNotExposable(err)) return null;
       throw err;
     }
-    return portUrl(ep, this.#cfg.protocol);
+    return portUrl(ep, this.#cfg.protocol, { serverProxy: this.#cfg.useServerProxy });
   }
 
   /**
@@ -411,6 +458,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ...(cfg.seedCheckpointName ? { seedCheckpointName: cfg.seedCheckpointName } : {}),
       ...(this.#options.keepCheckpoints !== undefined ? { keepCheckpoints: cfg.keepCheckpoints } : {}),
       ...(this.#options.snapshotTimeoutMs !== undefined ? { snapshotTimeoutMs: cfg.snapshotTimeoutMs } : {}),
+      ...(this.#options.createTimeoutMs !== undefined ? { createTimeoutMs: cfg.createTimeoutMs } : {}),
       // the remote id only when it was configured: otherwise a stored config reconnects by logical id
       ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
     };
@@ -429,6 +477,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
       resources: parseResources(cfg.resources),
       mounts,
       metadata,
+      // the last stop() left the sandbox running (the server could not pause it); not in metadata (the stored config)
+      ...(this.#pause ? { pause: { ...this.#pause } } : {}),
     };
   }
 
@@ -514,9 +564,25 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #lc() {
     if (!this.#lifecycleClient) {
       const { lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile } = this.#cfg;
-      this.#lifecycleClient = new Lifecycle({ baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile });
+      this.#lifecycleClient = new Lifecycle({
+        baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs, caFile,
+        // the server clock for the keep-alive's expiry times (lib/keepalive.js)
+        onServerDate: (date, sentAt, receivedAt) => this.#keepAlive.anchor(date, sentAt, receivedAt, 1000),
+      });
     }
     return this.#lifecycleClient;
+  }
+
+  /** The lifecycle client of creates: the same server with the create deadline (createTimeoutMs) per request. */
+  #lcCreate() {
+    if (!this.#createClient) {
+      const { lifecycleBaseUrl, apiKey, createTimeoutMs, caFile } = this.#cfg;
+      this.#createClient = new Lifecycle({
+        baseUrl: lifecycleBaseUrl, apiKey, requestTimeoutMs: createTimeoutMs, caFile,
+        onServerDate: (date, sentAt, receivedAt) => this.#keepAlive.anchor(date, sentAt, receivedAt, 1000),
+      });
+    }
+    return this.#createClient;
   }
 
   #checkpointStore() {
@@ -530,7 +596,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 
   #snapshotClient() {
-    return new SnapshotClient((operation, fn) => this.#lcCall(operation, fn));
+    return new SnapshotClient((operation, fn) => this.#lcCall(operation, fn), { server: this.#cfg.lifecycleBaseUrl });
   }
 
   #secrets() {
@@ -578,7 +644,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       this.#forget();
       return null;
     }
-    if (!LIVE_STATES.includes(stateOf(remote)) && !['Pausing', 'Resuming'].includes(stateOf(remote))) {
+    if (!LIVE_STATES.includes(stateOf(remote))) {
       if (this.#explicitId) {
         throw new OpenSandboxNotFoundError(`sandbox ${id} (sandboxId option) is ${stateOf(remote)}, not running or paused`, {
           operation: `get sandbox ${id}`, status: 404, code: 'SANDBOX_NOT_LIVE',
@@ -617,13 +683,14 @@ export class OpenSandboxSandbox extends MastraSandbox {
     }
     checkAbort();
     if (cfg.snapshotId) {
+      await this.#snapshotClient().require(`create sandbox from snapshot ${cfg.snapshotId} (snapshotId option)`);
       return { remote: await this.#create({ snapshotId: cfg.snapshotId }), extra: { restoredFrom: { kind: 'snapshot', snapshotId: cfg.snapshotId } } };
     }
     if (cfg.template) {
       const templateId = cfg.template.templateId;
       const from = await templateStart(cfg.template, this.#templateContext(), async () => {
         const body = await this.#lcCall('list template builders', lc =>
-          lc.list({ metadata: { [TEMPLATE_BUILD_LABEL]: templateId }, states: ['Pending', 'Running'], page: 1, pageSize: 1 }));
+          lc.list({ metadata: { [TEMPLATE_BUILD_LABEL]: templateId }, states: ['Pending', 'Allocated', 'Running'], page: 1, pageSize: 1 }));
         return (body?.items ?? []).length > 0;
       });
       checkAbort();
@@ -636,7 +703,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #templateContext() {
     const o = this.#options;
     const connection = ['domain', 'apiKey', 'protocol', 'resources', 'networkPolicy', 'useServerProxy', 'execdAccessToken',
-      'requestTimeoutMs', 'readyTimeoutMs', 'timeoutSeconds', 'snapshotTimeoutMs'];
+      'requestTimeoutMs', 'readyTimeoutMs', 'createTimeoutMs', 'timeoutSeconds', 'snapshotTimeoutMs'];
     const base = Object.fromEntries(connection.filter(k => o[k] !== undefined).map(k => [k, o[k]]));
     return {
       key: `${this.#cfg.lifecycleBaseUrl}|${this.#cfg.template.snapshotName}`,
@@ -665,13 +732,30 @@ export class OpenSandboxSandbox extends MastraSandbox {
         : { image: typeof cfg.image === 'string' ? { uri: cfg.image } : cfg.image, entrypoint: cfg.entrypoint }),
       timeout: cfg.timeoutSeconds,
       resourceLimits: cfg.resources,
-      metadata: { ...cfg.metadata, [LOGICAL_ID_LABEL]: encodeLogicalId(cfg.id), ...(plan.hash ? { [MOUNTS_LABEL]: plan.hash } : {}) },
+      metadata: {
+        // Docker snapshots are `docker commit`s: a restore inherits the source's labels unless the create sets them
+        ...(source.snapshotId ? { [TEMPLATE_BUILD_LABEL]: '', [MOUNTS_LABEL]: '' } : {}),
+        ...cfg.metadata, [LOGICAL_ID_LABEL]: encodeLogicalId(cfg.id), ...(plan.hash ? { [MOUNTS_LABEL]: plan.hash } : {}),
+      },
       ...(volumes.length ? { volumes } : {}),
       ...(cfg.networkPolicy ? { networkPolicy: cfg.networkPolicy } : {}),
     };
-    const sentAt = Date.now();
-    const created = await this.#lcCall('create sandbox', lc => lc.create(request));
-    this.#keepAlive.anchor(created?.createdAt, sentAt, Date.now());
+    for (const w of resourceWarnings(cfg.resources)) {
+      if (resourcesWarned.has(w)) continue;
+      resourcesWarned.add(w);
+      this.logger.warn(`OpenSandboxSandbox: ${w}`);
+    }
+    let created;
+    try {
+      created = await this.#lcCall('create sandbox', () => this.#lcCreate().create(request));
+    } catch (err) {
+      // the server may have gone on creating it after our deadline (or a cut connection): adopt it, never a second one
+      if (!(err instanceof OpenSandboxTimeoutError || err instanceof OpenSandboxTransportError)) throw err;
+      const found = await this.#findByLogicalId().catch(() => null);
+      if (!found) throw err;
+      this.logger.warn(`OpenSandboxSandbox: create sandbox timed out; adopting sandbox ${found.id} the server created for it`, { error: err.message });
+      created = found;
+    }
     if (!created || typeof created.id !== 'string') {
       throw new OpenSandboxError('create sandbox: the server answered without a sandbox id', 'PROTOCOL', { kind: 'protocol', operation: 'create sandbox' });
     }
@@ -689,34 +773,27 @@ export class OpenSandboxSandbox extends MastraSandbox {
   async #wake(remote, checkAbort) {
     const id = remote.id;
     this.#remoteId = id;
-    const deadline = Date.now() + this.#cfg.readyTimeoutMs;
+    const deadline = Date.now() + this.#cfg.createTimeoutMs;
     let resumed = false;
-    let resumeSentAt;
     for (;;) {
       const state = stateOf(remote);
-      if (state === 'Running') {
-        // the transition to Running after our resume happened on the server clock between these two instants
-        if (resumeSentAt) this.#keepAlive.anchor(remote.status?.lastTransitionAt, resumeSentAt, Date.now());
-        return remote;
-      }
+      if (state === 'Running') return remote;
       if (state === 'Paused' && !resumed) {
-        const sentAt = Date.now();
         try {
           await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
         } catch (err) {
           if (err.status !== 409) throw err;
         }
         resumed = true;
-        resumeSentAt = sentAt;
-      } else if (!['Pending', 'Pausing', 'Resuming', 'Paused'].includes(state)) {
+      } else if (!WAIT_STATES.includes(state)) {
         throw new OpenSandboxNotFoundError(`sandbox ${id} is ${state}, not running or paused`, {
           operation: `start sandbox ${id}`, status: 404, code: 'SANDBOX_NOT_LIVE',
         });
       }
       if (state === 'Pausing') resumed = false;
       if (Date.now() >= deadline) {
-        throw new OpenSandboxTimeoutError(`start sandbox ${id}: still ${state} after ${this.#cfg.readyTimeoutMs} ms (readyTimeoutMs)`, {
-          operation: `start sandbox ${id}`, timeoutMs: this.#cfg.readyTimeoutMs,
+        throw new OpenSandboxTimeoutError(`start sandbox ${id}: still ${state} after ${this.#cfg.createTimeoutMs} ms (createTimeoutMs)`, {
+          operation: `start sandbox ${id}`, timeoutMs: this.#cfg.createTimeoutMs,
         });
       }
       checkAbort();
@@ -726,7 +803,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   }
 
   async #waitForState(id, done, what) {
-    const deadline = Date.now() + this.#cfg.readyTimeoutMs;
+    const deadline = Date.now() + this.#cfg.createTimeoutMs;
     for (;;) {
       let remote;
       try {
@@ -738,8 +815,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
       this.#remote = remote;
       if (done(stateOf(remote))) return remote;
       if (Date.now() >= deadline) {
-        throw new OpenSandboxTimeoutError(`${what} sandbox ${id}: still ${stateOf(remote)} after ${this.#cfg.readyTimeoutMs} ms`, {
-          operation: `${what} sandbox ${id}`, timeoutMs: this.#cfg.readyTimeoutMs,
+        throw new OpenSandboxTimeoutError(`${what} sandbox ${id}: still ${stateOf(remote)} after ${this.#cfg.createTimeoutMs} ms (createTimeoutMs)`, {
+          operation: `${what} sandbox ${id}`, timeoutMs: this.#cfg.createTimeoutMs,
         });
       }
       await delay(STATE_POLL_MS);
@@ -750,7 +827,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   async #attach(remote) {
     const cfg = this.#cfg;
     const id = remote.id;
-    const ep = await this.#lcCall(`get execd endpoint of sandbox ${id}`, lc => lc.endpoint(id, EXECD_PORT, cfg.useServerProxy));
+    const ep = await this.#endpointOf(id, EXECD_PORT, `get execd endpoint of sandbox ${id}`);
     if (!ep || typeof ep.endpoint !== 'string' || ep.endpoint === '') {
       throw new OpenSandboxError(`get execd endpoint of sandbox ${id}: the server answered without an endpoint`, 'PROTOCOL', { kind: 'protocol' });
     }
@@ -776,6 +853,22 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.#execdUrl = baseUrl;
     this.#execdHeaders = headers;
     this.#execd = execd;
+  }
+
+  /**
+   * GET …/endpoints/{port}: Kubernetes answers 404 KUBERNETES::POD_IP_NOT_AVAILABLE until the pod has an IP (its
+   * informer lags the pod), so that answer is asked again within readyTimeoutMs.
+   */
+  async #endpointOf(id, port, operation) {
+    const deadline = Date.now() + this.#cfg.readyTimeoutMs;
+    for (;;) {
+      try {
+        return await this.#lcCall(operation, lc => lc.endpoint(id, port, this.#cfg.useServerProxy));
+      } catch (err) {
+        if (err.code !== 'KUBERNETES::POD_IP_NOT_AVAILABLE' || Date.now() >= deadline) throw err;
+      }
+      await delay(STATE_POLL_MS);
+    }
   }
 
   async #execdRun(execd, command, cwd, operation) {

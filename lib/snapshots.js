@@ -1,15 +1,24 @@
 // Client-side helpers over the native snapshot calls, shared by checkpoints (lib/checkpoints.js), templates
 // (lib/template.js) and the raw handle: wait until a snapshot is Ready (deadline, abort), list every snapshot
 // (all pages), capture = create + wait (a Failed capture is deleted and reported as OpenSandboxSnapshotError).
+// Servers before 0.1.13 have no Snapshots API (`GET /snapshots` answers FastAPI's 404 {"detail":"Not Found"}): that
+// is detected once per server (lifecycle base URL), and every call then fails with OpenSandboxUnsupportedError.
 import { setTimeout as delay } from 'node:timers/promises';
 import { SandboxAbortError } from '@mastra/core/workspace';
-import { OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxTimeoutError } from './errors.js';
+import { OpenSandboxNotFoundError, OpenSandboxSnapshotError, OpenSandboxTimeoutError, OpenSandboxUnsupportedError } from './errors.js';
 
 export const SNAPSHOT_POLL_MS = 200;
 /** Default deadline of a capture (snapshot() / template builds / createSnapshot({ wait: true })). */
 export const DEFAULT_SNAPSHOT_TIMEOUT_MS = 300000;
 const LIST_PAGE_SIZE = 100;
 const MAX_LIST_PAGES = 100;
+
+/** The upstream server version that introduced the Snapshots API. */
+export const SNAPSHOTS_API_SINCE = '0.1.13';
+const snapshotsApi = new Map(); // lifecycle base URL -> Promise<boolean> (does the server have the Snapshots API)
+
+/** A 404 without a server code: the route itself does not exist (FastAPI's {"detail":"Not Found"}). */
+const routeMissing = err => err?.status === 404 && (!err.code || err.code === 'HTTP_404');
 
 const stateOf = snap => String(snap?.status?.state ?? 'Unknown');
 const newestFirst = (a, b) => (Date.parse(b.createdAt) || 0) - (Date.parse(a.createdAt) || 0);
@@ -21,8 +30,45 @@ const newestFirst = (a, b) => (Date.parse(b.createdAt) || 0) - (Date.parse(a.cre
  */
 export class SnapshotClient {
   #call;
-  constructor(call) {
-    this.#call = call;
+  #rawCall;
+  #server;
+  /** server: the lifecycle base URL, the key of the capability detection (undefined: assume the API exists). */
+  constructor(call, { server } = {}) {
+    this.#rawCall = call;
+    this.#server = server;
+    this.#call = async (operation, fn) => {
+      await this.require(operation);
+      return call(operation, fn);
+    };
+  }
+
+  /** The lifecycle base URL this client talks to (undefined when not given). */
+  get server() {
+    return this.#server;
+  }
+
+  /** Whether the server has the Snapshots API: asked once per server (GET /snapshots), then remembered. */
+  available() {
+    if (this.#server === undefined) return Promise.resolve(true);
+    let known = snapshotsApi.get(this.#server);
+    if (!known) {
+      known = this.#rawCall('detect the Snapshots API', lc => lc.listSnapshots({ page: 1, pageSize: 1 })).then(() => true, err => {
+        if (routeMissing(err)) return false;
+        snapshotsApi.delete(this.#server); // not an answer about the API: ask again next time
+        throw err;
+      });
+      snapshotsApi.set(this.#server, known);
+    }
+    return known;
+  }
+
+  /** Rejects with OpenSandboxUnsupportedError (naming the server version needed) when the server has no Snapshots API. */
+  async require(operation) {
+    if (await this.available()) return;
+    throw new OpenSandboxUnsupportedError(
+      `${operation}: this OpenSandbox server has no Snapshots API (GET /snapshots answers 404); snapshots, checkpoints, ` +
+        `templates and the snapshotId option need OpenSandbox server ${SNAPSHOTS_API_SINCE} or later`,
+      { operation, feature: 'snapshots', requiredServerVersion: SNAPSHOTS_API_SINCE });
   }
 
   create(sandboxId, name) {

@@ -28,6 +28,23 @@ describe('KeepAlive', () => {
     assert.ok(Math.abs(k.serverNow() - (Date.now() + 3600000)) < 1000);
   });
 
+  it('anchors on HTTP Date headers (to the second): observations narrow the offset, a contradicting one starts over', () => {
+    const k = make({ busy: false }, []);
+    const base = Math.floor(Date.now() / 1000) * 1000 + 7200000; // the server is two hours ahead
+    const local = base - 7200000;
+    const http = ms => new Date(ms).toUTCString();
+    // answered between local+100 and local+300 with Date = base: the offset lies in [7199700, 7200900]
+    k.anchor(http(base), local + 100, local + 300, 1000);
+    // answered between local+900 and local+950 with Date = base + 1000 (the server's second changed): [7200050, 7201100]
+    k.anchor(http(base + 1000), local + 900, local + 950, 1000);
+    // intersected: [7200050, 7200900], midpoint 7200475
+    const skew = () => k.serverNow() - Date.now();
+    assert.ok(Math.abs(skew() - 7200475) <= 5, `offset ${skew()}`);
+    // the local clock stepped by an hour: the old bounds contradict the new observation, which alone counts
+    k.anchor(http(base), local + 3600000, local + 3600000, 1000);
+    assert.ok(Math.abs(skew() - (7200000 - 3600000 + 500)) <= 5, `offset after a step ${skew()}`);
+  });
+
   it('renews while busy, once to now + idle when activity ends, never while idle', async () => {
     const renewals = [];
     const state = { busy: true };

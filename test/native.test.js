@@ -150,6 +150,22 @@ describe('native API (C core) against the local server', function () {
       assert.deepEqual([odd.status, odd.code, odd.message], [404, 'SNAPSHOT::NOT_FOUND', 'Snapshot s 1/2?x=# not found']);
     });
 
+    it('onServerDate reports the HTTP Date header of answers, success and error, with the local instants', async () => {
+      const seen = [];
+      const dated = new Lifecycle({ baseUrl: srv.baseUrl + '/v1', apiKey: API_KEY, onServerDate: (...a) => seen.push(a) });
+      const before = Date.now();
+      const list = await dated.list({ page: 1, pageSize: 1 });
+      assert.ok(Array.isArray(list.items));
+      const err = await rejection(dated.get('00000000-0000-4000-8000-000000000000'));
+      assert.equal(err.status, 404);
+      assert.equal(seen.length, 2);
+      for (const [date, sentAt, receivedAt] of seen) {
+        assert.match(date, /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/);
+        assert.ok(before <= sentAt && sentAt <= receivedAt && receivedAt <= Date.now());
+      }
+      assert.throws(() => new Lifecycle({ baseUrl: srv.baseUrl, onServerDate: 'x' }), /onServerDate must be a function/);
+    });
+
     it('maps a 404 body {code,message} with the X-Request-ID', async () => {
       const err = await rejection(lc.get('00000000-0000-4000-8000-000000000000'));
       assert.equal(err.kind, 'api');

@@ -38,7 +38,7 @@ describe('openSandboxProvider (Mastra Editor)', function () {
     assert.ok(openSandboxProvider.description.length > 20);
     const props = openSandboxProvider.configSchema.properties;
     for (const key of ['id', 'domain', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'idleTimeoutMinutes', 'resources',
-      'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'workingDirectory', 'instructions',
+      'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'createTimeoutMs', 'workingDirectory', 'instructions',
       'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template']) {
       assert.ok(props[key], key);
       assert.ok(props[key].description, `${key} has a description`);

@@ -1,5 +1,5 @@
 // Isolation of the local server's sandboxes (bubblewrap): read-only host, private /workspace and /tmp, private PID
-// namespace, no network unless allowed (then through slirp4netns), working loopback inside, volume rules, no process left after the server is
+// namespace, network through slirp4netns unless denied, working loopback inside, volume rules, no process left after the server is
 // SIGKILLed; and the unconfined 'none' mode.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -121,7 +121,7 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     assert.ok(own.out.includes('sleep 1234'));
   });
 
-  it('has no network by default but a working loopback; allowed egress goes through slirp4netns, not the host loopback', async () => {
+  it('without networkPolicy has network through slirp4netns like an allow policy (never the host loopback); deny has none; loopback inside works', async () => {
     // a listener on the host's loopback, and one on a non-loopback address of this machine when it has one
     const hostAddr = Object.values(os.networkInterfaces()).flat().find((i) => i.family === 'IPv4' && !i.internal)?.address;
     const listeners = [];
@@ -133,13 +133,18 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     const probe = (addr, port) => `node -e "require('net').connect(${port},'${addr}').on('data',d=>{console.log(String(d));process.exit(0)}).on('error',e=>{console.log(e.code);process.exit(0)})"`;
     const [loop, eth] = listeners.map((l) => probe(l.address().address, l.address().port));
     try {
+      // a (no networkPolicy): upstream's meaning, full network, here through slirp4netns
       assert.equal((await c.run(a, loop)).out, 'ECONNREFUSED');
-      if (eth) assert.equal((await c.run(a, eth)).out, 'ENETUNREACH');
+      if (eth) assert.equal((await c.run(a, eth)).out, 'host-says-hi');
+      const closed = await c.create({ networkPolicy: { defaultAction: 'deny' } });
       const open = await c.create({ networkPolicy: { defaultAction: 'allow' } });
       try {
+        assert.equal((await c.run(closed, loop)).out, 'ECONNREFUSED');
+        if (eth) assert.equal((await c.run(closed, eth)).out, 'ENETUNREACH');
         assert.equal((await c.run(open, loop)).out, 'ECONNREFUSED');
         if (eth) assert.equal((await c.run(open, eth)).out, 'host-says-hi');
       } finally {
+        await c.remove(closed);
         await c.remove(open);
       }
     } finally {
@@ -289,7 +294,7 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       const pids = descendants(child.pid);
       assert.ok(pids.length >= 3, `sandbox processes: ${pids}`);
       const comm = (pid) => fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-      assert.equal(pids.filter((p) => comm(p) === 'slirp4netns').length, 1);
+      assert.equal(pids.filter((p) => comm(p) === 'slirp4netns').length, 2); // both: no networkPolicy has network too
       // what the kernel would keep (the sandboxes' disk mounts and images, their cgroups) the server's reaper removes
       const ROOT = process.getuid() === 0;
       const disks = path.join(work, 'killed', 'disks');

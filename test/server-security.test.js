@@ -187,12 +187,14 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     assert.equal(list.json.items.length, 2);
   });
 
-  describe('a sandbox given network (networkPolicy defaultAction allow)', () => {
+  describe('a sandbox given network (networkPolicy defaultAction allow, or no networkPolicy: upstream\'s full network)', () => {
     let n;
+    let d;
     let listener;
     before(async () => {
       listener = await hostListener('127.0.0.1');
       n = await create(NETWORK);
+      d = await create(); // no networkPolicy: the same slirp4netns path (a and b have it too)
     });
     after(async () => {
       listener?.close();
@@ -210,19 +212,21 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
       const dns = await run(n, 'grep nameserver /etc/resolv.conf');
       assert.equal(dns.out, 'nameserver 10.0.2.3');
       assert.equal((await run(n, 'echo works')).out, 'works');
+      assert.equal((await run(d, 'cat /proc/net/route')).out, route.out);
+      assert.equal((await run(d, 'grep nameserver /etc/resolv.conf')).out, 'nameserver 10.0.2.3');
       const slirp = slirpChildren(process.pid);
-      assert.equal(slirp.length, 1);
-      assert.equal(slirp[0].uid, process.getuid());
+      assert.equal(slirp.length, 4); // a, b, n, d
+      assert.deepEqual(slirp.map((p) => p.uid), [process.getuid(), process.getuid(), process.getuid(), process.getuid()]);
     });
 
     it('cannot connect to the server, another sandbox\'s relay, a host loopback listener, nor the host through 10.0.2.2', async () => {
       const relay = Number(new URL(b.base).port);
       const port = listener.address().port;
-      const r = await run(n, connectProbe([
+      const probe = connectProbe([
         ['127.0.0.1', server.port], ['127.0.0.1', relay], ['127.0.0.1', port],
         ['10.0.2.2', server.port], ['10.0.2.2', relay], ['10.0.2.2', port], ['10.0.2.3', port],
-      ]));
-      assert.equal(r.out, 'ECONNREFUSED ECONNREFUSED ECONNREFUSED ENETUNREACH ENETUNREACH ENETUNREACH ENETUNREACH');
+      ]);
+      for (const sb of [n, d]) assert.equal((await run(sb, probe)).out, 'ECONNREFUSED ECONNREFUSED ECONNREFUSED ENETUNREACH ENETUNREACH ENETUNREACH ENETUNREACH');
       // what it does reach: this machine's other addresses (documented in docs/dev-server-security.md)
       const addr = hostAddress();
       if (addr) {
@@ -246,14 +250,15 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
       assert.equal(r.text, 'inside:/x');
     });
 
-    it('after delete no slirp4netns process remains', async () => {
-      assert.equal(slirpChildren(process.pid).length, 1);
+    it('after delete its slirp4netns is gone', async () => {
+      assert.equal(slirpChildren(process.pid).length, 4);
       assert.equal((await api(`/v1/sandboxes/${n.id}`, { method: 'DELETE' })).status, 204);
-      assert.deepEqual(slirpChildren(process.pid), []);
+      assert.equal((await api(`/v1/sandboxes/${d.id}`, { method: 'DELETE' })).status, 204);
+      assert.equal(slirpChildren(process.pid).length, 2); // a's and b's
     });
   });
 
-  it('without slirp4netns a create with network is a 400 naming what is missing; insecure: true falls back to the host network, warned', async () => {
+  it('without slirp4netns a create with network is a 400 naming what is missing, one without networkPolicy has none (warned at start); insecure: true falls back to the host network, warned', async () => {
     // a PATH with bwrap and `true` (its start probe) only; python3 for the seccomp filter is found by absolute path
     const bin = path.join(work, 'bin-no-slirp');
     fs.mkdirSync(bin);
@@ -261,11 +266,12 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     fs.symlinkSync(fs.existsSync('/usr/bin/true') ? '/usr/bin/true' : '/bin/true', path.join(bin, 'true'));
     const savedPath = process.env.PATH;
     const warnings = [];
+    const strictWarnings = [];
     let strict;
     let loose;
     try {
       process.env.PATH = bin;
-      strict = await startServer({ dataDir: path.join(work, 'no-slirp'), commandTailMs: 20 });
+      strict = await startServer({ dataDir: path.join(work, 'no-slirp'), commandTailMs: 20, log: (l) => strictWarnings.push(l) });
       loose = await startServer({ dataDir: path.join(work, 'no-slirp-insecure'), commandTailMs: 20, insecure: true, log: (l) => warnings.push(l) });
     } finally {
       process.env.PATH = savedPath;
@@ -279,7 +285,12 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
       assert.match(refused.json.message, /slirp4netns is not on PATH \(Debian: apt-get install slirp4netns\)/);
       assert.match(refused.json.message, /insecure: true \(--insecure\)/);
       assert.deepEqual(fs.readdirSync(path.join(work, 'no-slirp', 'sb')), []);
-      assert.equal((await post(strict, {})).status, 202); // without network: fine
+      // no networkPolicy: upstream would give network; without slirp4netns this server gives none, and said so at start
+      assert.ok(strictWarnings.some((w) => /^dev-server: slirp4netns is not on PATH .*: sandboxes created without networkPolicy get NO network \(a real OpenSandbox server gives them full network\)/.test(w)), strictWarnings.join('\n'));
+      const quiet = await post(strict, {});
+      assert.equal(quiet.status, 202);
+      const qep = (await request(`${strict.baseUrl}/v1/sandboxes/${quiet.json.id}/endpoints/44772`, { endpointHeaders: false })).json;
+      assert.equal((await run({ base: `http://${qep.endpoint}`, headers: qep.headers }, 'grep -c tap0 /proc/net/route || true')).out, '0');
       assert.ok(warnings.some((w) => /^dev-server: INSECURE: slirp4netns is not on PATH .*: sandboxes given network share this machine's network namespace/.test(w)), warnings.join('\n'));
       const open = await post(loose, NETWORK);
       assert.equal(open.status, 202, open.text);

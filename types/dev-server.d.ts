@@ -67,6 +67,23 @@ export interface DevServerOptions {
    * SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE; warns on every start. `insecure` implies it. Default false.
    */
   unenforcedLimits?: boolean;
+  /**
+   * Answer like that upstream runtime (docs/dev-server.md, "Emulating an upstream deployment"): its
+   * lastTransitionAt, pause answers and states, slow synchronous creates, error codes and bodies. Default: the local
+   * server's own behaviour.
+   */
+  emulate?: 'docker' | 'kubernetes';
+  /** Emulated upstream server version 'X.Y.Z' (e.g. no Snapshots API before '0.1.13'). Default '0.1.14'. */
+  serverVersion?: string;
+  /** With emulate 'kubernetes': upstream's `[kubernetes].workload_provider`. Default 'batchsandbox'. */
+  workloadProvider?: 'batchsandbox' | 'agent-sandbox';
+  /**
+   * What a create without networkPolicy gets: 'allow' (default; network through slirp4netns, as upstream gives full
+   * network) or 'deny' (none). Without slirp4netns, 'allow' gives no network and the server warns at start.
+   */
+  defaultNetworkPolicy?: 'allow' | 'deny';
+  /** Durations of the emulation in milliseconds (defaults per runtime, see docs/dev-server.md); tests shorten them. */
+  emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number; snapshot?: number };
 }
 
 export interface DevServer {

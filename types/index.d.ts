@@ -98,8 +98,12 @@ export interface OpenSandboxSandboxOptions {
   caFile?: string;
   /** Deadline of each lifecycle/execd request (not of command runs). Default 30000. */
   requestTimeoutMs?: number;
-  /** Deadline for the sandbox to become Running and execd to answer /ping. Default 30000. */
+  /** Deadline for execd to answer /ping once the sandbox runs. Default 30000. */
   readyTimeoutMs?: number;
+  /** Deadline of a create request (the server answers once the image is pulled and the container runs) and of the
+   * server's own transitions waited through (Pending/Allocated -> Running, Pausing -> Paused, Resuming -> Running).
+   * Default 180000. */
+  createTimeoutMs?: number;
   instructions?: OpenSandboxInstructions;
   onStart?: SandboxStartHook;
   onStop?: SandboxLifecycleHook;
@@ -286,7 +290,9 @@ export declare class OpenSandboxSandbox extends MastraSandbox {
   snapshot(options?: { abortSignal?: AbortSignal; timeoutMs?: number }): Promise<void>;
   destroy(): Promise<void>;
   executeCommand(command: string, args?: string[], options?: ExecuteCommandOptions): Promise<CommandResult>;
-  getInfo(): Promise<SandboxInfo>;
+  /** `pause` is present when the last stop() left the sandbox running: the server could not pause it (`supported`
+   * false: it cannot pause at all; `code`, `reason`: its answer). */
+  getInfo(): Promise<SandboxInfo & { pause?: { paused: false; supported: boolean; code: string; reason?: string } }>;
   getInstructions(opts?: { requestContext?: unknown }): string;
   readonly opensandbox: OpenSandboxHandle;
   /** Port URLs through the endpoints API: `getPortUrl(port)` -> `http(s)://…` or null when it cannot be exposed. */
@@ -311,7 +317,7 @@ export declare const LOGICAL_ID_LABEL: 'mastra.ai/sandbox-id';
 /** `<16 hex of sha256(id)>-<readable part>`, at most 63 chars of the Kubernetes label charset. */
 export declare function encodeLogicalId(id: string): string;
 
-export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'snapshot' | 'template' | 'internal';
+export type OpenSandboxErrorKind = 'option' | 'api' | 'stream' | 'transport' | 'timeout' | 'protocol' | 'cancelled' | 'snapshot' | 'template' | 'unsupported' | 'internal';
 
 export declare class OpenSandboxError extends SandboxError {
   readonly kind?: OpenSandboxErrorKind;
@@ -344,6 +350,13 @@ export declare class OpenSandboxTimeoutError extends OpenSandboxError {
 }
 export declare class OpenSandboxProtocolError extends OpenSandboxError {}
 export declare class OpenSandboxCancelledError extends OpenSandboxError {}
+/** The server lacks an API the call needs (e.g. the Snapshots API before server 0.1.13); code UNSUPPORTED_BY_SERVER. */
+export declare class OpenSandboxUnsupportedError extends OpenSandboxError {
+  /** What is missing, e.g. 'snapshots'. */
+  readonly feature: string;
+  /** The first upstream server version that has it, e.g. '0.1.13'. */
+  readonly requiredServerVersion: string;
+}
 /** A template build step failed: which step, its exit code and output. */
 export declare class OpenSandboxTemplateBuildError extends OpenSandboxError {
   readonly templateId: string;
@@ -449,6 +462,8 @@ export interface OpenSandboxStoredConfig {
   requestTimeoutMs?: number;
   /** Default 30000. */
   readyTimeoutMs?: number;
+  /** Default 180000. */
+  createTimeoutMs?: number;
   /** Default '/workspace'. */
   workingDirectory?: string;
   instructions?: string;

@@ -16,14 +16,20 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
                   [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q]
-                  [--unenforced-limits] [--quiet]
+                  [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
+                  [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
+                  [--default-network-policy allow|deny] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
   --insecure runs sandboxes without user namespace, capability drop and seccomp when the machine cannot give them,
   and gives sandboxes that ask for network the host's network when slirp4netns is missing (otherwise: 400).
   resourceLimits cpu/memory/pids need cgroups (root, or --cgroup-parent: a delegated cgroup v2 directory) and
-  ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.`;
+  ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.
+  A sandbox created without networkPolicy gets network through slirp4netns (as upstream: full network, but never this
+  machine's loopback); --default-network-policy deny gives such sandboxes none.
+  --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
+  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
 
 let args;
 try {
@@ -52,6 +58,11 @@ try {
       'max-pids': { type: 'string' },
       'disk-limit': { type: 'string' },
       'unenforced-limits': { type: 'boolean', default: false },
+      emulate: { type: 'string' },
+      'default-network-policy': { type: 'string', default: 'allow' },
+      'server-version': { type: 'string' },
+      'workload-provider': { type: 'string' },
+      'emulate-delay': { type: 'string', multiple: true, default: [] },
       quiet: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
@@ -104,6 +115,21 @@ if (apiKey === undefined && !args['no-api-key']) {
   fs.writeFileSync(path.join(keyDir, 'api-key'), `${apiKey}\n`, { mode: 0o600 });
 }
 
+/** --emulate-delay NAME=MS (repeatable) → emulateDelays, or undefined. */
+function delays(list) {
+  if (list.length === 0) return undefined;
+  const out = {};
+  for (const item of list) {
+    const m = /^([a-z]+)=(\d+)$/.exec(item);
+    if (!m) {
+      console.error(`--emulate-delay must be NAME=MILLISECONDS (e.g. pause=2000), got ${JSON.stringify(item)}`);
+      process.exit(2);
+    }
+    out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
 let server;
 try {
   server = await startServer({
@@ -127,6 +153,11 @@ try {
     maxPids: int('max-pids', args['max-pids']),
     diskLimit: args['disk-limit'],
     unenforcedLimits: args['unenforced-limits'],
+    emulate: args.emulate,
+    defaultNetworkPolicy: args['default-network-policy'],
+    serverVersion: args['server-version'],
+    workloadProvider: args['workload-provider'],
+    emulateDelays: delays(args['emulate-delay']),
     log: args.quiet ? false : (line) => console.log(`${new Date().toISOString()} ${line}`),
   });
 } catch (err) {

@@ -17,6 +17,7 @@ import {
   ApiError, MIN_DISK_BYTES, ValidationError, issue, parseMetadataFilter, parseTimestamp, validateCreate, validateSnapshotCreate,
 } from './validate.js';
 import { parseBytes } from './quantities.js';
+import { upstreamProfile } from './upstream.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
@@ -26,7 +27,8 @@ import {
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
+  'emulateDelays', 'defaultNetworkPolicy'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
@@ -73,7 +75,8 @@ async function readJson(req, { optional = false } = {}) {
   try {
     return JSON.parse(text);
   } catch (err) {
-    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? 0);
+    // Python's json names the offset; so does V8, except at the end of the text
+    const pos = Number(/position (\d+)/.exec(err.message)?.[1] ?? (/end of JSON input/.test(err.message) ? text.length : 0));
     throw new ValidationError([{ type: 'json_invalid', loc: ['body', pos], msg: 'JSON decode error', input: {}, ctx: { error: err.message } }]);
   }
 }
@@ -101,11 +104,14 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
-    unenforcedLimits: false,
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow',
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
   if (!['bwrap', 'none'].includes(opts.isolation)) throw new Error(`isolation must be 'bwrap' or 'none', got ${JSON.stringify(opts.isolation)}`);
+  if (!['allow', 'deny'].includes(opts.defaultNetworkPolicy)) {
+    throw new Error(`defaultNetworkPolicy must be 'allow' (a create without networkPolicy gets network, as upstream) or 'deny', got ${JSON.stringify(opts.defaultNetworkPolicy)}`);
+  }
   if (!['direct', 'proxy'].includes(opts.execdEndpoint)) throw new Error(`execdEndpoint must be 'direct' or 'proxy', got ${JSON.stringify(opts.execdEndpoint)}`);
   if (!Array.isArray(opts.allowedHostPaths) || opts.allowedHostPaths.some((p) => typeof p !== 'string' || !path.isAbsolute(p))) {
     throw new Error('allowedHostPaths must be an array of absolute paths');
@@ -135,6 +141,10 @@ export async function startServer(options = {}) {
   if (!Number.isSafeInteger(diskLimit) || diskLimit < MIN_DISK_BYTES) {
     throw new Error(`diskLimit must be a byte quantity of at least 8Mi (e.g. "10Gi", or a number of bytes), got ${JSON.stringify(opts.diskLimit)}`);
   }
+  // what the emulated upstream deployment does (upstream.js); throws naming the option
+  const profile = upstreamProfile({
+    emulate: opts.emulate, serverVersion: opts.serverVersion, workloadProvider: opts.workloadProvider, emulateDelays: opts.emulateDelays,
+  });
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
@@ -173,6 +183,10 @@ export async function startServer(options = {}) {
     network = { ...probeNetwork(), insecure: opts.insecure };
     if (network.problem && opts.insecure) {
       warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
+    }
+    // upstream gives a sandbox without networkPolicy full network; here only through slirp4netns, never the host's
+    if (network.problem && opts.defaultNetworkPolicy === 'allow') {
+      warn(`dev-server: ${network.problem}: sandboxes created without networkPolicy get NO network (a real OpenSandbox server gives them full network); install slirp4netns, or start with defaultNetworkPolicy 'deny' (--default-network-policy deny) to make that the rule`);
     }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
@@ -216,16 +230,19 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log, limits,
+    endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
+    defaultNetwork: opts.defaultNetworkPolicy === 'allow' && !network?.problem,
   });
-  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
+  const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
   sandboxes.snapshots = snapshots;
   let domain = '';
 
   /** Endpoint of a sandbox port; for execd its headers carry the sandbox's own token (OpenSandbox-Secure-Access). */
   function endpointFor(sb, port, useServerProxy) {
     const secure = port === EXECD_PORT ? { [SECURE_ACCESS_HEADER]: sb.token } : {};
-    if (useServerProxy) return { endpoint: `${domain}/v1/sandboxes/${sb.id}/proxy/${port}`, headers: secure };
+    // Kubernetes: no pod IP yet (or the informer has not seen it), also when the server proxy is asked for
+    if (profile.noPodIp && (!sb.relay || Date.now() < sb.endpointAt)) throw profile.noPodIp();
+    if (useServerProxy) return { endpoint: `${domain}${profile.proxyPrefix}/sandboxes/${sb.id}/proxy/${port}`, headers: secure };
     if (!sb.relay) throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${sb.id} is not running (state ${sb.status.state}).`);
     const relay = `127.0.0.1:${sb.relay.port}`;
     if (port === EXECD_PORT) {
@@ -282,10 +299,10 @@ export async function startServer(options = {}) {
     checkAuth(req);
     if (p === '/sandboxes' && m === 'POST') {
       const body = await readJson(req);
-      const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds });
+      const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds, profile });
       const sb = await sandboxes.create(spec);
       const v = sandboxes.view(sb, { full: false });
-      return send(res, 202, v, { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` });
+      return send(res, 202, v, profile.createLocation ? { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` } : {});
     }
     if (p === '/sandboxes' && m === 'GET') {
       const raw = url.searchParams.get('metadata');
@@ -295,7 +312,7 @@ export async function startServer(options = {}) {
       const pageSize = intQuery(url, 'pageSize', 20, 1, 200);
       return send(res, 200, sandboxes.list({ states, metadata, page, pageSize }));
     }
-    if (p === '/snapshots' && m === 'GET') {
+    if (p === '/snapshots' && m === 'GET' && profile.snapshotsApi) {
       const sandboxId = url.searchParams.get('sandboxId');
       const states = url.searchParams.getAll('state').filter((s) => s !== '');
       const page = intQuery(url, 'page', 1, 1);
@@ -303,7 +320,7 @@ export async function startServer(options = {}) {
       return send(res, 200, snapshots.list({ sandboxId: sandboxId || null, states, page, pageSize }));
     }
     let r = /^\/snapshots\/([^/]+)$/.exec(p);
-    if (r) {
+    if (r && profile.snapshotsApi) {
       const id = decodeURIComponent(r[1]);
       if (m === 'GET') return send(res, 200, snapshots.view(snapshots.get(id)));
       if (m === 'DELETE') {
@@ -312,7 +329,7 @@ export async function startServer(options = {}) {
       }
     }
     r = /^\/sandboxes\/([^/]+)\/snapshots$/.exec(p);
-    if (r && m === 'POST') {
+    if (r && m === 'POST' && profile.snapshotsApi) {
       const spec = validateSnapshotCreate(await readJson(req, { optional: true }));
       const rec = snapshots.create(decodeURIComponent(r[1]), spec);
       return send(res, 202, snapshots.view(rec), { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/snapshots/${rec.id}` });
@@ -349,7 +366,6 @@ export async function startServer(options = {}) {
         if (body.expiresAt === undefined) throw new ValidationError([issue(['body', 'expiresAt'], 'Field required', 'missing', body)]);
         const at = parseTimestamp(body.expiresAt);
         if (Number.isNaN(at)) throw new ValidationError([issue(['body', 'expiresAt'], 'Input should be a valid datetime', 'datetime_parsing', body.expiresAt)]);
-        sandboxes.get(id);
         return send(res, 200, sandboxes.renew(id, at));
       }
       if (r[2] === 'metadata' && m === 'PATCH') {
@@ -366,14 +382,36 @@ export async function startServer(options = {}) {
     r = /^\/sandboxes\/([^/]+)\/endpoints\/([^/]+)$/.exec(p);
     if (r && m === 'GET') {
       const id = pathId(r[1]);
-      if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
+      if (profile.invalidPort && /^-?\d+$/.test(r[2])) {
+        // upstream: FastAPI parses an integer, the service refuses it out of range (before looking the sandbox up)
+        if (Number(r[2]) < 1 || Number(r[2]) > 65535) throw profile.invalidPort();
+      } else if (profile.invalidPort) {
+        throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer, unable to parse string as an integer', 'int_parsing', r[2])]);
+      } else if (!/^\d+$/.test(r[2]) || Number(r[2]) < 1 || Number(r[2]) > 65535) {
         throw new ValidationError([issue(['path', 'port'], 'Input should be a valid integer between 1 and 65535', 'int_parsing', r[2])]);
       }
       const sb = sandboxes.get(id);
+      if (profile.signedRoutes && url.searchParams.has('expires')) throw profile.signedRoutes();
       const useProxy = /^(true|1|yes|on)$/i.test(url.searchParams.get('use_server_proxy') ?? '');
       return send(res, 200, endpointFor(sb, Number(r[2]), useProxy));
     }
+    if (profile.fastapiRoutes || (!profile.snapshotsApi && /^\/(snapshots(\/[^/]+)?|sandboxes\/[^/]+\/snapshots)$/.test(p))) {
+      // FastAPI (also a server too old for the Snapshots API, emulated or not): a known path with another method is a 405 naming the allowed ones, anything else a 404
+      const allow = allowedMethods(p);
+      if (allow) throw new ApiError(405, null, 'Method Not Allowed', { body: { detail: 'Method Not Allowed' }, headers: { Allow: allow } });
+      throw new ApiError(404, null, 'Not Found', { body: { detail: 'Not Found' } });
+    }
     throw new ApiError(404, 'GENERAL::NOT_FOUND', `Not Found: ${req.method} ${url.pathname}`);
+  }
+
+  /** The methods upstream serves on path `p` (without /v1), or null when it has no such route. */
+  function allowedMethods(p) {
+    const routes = [
+      [/^\/sandboxes$/, 'GET, POST'], [/^\/sandboxes\/[^/]+$/, 'GET, DELETE'], [/^\/sandboxes\/[^/]+\/(pause|resume|renew-expiration)$/, 'POST'],
+      [/^\/sandboxes\/[^/]+\/metadata$/, 'PATCH'], [/^\/sandboxes\/[^/]+\/endpoints\/[^/]+$/, 'GET'], [/^\/health$/, 'GET'],
+      ...(profile.snapshotsApi ? [[/^\/sandboxes\/[^/]+\/snapshots$/, 'POST'], [/^\/snapshots$/, 'GET'], [/^\/snapshots\/[^/]+$/, 'GET, DELETE']] : []),
+    ];
+    return routes.find(([re]) => re.test(p))?.[1] ?? null;
   }
 
   const server = http.createServer((req, res) => {
@@ -389,7 +427,7 @@ export async function startServer(options = {}) {
       .then(() => route(req, res, url))
       .catch((err) => {
         if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
-        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message });
+        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message }, err.extra.headers);
         log?.(`internal error on ${req.method} ${url.pathname}: ${err.stack ?? err}`);
         send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err.message ?? err) });
       })
@@ -425,7 +463,7 @@ export async function startServer(options = {}) {
   const port = server.address().port;
   const hostPart = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   domain = `${hostPart}:${port}`;
-  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir})`);
+  log?.(`OpenSandbox-compatible server on http://${domain} (isolation ${opts.isolation}, data ${dataDir}${profile.runtime ? `, emulating ${profile.runtime}${profile.provider ? ` (${profile.provider})` : ''}` : ''} server ${profile.version})`);
 
   let closed = null;
   return {

@@ -1,4 +1,5 @@
-// Network of a sandbox given network (networkPolicy defaultAction 'allow'): the sandbox keeps its own network
+// Network of a sandbox given network (networkPolicy defaultAction 'allow', or none: the server's
+// defaultNetworkPolicy, 'allow' like upstream unless started with 'deny'): the sandbox keeps its own network
 // namespace (bwrap --unshare-net, like every sandbox) and gets user-mode networking from slirp4netns, a per-sandbox
 // attachment (runner.js) that connects to the outside from the host on the sandbox's behalf. Host loopback services,
 // the lifecycle API and other sandboxes' relays (all on 127.0.0.1) stay out of reach; see docs/dev-server-security.md.
@@ -67,6 +68,26 @@ function sandboxResolvConf() {
 }
 
 /**
+ * Resolves once bwrap brought up the loopback of the network namespace of `pid` (its 127.0.0.1 is in the namespace's
+ * routing table): bwrap does that after it reported the pid, and slirp4netns --configure brings `lo` up too, so
+ * starting it earlier races bwrap (which then dies with "loopback: Failed RTM_NEWADDR"). Rejects after READY_TIMEOUT_MS.
+ */
+async function loopbackUp(pid) {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  for (let wait = 1; ; wait = Math.min(wait * 2, 20)) {
+    let table = '';
+    try {
+      table = fs.readFileSync(`/proc/${pid}/net/fib_trie`, 'utf8');
+    } catch (err) {
+      throw new Error(`the sandbox's network namespace is gone (${err.code})`);
+    }
+    if (/\b127\.0\.0\.1\b/.test(table)) return;
+    if (Date.now() > deadline) throw new Error(`the sandbox's loopback did not come up within ${READY_TIMEOUT_MS} ms`);
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+}
+
+/**
  * slirp4netns for one sandbox, as a runner attachment: started once bwrap made the sandbox's network namespace, ready
  * before anything runs in it, killed after the sandbox is gone. It runs as the server's user (root keeps only
  * CAP_NET_BIND_SERVICE under --enable-sandbox), in an empty mount namespace with /etc and /run, under its seccomp
@@ -83,6 +104,7 @@ export class SlirpNetwork {
   }
 
   async attach({ pid, netns }) {
+    await loopbackUp(pid);
     const args = ['--configure', `--mtu=${MTU}`, '--disable-host-loopback', '--enable-sandbox', '--enable-seccomp', '--ready-fd=3', '--exit-fd=4'];
     // root: the network namespace by path, no user namespace joined; otherwise by pid: /proc/<pid>/ns/user is joined
     if (process.getuid() === 0) args.push('--netns-type=path', netns, 'tap0');

@@ -185,6 +185,8 @@ export class SandboxProcess {
 
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
   async start() {
+    this.exited = null; // a start after kill() (an emulated Kubernetes resume) is a new process tree
+    this.paused = false;
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const identity = this.options.hardening?.identity;
     if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)

@@ -2,12 +2,14 @@
 // views, pause/resume, renew and TTL expiry, metadata patches, delete. Errors are ApiError with upstream codes.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 import { grantVolumeAccess, newToken } from './security.js';
 import { sandboxNetwork } from './network.js';
+import { upstreamProfile } from './upstream.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -17,9 +19,7 @@ function iso(ms) {
   return d.toISOString().replace(/Z$/, '000Z'); // microseconds, like Python's isoformat
 }
 
-function notFound(id) {
-  return new ApiError(404, 'DOCKER::SANDBOX_NOT_FOUND', `Sandbox ${id} not found.`);
-}
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 
 const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
 
@@ -48,7 +48,7 @@ function prospectiveRealpath(p) {
  * checked before any directory is created; a directory is created only where its resolved path was allowed.
  * With `identity` (root-started server), the sandbox uid gets access to what it mounts.
  */
-function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity }) {
+function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity, missingPvcStatus = 404 }) {
   const allowed = allowedHostPaths.map((p) => {
     try {
       return fs.realpathSync(p);
@@ -72,7 +72,7 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
     if (v.pvc) {
       const base = path.join(volumesDir, v.pvc.claimName);
       if (!fs.existsSync(base) && v.pvc.createIfNotExists === false) {
-        throw new ApiError(404, 'VOLUME::PVC_NOT_FOUND', `Volume '${v.pvc.claimName}' does not exist and createIfNotExists is false.`);
+        throw new ApiError(missingPvcStatus, 'VOLUME::PVC_NOT_FOUND', `Volume '${v.pvc.claimName}' does not exist and createIfNotExists is false.`);
       }
       const root = fs.realpathSync(volumesDir);
       const denied = () => new ApiError(400, 'VOLUME::INVALID_SUB_PATH', `subPath of volume '${v.name}' leaves the volume.`);
@@ -100,13 +100,15 @@ function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identi
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, defaultNetwork, log, limits }. defaultNetwork: whether a
+   * create without networkPolicy gets network. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
-   * diskLimit (bytes) }.
+   * diskLimit (bytes) }. profile: the emulated upstream deployment (upstream.js; default: the local behaviour).
    */
   constructor(options) {
     this.options = options;
+    this.profile = options.profile ?? upstreamProfile();
     this.items = new Map();
     this.sandboxDir = path.join(options.dataDir, 'sb');
     this.volumesDir = path.join(options.dataDir, 'volumes');
@@ -118,7 +120,7 @@ export class Sandboxes {
 
   get(id) {
     const sb = this.items.get(id);
-    if (!sb) throw notFound(id);
+    if (!sb) throw this.profile.notFound(id);
     return sb;
   }
 
@@ -153,16 +155,21 @@ export class Sandboxes {
 
   async create(req) {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
+    const arrived = Date.now(); // upstream's createdAt: the request's arrival, before the (emulated) image pull
+    const { delays } = this.profile;
+    // Docker pulls the image before the container exists (nothing listed meanwhile); Kubernetes waits below, listed
+    if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
-    const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
+    // no networkPolicy: network like upstream (defaultNetwork false where the server refused it at start, warned)
+    const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
     const binds = resolveVolumes(req.volumes, {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
-      identity: this.options.hardening?.identity,
+      identity: this.options.hardening?.identity, missingPvcStatus: this.profile.missingPvcStatus,
     });
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
@@ -173,13 +180,14 @@ export class Sandboxes {
       },
       this.options,
     );
-    const now = Date.now();
+    const now = arrived;
     const sb = {
-      id, proc, relay: null, timer: null, deleting: false, disk: null,
+      id, proc, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
+      containerId: crypto.createHash('sha256').update(id).digest('hex'), // Docker's id of the emulated container
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
-      platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch },
-      createdAt: now, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
+      platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch }, platformRequested: req.platform != null,
+      createdAt: now, containerCreatedAt: Date.now(), exitCode: null, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
     if (plan.disk) {
@@ -193,6 +201,8 @@ export class Sandboxes {
     if (req.snapshotId) {
       try {
         await this.snapshots.restoreInto(req.snapshotId, proc.dirs); // 404/409 as the spec gives them
+        // Docker: the image's labels (the source's metadata at capture) under the create's own
+        if (this.profile.snapshotLabels) sb.metadata = { ...this.snapshots.labelsOf(req.snapshotId), ...req.metadata };
       } catch (err) {
         await this.dispose(sb);
         if (err instanceof ApiError) throw err;
@@ -209,38 +219,70 @@ export class Sandboxes {
     }
     this.items.set(id, sb);
     try {
-      await proc.start();
-      // the default entrypoint only keeps a container alive; anything else runs like a container's main process
-      if (req.entrypoint.join(' ') !== 'tail -f /dev/null') await startEntrypoint(proc.socketPath, req.entrypoint, this.options.execdToken);
-      sb.relay = await startRelay(proc.socketPath, {
-        ingressId: this.options.endpointHeaders ? id : null, token: sb.token,
-      });
+      if (this.profile.createWait === 'ready' && delays.create) {
+        await sleep(delays.create); // the workload exists (listed Pending) while its pod is scheduled
+        if (sb.deleting) throw this.profile.notFound(id);
+      }
+      await this.startProcesses(sb);
     } catch (err) {
       this.items.delete(id);
       await sb.relay?.close();
       await this.dispose(sb);
-      if (sb.deleting) throw notFound(id); // deleted while it started: that, not the start, failed it
+      if (sb.deleting) throw this.profile.notFound(id); // deleted while it started: that, not the start, failed it
+      if (err instanceof ApiError) throw err;
       throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
     }
     if (sb.deleting || this.closing) {
       // deleted (or the server closed) while it started: remove()/closeAll() could not stop what did not run yet
       await sb.relay?.close();
       await this.dispose(sb);
-      throw notFound(id);
+      throw this.profile.notFound(id);
     }
-    this.transition(sb, 'Running', 'CONTAINER_RUNNING', 'Sandbox container started successfully.');
+    this.becomeReady(sb, 'Sandbox container started successfully.');
     this.schedule(sb);
-    // execd (the sandbox's main process) died on its own: the sandbox stays listed, like an exited container
+    this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''}`);
+    return sb;
+  }
+
+  /**
+   * Starts the sandbox's execd (and its entrypoint) and opens its relay; at create and when an emulated Kubernetes
+   * resume brings up a new pod. Watches execd: when it dies on its own, the sandbox stays listed, like an exited
+   * container.
+   */
+  async startProcesses(sb) {
+    const { proc } = sb;
+    await proc.start();
+    // the default entrypoint only keeps a container alive; anything else runs like a container's main process
+    if (sb.entrypoint.join(' ') !== 'tail -f /dev/null') await startEntrypoint(proc.socketPath, sb.entrypoint, this.options.execdToken);
+    sb.relay = await startRelay(proc.socketPath, {
+      ingressId: this.options.endpointHeaders ? sb.id : null, token: sb.token,
+    });
     proc.exitPromise.then(() => {
-      if (sb.deleting) return;
+      if (sb.deleting || sb.released) return;
       const { code, signal, error } = proc.exited;
       const ok = code === 0;
       const why = error ? error.message : signal ? `killed by ${signal}` : `exit code ${code}`;
+      sb.finishedAt = Date.now();
+      sb.exitCode = code ?? 128 + (os.constants.signals[signal] ?? 0);
       this.transition(sb, ok ? 'Terminated' : 'Failed', ok ? 'CONTAINER_EXITED' : 'CONTAINER_FAILED', `Sandbox main process exited (${why}).`);
-      this.options.log?.(`sandbox ${id}: execd exited (${why})`);
+      this.options.log?.(`sandbox ${sb.id}: execd exited (${why})`);
     });
-    this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''}`);
-    return sb;
+  }
+
+  /** Running, or first Allocated for `ready` ms where the emulated runtime has that state; the endpoint lags by `endpoint` ms. */
+  becomeReady(sb, message) {
+    const { delays, createdState } = this.profile;
+    sb.endpointAt = Date.now() + delays.endpoint;
+    if (createdState === 'Allocated' && delays.ready) {
+      this.transition(sb, 'Allocated', 'IP_ASSIGNED', 'Pod has IP assigned but not ready (1/1 allocated, 0 ready)');
+      const timer = setTimeout(() => {
+        if (sb.status.state === 'Allocated' && !sb.deleting) this.transition(sb, 'Running', 'POD_READY_WITH_IP', 'Pod is ready with IP (1/1 ready)');
+      }, delays.ready);
+      timer.unref();
+      return;
+    }
+    if (createdState === 'Allocated') this.transition(sb, 'Running', 'POD_READY_WITH_IP', 'Pod is ready with IP (1/1 ready)');
+    else this.transition(sb, 'Running', 'CONTAINER_RUNNING', message);
   }
 
   transition(sb, state, reason, message) {
@@ -265,12 +307,21 @@ export class Sandboxes {
     // the create response has neither the startup source (image / snapshotId) nor platform
     if (sb.image && full) v.image = sb.image;
     if (sb.snapshotId && full) v.snapshotId = sb.snapshotId;
-    v.status = sb.status;
-    v.metadata = sb.metadata;
+    const { lastTransitionAt: at, statusView, viewCreatedAt, platformView, omitEmptyMetadata, sortedMetadata, entrypointLast } = this.profile;
+    // get and list describe the sandbox's current state (Docker: from the container); the create answer what it did
+    const status = full && statusView ? { ...sb.status, ...statusView(sb) } : sb.status;
+    v.status = at === 'transition' ? status : { ...status, lastTransitionAt: at(sb, iso) };
+    if (!omitEmptyMetadata || Object.keys(sb.metadata).length) {
+      v.metadata = full && sortedMetadata ? Object.fromEntries(Object.entries(sb.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : sb.metadata;
+    }
     v.entrypoint = sb.entrypoint;
     if (sb.expiresAt != null && iso(sb.expiresAt) !== null) v.expiresAt = iso(sb.expiresAt);
-    v.createdAt = iso(sb.createdAt);
-    if (full) v.platform = sb.platform;
+    v.createdAt = iso(full && viewCreatedAt === 'container' ? sb.containerCreatedAt : sb.createdAt);
+    if (!full && entrypointLast) {
+      delete v.entrypoint;
+      v.entrypoint = sb.entrypoint;
+    }
+    if (full && (platformView === 'always' || sb.platformRequested)) v.platform = sb.platform;
     return v;
   }
 
@@ -298,31 +349,83 @@ export class Sandboxes {
     };
   }
 
+  /** Pause as the emulated runtime does it (upstream.js `pause`): freeze the processes, or release the pod. */
   pause(id) {
+    const { pause, pauseRefusal } = this.profile;
+    if (typeof pause === 'function') throw pause(id);
     const sb = this.get(id);
-    if (sb.status.state !== 'Running') {
-      throw new ApiError(409, 'DOCKER::SANDBOX_NOT_RUNNING', `Sandbox ${id} is not running (state ${sb.status.state}).`);
-    }
+    const { state } = sb.status;
+    if (!(state === 'Running' || (pause === 'release' && state === 'Allocated'))) throw pauseRefusal(id, state, sb);
+    if (pause === 'release') return this.release(sb);
     sb.proc.pause();
     this.transition(sb, 'Paused', 'CONTAINER_PAUSED', 'Sandbox container is paused.');
   }
 
   resume(id) {
+    const { pause, resume, resumeRefusal } = this.profile;
+    if (typeof resume === 'function') throw resume(id);
     const sb = this.get(id);
-    if (sb.status.state !== 'Paused') {
-      throw new ApiError(409, 'DOCKER::SANDBOX_NOT_PAUSED', `Sandbox ${id} is not paused (state ${sb.status.state}).`);
-    }
+    if (sb.status.state !== 'Paused') throw resumeRefusal(id, sb.status.state, sb);
+    if (pause === 'release') return this.reacquire(sb);
     sb.proc.resume();
     this.transition(sb, 'Running', 'CONTAINER_RUNNING', 'Sandbox container is running.');
   }
 
+  /**
+   * Kubernetes BatchSandbox pause: Pausing while the root filesystem is committed and pushed (`pause` ms), then the
+   * pod is released: every process ends (the files stay), the endpoint answers 404 until a resume brings a new pod.
+   */
+  release(sb) {
+    this.transition(sb, 'Pausing', 'PAUSING', 'Pausing sandbox');
+    sb.released = true;
+    sb.phaseTimer = setTimeout(async () => {
+      if (sb.deleting) return;
+      try {
+        await sb.relay?.close();
+        sb.relay = null;
+        await sb.proc.kill();
+      } catch (err) {
+        this.options.log?.(`sandbox ${sb.id}: releasing its processes failed: ${err.message}`);
+      }
+      if (!sb.deleting) this.transition(sb, 'Paused', 'PAUSED', 'Sandbox is paused');
+    }, this.profile.delays.pause);
+    sb.phaseTimer.unref();
+  }
+
+  /** Kubernetes BatchSandbox resume: Resuming while a new pod is scheduled (`resume` ms), then a fresh execd. */
+  reacquire(sb) {
+    this.transition(sb, 'Resuming', 'RESUMING', 'Resuming sandbox');
+    sb.phaseTimer = setTimeout(async () => {
+      if (sb.deleting) return;
+      sb.released = false;
+      try {
+        await this.startProcesses(sb);
+      } catch (err) {
+        this.options.log?.(`sandbox ${sb.id}: the resumed pod did not start: ${err.message}`);
+        if (!sb.deleting) this.transition(sb, 'Failed', 'FAILED', `Resume failed: ${err.message}`);
+        return;
+      }
+      if (sb.deleting) {
+        // deleted while the new pod started: remove() could not stop what did not run yet
+        await sb.relay?.close();
+        await sb.proc.kill();
+        return;
+      }
+      sb.endpointAt = Date.now() + this.profile.delays.endpoint;
+      this.transition(sb, 'Running', 'RUNNING', 'Sandbox is running');
+    }, this.profile.delays.resume);
+    sb.phaseTimer.unref();
+  }
+
+  /** renew-expiration, its checks in the emulated deployment's order (upstream.js `renewChecks`). */
   renew(id, expiresAtMs) {
-    const sb = this.get(id);
-    if (sb.expiresAt == null) {
-      throw new ApiError(409, 'DOCKER::INVALID_EXPIRATION', `Sandbox ${id} does not expire; it cannot be renewed.`);
-    }
-    if (!(expiresAtMs > Date.now())) {
-      throw new ApiError(400, 'DOCKER::INVALID_EXPIRATION', 'New expiration time must be in the future.');
+    let sb;
+    for (const check of this.profile.renewChecks) {
+      if (check === 'lookup') sb = this.get(id);
+      else if (check === 'expiry' && sb.expiresAt == null) throw this.profile.noExpiry(id);
+      else if (check === 'past' && !(expiresAtMs > Date.now())) {
+        throw new ApiError(400, 'DOCKER::INVALID_EXPIRATION', 'New expiration time must be in the future.');
+      }
     }
     sb.expiresAt = expiresAtMs;
     this.schedule(sb);
@@ -336,7 +439,7 @@ export class Sandboxes {
       if (v === null) delete next[k];
       else next[k] = v;
     }
-    checkMetadata(next);
+    checkMetadata(next, this.profile);
     sb.metadata = next;
     return sb;
   }
@@ -347,6 +450,7 @@ export class Sandboxes {
     this.items.delete(id);
     sb.deleting = true;
     clearTimeout(sb.timer);
+    clearTimeout(sb.phaseTimer);
     await sb.relay?.close();
     await this.dispose(sb);
   }

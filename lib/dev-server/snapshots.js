@@ -59,9 +59,13 @@ function diskBytes(dir) {
 }
 
 export class Snapshots {
-  /** options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data; undefined = no limit) } */
-  constructor({ dataDir, sandboxes, log, maxBytes }) {
+  /**
+   * options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data; undefined = no limit), profile
+   * (the emulated upstream deployment, upstream.js) }
+   */
+  constructor({ dataDir, sandboxes, log, maxBytes, profile }) {
     this.dir = path.join(dataDir, 'snapshots');
+    this.profile = profile ?? sandboxes.profile;
     this.sandboxes = sandboxes;
     this.log = log;
     this.maxBytes = maxBytes;
@@ -137,6 +141,8 @@ export class Snapshots {
       throw new ApiError(409, 'SNAPSHOT::INVALID_SOURCE_STATE', 'Snapshot can only be created from a Running sandbox.');
     }
     const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
+    // docker commit keeps the container's labels: sandboxes restored from it inherit the source's metadata
+    if (this.profile.snapshotLabels) rec.labels = { ...sb.metadata };
     this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot creation accepted.');
     this.items.set(rec.id, rec);
     // captures of one sandbox run one after the other: each stops and continues the sandbox around its own copy
@@ -172,7 +178,8 @@ export class Snapshots {
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
     }
     rec.sizeBytes = diskBytes(data);
-    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', 'Snapshot created successfully.');
+    if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
+    if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', this.profile.snapshotReadyMessage);
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
   }
 
@@ -195,11 +202,17 @@ export class Snapshots {
     if (rec.status.state === 'Creating') {
       throw new ApiError(409, 'SNAPSHOT::INVALID_STATE', `Snapshot ${id} is still being created and cannot be deleted`);
     }
-    if (rec.status.state === 'Deleting') throw snapshotNotFound(id);
+    if (rec.status.state === 'Deleting' && !rec.deleteConflict) throw snapshotNotFound(id);
     if (rec.restoring > 0) {
       throw new ApiError(409, 'SNAPSHOT::IN_USE', `Snapshot ${id} is being restored into a sandbox right now; delete it afterwards.`);
     }
-    this.transition(rec, 'Deleting', 'snapshot_delete_requested', 'Snapshot deletion requested.');
+    if (rec.status.state !== 'Deleting') this.transition(rec, 'Deleting', 'snapshot_delete_requested', 'Snapshot deletion requested.');
+    // Docker: `docker rmi` of an image a container was created from fails; the record stays Deleting, a later
+    // delete (once those sandboxes are gone) goes on
+    if (this.profile.snapshotDeleteConflict && [...this.sandboxes.items.values()].some((sb) => !sb.deleting && sb.snapshotId === id)) {
+      rec.deleteConflict = true;
+      throw new ApiError(409, 'SNAPSHOT::DELETE_CONFLICT', 'snapshot image cannot be deleted due to a conflict');
+    }
     await fs.promises.rm(path.join(this.dir, id), { recursive: true, force: true });
     this.items.delete(id);
   }
@@ -221,6 +234,11 @@ export class Snapshots {
     } finally {
       rec.restoring--;
     }
+  }
+
+  /** The metadata a sandbox restored from snapshot `id` inherits ({} where the runtime keeps none). */
+  labelsOf(id) {
+    return this.items.get(id)?.labels ?? {};
   }
 
   /** Waits for the captures in flight (server close). */

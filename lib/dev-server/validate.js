@@ -22,6 +22,7 @@ export class ValidationError extends Error {
 export function issue(loc, msg, type, input) {
   const d = { type, loc, msg };
   if (input !== undefined) d.input = input;
+  if (type === 'value_error') d.ctx = { error: {} }; // pydantic's ctx of a validator's ValueError
   return d;
 }
 
@@ -34,22 +35,30 @@ export const RESERVED_PREFIX = 'opensandbox.io/';
 /** Largest `timeout` (seconds, ten years): larger values are a 422 before anything is created. */
 export const MAX_TIMEOUT_SECONDS = 10 * 365 * 86400;
 
-/** Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. */
-export function checkMetadata(metadata) {
+/**
+ * Kubernetes label syntax for metadata; throws 400 SANDBOX::INVALID_METADATA_LABEL. `profile` (upstream.js) may give
+ * the emulated deployment's answers (messages) to a reserved, malformed key or value.
+ */
+export function checkMetadata(metadata, profile = null) {
   for (const [key, value] of Object.entries(metadata)) {
     const bad = (why) => new ApiError(400, 'SANDBOX::INVALID_METADATA_LABEL', `invalid metadata label ${JSON.stringify(key)}: ${why}`);
     if (typeof value !== 'string') throw bad('value must be a string');
-    if (key.startsWith(RESERVED_PREFIX)) throw bad(`the prefix ${RESERVED_PREFIX} is reserved`);
+    if (key.startsWith(RESERVED_PREFIX)) throw profile?.reservedMetadata?.(key) ?? bad(`the prefix ${RESERVED_PREFIX} is reserved`);
     const slash = key.lastIndexOf('/');
     const prefix = slash >= 0 ? key.slice(0, slash) : null;
     const name = slash >= 0 ? key.slice(slash + 1) : key;
+    const badKey = prefix !== null && (prefix.length === 0 || prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))
+      || name.length === 0 || name.length > 63 || !LABEL_NAME.test(name);
+    if (badKey && profile?.invalidMetadataKey) throw profile.invalidMetadataKey(key);
+    const badValue = value.length > 63 || (value !== '' && !LABEL_NAME.test(value));
+    if (badValue && profile?.invalidMetadataValue) throw profile.invalidMetadataValue(value);
     if (prefix !== null && (prefix.length === 0 || prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) {
       throw bad('prefix must be a DNS subdomain (lowercase alphanumerics, "-" and ".", at most 253 characters)');
     }
     if (name.length === 0 || name.length > 63 || !LABEL_NAME.test(name)) {
       throw bad('name must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric');
     }
-    if (value.length > 63 || (value !== '' && !LABEL_NAME.test(value))) {
+    if (badValue) {
       throw new ApiError(400, 'SANDBOX::INVALID_METADATA_LABEL',
         `invalid metadata value for ${JSON.stringify(key)}: must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric`);
     }
@@ -89,7 +98,7 @@ function validateVolume(v, i, errs) {
   }
   const backends = ['host', 'pvc', 'ossfs'].filter((b) => v[b] != null);
   if (backends.length !== 1) {
-    errs.push(issue(loc, `Value error, Exactly one backend (host, pvc, ossfs) must be specified, but ${backends.length} were provided.`, 'value_error', v));
+    errs.push(issue(loc, `Value error, Exactly one backend (host, pvc, ossfs) must be specified, but ${backends.length ? 'multiple were' : 'none was'} provided.`, 'value_error', v));
   }
   if (v.host != null) {
     if (!isObj(v.host) || typeof v.host.path !== 'string') errs.push(issue([...loc, 'host', 'path'], 'Field required', 'missing', v.host));
@@ -102,10 +111,21 @@ function validateVolume(v, i, errs) {
 }
 
 /**
- * Validates a CreateSandboxRequest. Returns a normalized object; throws ValidationError (422) or ApiError (400).
- * `maxTimeout` (seconds) caps `timeout` when set.
+ * Upstream's host-path syntax (validators.py ensure_valid_host_path): a path with '/..' or with '//' or a trailing
+ * '/' is refused, not resolved. Throws 400 VOLUME::INVALID_HOST_PATH.
  */
-export function validateCreate(body, { maxTimeout } = {}) {
+function checkHostPathSyntax(p) {
+  if (p.includes('/..')) throw new ApiError(400, 'VOLUME::INVALID_HOST_PATH', `Host path '${p}' contains path traversal component '..'.`);
+  if (p.includes('//') || (p.length > 1 && p.endsWith('/'))) {
+    throw new ApiError(400, 'VOLUME::INVALID_HOST_PATH', `Host path '${p}' is not normalized. Remove redundant slashes.`);
+  }
+}
+
+/**
+ * Validates a CreateSandboxRequest. Returns a normalized object; throws ValidationError (422) or ApiError (400).
+ * `maxTimeout` (seconds) caps `timeout` when set; `profile` (upstream.js) gives the emulated deployment's answers.
+ */
+export function validateCreate(body, { maxTimeout, profile = null } = {}) {
   if (!isObj(body)) throw new ValidationError([issue(['body'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', body)]);
   const errs = [];
   const out = {};
@@ -120,6 +140,11 @@ export function validateCreate(body, { maxTimeout } = {}) {
     if (typeof body.snapshotId !== 'string' || body.snapshotId === '') errs.push(issue(['body', 'snapshotId'], 'Input should be a valid string', 'string_type', body.snapshotId));
     else out.snapshotId = body.snapshotId;
   }
+  // upstream's model validator: the first that fails ends validation (its message does not say which case)
+  const model = profile?.modelValidators ? (msg) => {
+    throw new ValidationError([issue(['body'], `Value error, ${msg}`, 'value_error', body)]);
+  } : null;
+  if (model && (body.image == null || body.image?.uri === '') === (body.snapshotId == null)) model('Exactly one of image or snapshotId must be provided.');
   if (body.image != null && body.snapshotId != null) {
     errs.push(issue(['body'], 'Value error, Exactly one of image or snapshotId must be provided, not both.', 'value_error', body));
   } else if (body.image == null && body.snapshotId == null) {
@@ -128,7 +153,9 @@ export function validateCreate(body, { maxTimeout } = {}) {
   // entrypoint
   if (body.entrypoint != null) {
     if (!Array.isArray(body.entrypoint)) errs.push(issue(['body', 'entrypoint'], 'Input should be a valid list', 'list_type', body.entrypoint));
-    else if (body.entrypoint.length === 0) errs.push(issue(['body', 'entrypoint'], 'List should have at least 1 item after validation, not 0', 'too_short', body.entrypoint));
+    else if (body.entrypoint.length === 0) {
+      errs.push({ ...issue(['body', 'entrypoint'], 'List should have at least 1 item after validation, not 0', 'too_short', body.entrypoint), ctx: { field_type: 'List', min_length: 1, actual_length: 0 } });
+    }
     else {
       body.entrypoint.forEach((e, i) => {
         if (typeof e !== 'string') errs.push(issue(['body', 'entrypoint', i], 'Input should be a valid string', 'string_type', e));
@@ -143,7 +170,9 @@ export function validateCreate(body, { maxTimeout } = {}) {
   // timeout
   out.timeout = null;
   if (body.timeout != null) {
-    if (typeof body.timeout !== 'number' || !Number.isInteger(body.timeout)) {
+    if (typeof body.timeout === 'string') {
+      errs.push(issue(['body', 'timeout'], 'Input should be a valid integer, unable to parse string as an integer', 'int_parsing', body.timeout));
+    } else if (typeof body.timeout !== 'number' || !Number.isInteger(body.timeout)) {
       errs.push(issue(['body', 'timeout'], 'Input should be a valid integer', 'int_type', body.timeout));
     } else if (body.timeout < 60) {
       errs.push({ ...issue(['body', 'timeout'], 'Input should be greater than or equal to 60', 'greater_than_equal', body.timeout), ctx: { ge: 60 } });
@@ -154,13 +183,14 @@ export function validateCreate(body, { maxTimeout } = {}) {
   // resourceLimits (required unless pool mode)
   const pool = isObj(body.extensions) && body.extensions.poolRef != null;
   if (body.resourceLimits == null) {
+    if (!pool && model) model('resourceLimits is required when poolRef is not provided.');
     if (!pool) errs.push(issue(['body', 'resourceLimits'], 'Field required', 'missing', undefined));
   } else out.resourceLimits = stringMap(body.resourceLimits, ['body', 'resourceLimits'], errs);
   out.env = stringMap(body.env, ['body', 'env'], errs);
   out.metadata = stringMap(body.metadata, ['body', 'metadata'], errs);
   out.extensions = stringMap(body.extensions, ['body', 'extensions'], errs);
   // networkPolicy
-  out.allowNetwork = false;
+  out.allowNetwork = null; // no networkPolicy: the server's defaultNetworkPolicy decides
   if (body.networkPolicy != null) {
     const np = body.networkPolicy;
     if (!isObj(np)) errs.push(issue(['body', 'networkPolicy'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', np));
@@ -203,10 +233,17 @@ export function validateCreate(body, { maxTimeout } = {}) {
       'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (all outbound traffic except to the host\'s loopback) or none (no network).');
   }
   if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
-    throw new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
+    throw profile?.timeoutTooLong?.(out.timeout, maxTimeout) ?? new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
   }
-  checkMetadata(out.metadata);
+  checkMetadata(out.metadata, profile);
+  if (profile?.hostPathSyntax) for (const v of out.volumes) if (v.host) checkHostPathSyntax(v.host.path);
   return out;
+}
+
+/** Python's repr() of a str, as upstream's messages show one. */
+function pyRepr(text) {
+  const q = text.includes("'") && !text.includes('"') ? '"' : "'";
+  return q + text.replace(/\\/g, '\\\\').replace(new RegExp(q, 'g'), `\\${q}`) + q;
 }
 
 /** Python's parse_qsl(strict_parsing=True) for the `metadata` list filter; throws 400 INVALID_METADATA_FORMAT. */
@@ -214,7 +251,7 @@ export function parseMetadataFilter(text) {
   const out = {};
   for (const part of text.split('&')) {
     const eq = part.indexOf('=');
-    if (eq < 0) throw new ApiError(400, 'INVALID_METADATA_FORMAT', `Invalid metadata format: bad query field: ${JSON.stringify(part)}`);
+    if (eq < 0) throw new ApiError(400, 'INVALID_METADATA_FORMAT', `Invalid metadata format: bad query field: ${pyRepr(part)}`);
     const dec = (s) => {
       try {
         return decodeURIComponent(s.replace(/\+/g, ' '));

@@ -9,18 +9,38 @@ extern "C" {
 
 namespace {
 
-struct LcCall : PromiseDelivery {  // resolves the JSON text, or undefined without a body
+// Resolves { body, date }: body the JSON text (undefined without a body), date the response's HTTP Date header
+// (undefined without one); a rejection carries the Date header as its serverDate property.
+struct LcCall : PromiseDelivery {
   char* json = nullptr;
+  std::string date;
   using PromiseDelivery::PromiseDelivery;
   ~LcCall() override { free(json); }
-  Napi::Value Value(Napi::Env env) override { return json ? Napi::String::New(env, json).As<Napi::Value>() : env.Undefined(); }
+  Napi::Value Date(Napi::Env env) { return date.empty() ? env.Undefined() : Napi::String::New(env, date).As<Napi::Value>(); }
+  Napi::Value Value(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("body", json ? Napi::String::New(env, json).As<Napi::Value>() : env.Undefined());
+    o.Set("date", Date(env));
+    return o;
+  }
+  void Run(Napi::Env env, Addon* addon) override {
+    if (failed) {
+      Napi::Error e = MakeError(env, &err);
+      e.Value().Set("serverDate", Date(env));
+      deferred.Reject(e.Value());
+    } else {
+      deferred.Resolve(Value(env));
+    }
+    addon->Settled(env);
+  }
 };
 
 // Engine thread.
-void OnDone(void* ud, const osb_error* err, char* json) {
+void OnDone(void* ud, const osb_error* err, char* json, const char* date) {
   LcCall* call = static_cast<LcCall*>(ud);
   call->Fail(err);
   call->json = json;
+  if (date) call->date = date;
   call->a->Deliver(call);
 }
 

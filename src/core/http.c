@@ -47,6 +47,7 @@ struct osb_http_req {
   size_t max_body;
   char errbuf[CURL_ERROR_SIZE];
   char request_id[128];
+  char date[64]; /* the Date response header */
   long status;
   osb_http_data_fn on_data;
   osb_http_begin_fn on_begin;
@@ -247,23 +248,29 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
   return len;
 }
 
+/* Copies the value of header line p (len bytes) into out when its name (lowercase, with ':') matches: blanks
+ * trimmed, printable ASCII only (nothing from the network is trusted), truncated to cap - 1 bytes. */
+static void capture_header(const char *p, size_t len, const char *name, char *out, size_t cap) {
+  size_t nl = strlen(name);
+  if (len <= nl || strncasecmp(p, name, nl) != 0) return;
+  const char *v = p + nl, *end = p + len;
+  while (v < end && (*v == ' ' || *v == '\t')) v++;
+  while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t')) end--;
+  size_t vl = (size_t)(end - v);
+  if (vl >= cap) vl = cap - 1;
+  size_t j = 0;
+  for (size_t i = 0; i < vl; i++)
+    if ((unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f) out[j++] = v[i];
+  out[j] = 0;
+}
+
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   osb_http_req *r = ud;
   size_t len = sz * n;
   r->last_activity = uv_now(osb_engine_loop(r->e));
-  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) r->request_id[0] = 0; /* a new response (e.g. after 100) */
-  static const char name[] = "x-request-id:";
-  if (len > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0) {
-    const char *v = p + sizeof name - 1, *end = p + len;
-    while (v < end && (*v == ' ' || *v == '\t')) v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t')) end--;
-    size_t vl = (size_t)(end - v);
-    if (vl >= sizeof r->request_id) vl = sizeof r->request_id - 1;
-    size_t j = 0;
-    for (size_t i = 0; i < vl; i++) /* printable ASCII only: nothing from the network is trusted */
-      if ((unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f) r->request_id[j++] = v[i];
-    r->request_id[j] = 0;
-  }
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) r->request_id[0] = r->date[0] = 0; /* a new response (e.g. after 100) */
+  capture_header(p, len, "x-request-id:", r->request_id, sizeof r->request_id);
+  capture_header(p, len, "date:", r->date, sizeof r->date);
   return len;
 }
 
@@ -324,6 +331,7 @@ static void send_attempt(osb_http_req *r) {
   r->status = 0;
   r->errbuf[0] = 0;
   r->request_id[0] = 0;
+  r->date[0] = 0;
   r->attempts++;
   r->last_activity = osb_engine_now(r->e);
   CURLMcode mc = curl_multi_add_handle(c->multi, r->easy);
@@ -436,6 +444,7 @@ static void finish(osb_http_req *r, int error, const char *message) {
   res.body = r->resp.data ? r->resp.data : "";
   res.body_len = r->resp.len;
   res.request_id = r->request_id[0] ? r->request_id : NULL;
+  res.date = r->date[0] ? r->date : NULL;
   res.message = message ? message : "";
   res.attempts = r->attempts;
   res.stopped = r->stopped;

@@ -29,6 +29,7 @@ typedef struct {
   const char *body;       /* buffered body, NUL-terminated ("" when streamed or empty) */
   size_t body_len;
   const char *request_id; /* X-Request-ID response header, or NULL */
+  const char *date;       /* Date response header (printable ASCII, at most 63 bytes), or NULL */
   const char *message;    /* error text, "" when error == OK */
   int attempts;           /* how many times the request was sent */
   int stopped;            /* on_data returned 1: the caller ended the transfer early (error is OK) */

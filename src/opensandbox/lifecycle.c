@@ -142,8 +142,8 @@ static void call_free(lc_call *c) {
   free(c);
 }
 
-static void complete(lc_call *c, const osb_error *err, char *json) {
-  c->done(c->ud, err, json);
+static void complete(lc_call *c, const osb_error *err, char *json, const char *date) {
+  c->done(c->ud, err, json, date);
   call_free(c);
 }
 
@@ -153,11 +153,11 @@ static void on_http_done(void *ud, const osb_http_result *res) {
   osb_error err;
   if (res->error != OSB_HTTP_OK || res->status < 200 || res->status > 299) {
     osb_error_from_http(&err, res, secrets, c->request_id);
-    complete(c, &err, NULL);
+    complete(c, &err, NULL, res->date);
     return;
   }
   if (c->mode == RES_NONE) {
-    complete(c, NULL, NULL);
+    complete(c, NULL, NULL, res->date);
     return;
   }
   cJSON *doc = cJSON_ParseWithLength(res->body, res->body_len);
@@ -168,11 +168,11 @@ static void on_http_done(void *ud, const osb_http_result *res) {
   cJSON_Delete(doc);
   if (why) {
     osb_error_unexpected(&err, res, why, c->request_id);
-    complete(c, &err, NULL);
+    complete(c, &err, NULL, res->date);
     return;
   }
   char *json = osb_body_text(res, &err);
-  complete(c, json ? NULL : &err, json);
+  complete(c, json ? NULL : &err, json, res->date);
 }
 
 static void run_call(osb_engine *e, void *arg, int shutdown) {
@@ -180,7 +180,7 @@ static void run_call(osb_engine *e, void *arg, int shutdown) {
   osb_error err;
   if (shutdown) {
     osb_error_set(&err, OSB_KIND_CANCELLED, "SHUTDOWN", "engine shutting down");
-    complete(c, &err, NULL);
+    complete(c, &err, NULL, NULL);
     return;
   }
   osb_http_opts o;
@@ -198,7 +198,7 @@ static void run_call(osb_engine *e, void *arg, int shutdown) {
   o.ud = c;
   if (!osb_http_start(e, &o)) {
     osb_error_set(&err, OSB_KIND_TRANSPORT, "OUT_OF_MEMORY", "out of memory");
-    complete(c, &err, NULL);
+    complete(c, &err, NULL, NULL);
   }
 }
 

@@ -20,8 +20,9 @@ int osb_lc_set_ca_file(osb_lc *lc, const char *path, char *err, size_t errlen);
 
 /* Called once on the engine thread. On success err is NULL and json is the response body (malloc'd,
  * NUL-terminated; the callee owns it and must free it) or NULL for routes without a body. On failure err is
- * set (borrowed) and json is NULL. */
-typedef void (*osb_lc_done_fn)(void *ud, const osb_error *err, char *json);
+ * set (borrowed) and json is NULL. date (borrowed, NULL when none) is the response's HTTP Date header, success or
+ * failure: the server clock at the answer, to the second. */
+typedef void (*osb_lc_done_fn)(void *ud, const osb_error *err, char *json, const char *date);
 
 /* All return 0 when the call was queued (done will be called), -1 when it could not be queued (message in
  * errbuf; done is not called). */

@@ -363,6 +363,7 @@ typedef struct {
   int failed;
   osb_error err;
   char *json;
+  char date[64];
 } done_call;
 
 static void on_ready(void *ud, const osb_error *err) {
@@ -371,8 +372,9 @@ static void on_ready(void *ud, const osb_error *err) {
   latch_hit(&d->l);
 }
 
-static void on_lc(void *ud, const osb_error *err, char *json) {
+static void on_lc(void *ud, const osb_error *err, char *json, const char *date) {
   done_call *d = ud;
+  if (date) snprintf(d->date, sizeof d->date, "%s", date);
   if (err) d->failed = 1, d->err = *err;
   d->json = json;
   latch_hit(&d->l);
@@ -415,6 +417,8 @@ static void test_ready_and_lifecycle_errors(void) {
   CHECK_STR(d.err.code, "HTTP_404");
   CHECK(strstr(d.err.message, "404 page not found") != NULL);
   CHECK(strlen(d.err.request_id) == 32);
+  /* the HTTP Date header reaches done (also for an error answer): "Tue, 01 Dec 2026 15:30:07 GMT" */
+  CHECK(strlen(d.date) == 29 && strcmp(d.date + 26, "GMT") == 0);
   latch_destroy(&d.l);
   memset(&d, 0, sizeof d);
   latch_init(&d.l);
