@@ -1,0 +1,189 @@
+// The request target is parsed once (execd/http.js parseTarget) and every hop decides and routes on that one form
+// (docs/dev-server-security.md, "One parse"). Differential: the relay's decision function and the real execd's router
+// (a real execd process on a Unix socket, a real app on a loopback port) are asked the same generated targets — dot
+// segments, their encodings in every case, encoded separators, doubled slashes, `;`, `?`, `#`, absolute-form URLs —
+// and must agree on each: refused, to the sandbox's app (no token, forwarded exactly as decided), or to execd's own API
+// (token). The real relays (plain and header mode) in front of that execd must answer accordingly without the token.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { decide, startRelay, INGRESS_HEADER } from '../lib/dev-server/relay.js';
+import { proxyRoute } from '../lib/dev-server/execd/proxy.js';
+import { waitFor } from './helpers/poll.js';
+
+const EXECD = path.resolve('lib/dev-server/execd/main.js');
+const TOKEN = 'relay-target-token';
+
+/** One raw HTTP/1.1 request (target written as given) on a new connection; resolves { status, text } at EOF. */
+export function rawRequest(connect, target, { method = 'GET', headers = {}, body = '' } = {}) {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(connect);
+    let data = Buffer.alloc(0);
+    const timer = setTimeout(() => s.destroy(new Error(`${method} ${target}: no answer within 10 s`)), 10000);
+    s.on('connect', () => {
+      let head = `${method} ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n`;
+      for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
+      if (body || method === 'POST') head += `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
+      s.write(`${head}\r\n${body}`);
+    });
+    s.on('data', (d) => { data = Buffer.concat([data, d]); });
+    s.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    s.on('close', () => {
+      clearTimeout(timer);
+      const text = data.toString('latin1');
+      const m = /^HTTP\/1\.1 (\d{3})/.exec(text);
+      if (!m) return reject(new Error(`${method} ${target}: no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
+      const split = text.indexOf('\r\n\r\n');
+      resolve({ status: Number(m[1]), head: text.slice(0, split), text: split < 0 ? '' : text.slice(split + 4) });
+    });
+  });
+}
+
+/** A seeded PRNG (mulberry32): the generated targets are the same on every run. */
+function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Request targets built from hostile pieces around /proxy/{appPort} and execd's routes (count, seeded). */
+function generateTargets(appPort, count, seed) {
+  const rnd = prng(seed);
+  const pick = (list) => list[Math.floor(rnd() * list.length)];
+  const starts = ['', `/proxy/${appPort}`, '/proxy/44772', `/proxy/0${appPort}`, `/PROXY/${appPort}`, `/pr%6fxy/${appPort}`,
+    `/proxy%2f${appPort}`, `http://x/proxy/${appPort}`, 'http://x', `HTTP://x/proxy/${appPort}`, `//proxy/${appPort}`, `/proxy/${appPort};x`,
+    '/proxy', '/proxy/', '/files', '/v1'];
+  const segments = ['..', '.', '%2e%2e', '%2E%2E', '%2e%2E', '.%2e', '%2e.', '%2e', '%2E', '..;', ';', '', 'a', '%2f', '%2F', '%5c', '%5C',
+    '\\', '..\\..', 'command', 'comm%61nd', 'ping', 'pty', 'x%00y', '%25', '%252e%252e', '%zz', '%2', '.a', 'a.', '...', '%41%42'];
+  const ends = ['', '?x=1', '?a=/../../command', '#frag', '/', ';x', '?', '#/../../ping', '?%2e%2e', '//', '/.', '/..'];
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    let t = pick(starts);
+    const n = Math.floor(rnd() * 5);
+    for (let j = 0; j < n; j++) t += `/${rnd() < 0.5 ? pick(segments) : pick(['a', 'b.c', 'x;y', '%41', '~u', 'ping'])}`;
+    if (rnd() < 0.4) t += `/${pick(['command', 'ping', 'files/info', 'pty/x/ws', 'command/status/x'])}`;
+    t += pick(ends);
+    out.push(t === '' ? '/' : t);
+  }
+  return out;
+}
+
+describe('request targets: the relay decides on exactly what execd routes', function () {
+  this.timeout(120000);
+  let dir;
+  let execd;
+  let socketPath;
+  let app;
+  let appPort;
+  let appSaw; // target -> headers the app received, by the last request
+  let plain;
+  let header;
+
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-target-'));
+    socketPath = path.join(dir, 'execd.sock');
+    app = http.createServer((req, res) => {
+      appSaw = { url: req.url, headers: req.headers };
+      res.end(`APP ${req.url}`);
+    });
+    await new Promise((r) => app.listen(0, '127.0.0.1', r));
+    appPort = app.address().port;
+    execd = spawn(process.execPath, [EXECD, '--socket', socketPath, '--workspace', dir, '--command-tail-ms', '20'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    execd.stdout.on('data', (d) => { out += d; });
+    await waitFor(() => out.includes('execd ready'), { timeoutMs: 20000, message: 'execd starts' });
+    plain = await startRelay(socketPath, { token: TOKEN });
+    header = await startRelay(socketPath, { token: TOKEN, ingressId: 'sbx' });
+  });
+  after(async () => {
+    await plain?.close();
+    await header?.close();
+    app?.close();
+    if (execd) {
+      execd.kill('SIGTERM');
+      await new Promise((r) => (execd.exitCode !== null ? r() : execd.once('exit', r)));
+    }
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** What execd's router did with a target, asked directly (no relay, no token): refused / app (+ what it saw) / execd. */
+  async function execdRoute(target) {
+    appSaw = null;
+    const r = await rawRequest({ path: socketPath }, target);
+    if (r.text.startsWith('APP ')) return { kind: 'app', forwarded: appSaw.url };
+    // execd's 400 naming the target, Go's 400 for a malformed escape, or Node's HTTP parser's own (empty) 400
+    if (r.status === 400 && (/"code":"INVALID_REQUEST_PATH"/.test(r.text) || r.text === '400 Bad Request' || r.text === '')) return { kind: 'refused', text: r.text };
+    return { kind: 'execd', status: r.status };
+  }
+
+  const kindOf = (d) => (d.error ? 'refused' : d.app ? 'app' : 'execd');
+
+  it('the exact targets of the attack: refused by both', async () => {
+    for (const t of [`/proxy/${appPort}/../../command`, `/proxy/${appPort}/%2e%2e/%2e%2e/command`, `/proxy/${appPort}/%2E%2e/%2e%2E/pty/x/ws`,
+      `/proxy/${appPort}/..%2f..%2fcommand`, `/proxy/${appPort}/..\\..\\command`]) {
+      const d = decide(t);
+      assert.equal(kindOf(d), 'refused', t);
+      assert.equal((await execdRoute(t)).kind, 'refused', t);
+      const viaRelay = await rawRequest(plain.port, t, { method: 'POST', body: '{"command":"true"}' });
+      assert.deepEqual([viaRelay.status, JSON.parse(viaRelay.text).code], [400, 'GENERAL::BAD_REQUEST'], t);
+    }
+  });
+
+  it('generated targets: the decision and execd\'s router agree on every one, and the relays act on it', async () => {
+    const targets = [...new Set(generateTargets(appPort, 500, 21))];
+    const seen = { refused: 0, app: 0, execd: 0 };
+    for (const t of targets) {
+      const d = decide(t);
+      const kind = kindOf(d);
+      seen[kind] += 1;
+      const routed = await execdRoute(t);
+      assert.equal(routed.kind, kind, `${JSON.stringify(t)}: relay decides ${kind}${d.error ? ` (${d.error})` : ''}, execd routes ${JSON.stringify(routed)}`);
+      if (kind === 'app') {
+        // what the app receives is what was decided on: the canonical rest of the target, nothing resolved
+        assert.equal(routed.forwarded, proxyRoute(d.url).path, t);
+        assert.equal(d.target, proxyRoute(d.url) && d.url.pathname + d.url.search, t);
+      }
+      // the plain relay without the token: 400, the app, or 401 — never execd's API
+      appSaw = null;
+      const viaPlain = await rawRequest(plain.port, t);
+      const expectPlain = { refused: 400, app: 200, execd: 401 }[kind];
+      assert.equal(viaPlain.status, expectPlain, `${JSON.stringify(t)} through the plain relay: ${viaPlain.text}`);
+      if (kind === 'app') assert.equal(viaPlain.text, `APP ${proxyRoute(d.url).path}`, t);
+      // header mode, the ingress header naming the app's port: the target goes to the app as decided, or is refused
+      appSaw = null;
+      const viaHeader = await rawRequest(header.port, t, { headers: { [INGRESS_HEADER]: `sbx-${appPort}` } });
+      assert.equal(viaHeader.status, d.error ? 400 : 200, `${JSON.stringify(t)} through the header relay: ${viaHeader.text}`);
+      if (!d.error) assert.equal(viaHeader.text, `APP ${d.target}`, t);
+      // header mode naming execd: never without the token
+      const toExecd = await rawRequest(header.port, t, { headers: { [INGRESS_HEADER]: 'sbx-44772' } });
+      assert.equal(toExecd.status, d.error ? 400 : 401, `${JSON.stringify(t)} to execd through the header relay: ${toExecd.text}`);
+    }
+    // the generator reaches all three outcomes
+    assert.ok(seen.refused > 50 && seen.app > 50 && seen.execd > 50, JSON.stringify(seen));
+  });
+
+  it('the plain relay decides every request of a kept-alive connection, not only the first', async () => {
+    // first an app request (no token), then a dot-segment request and an execd request on the same connection
+    const s = net.connect(plain.port);
+    await new Promise((r) => s.once('connect', r));
+    let text = '';
+    s.on('data', (d) => { text += d; });
+    s.write(`GET /proxy/${appPort}/a HTTP/1.1\r\nHost: x\r\n\r\nGET /proxy/${appPort}/%2e%2e/%2e%2e/ping HTTP/1.1\r\nHost: x\r\n\r\n`
+      + 'GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    await new Promise((r) => s.once('close', r));
+    assert.deepEqual([...text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1])), [200, 400, 401], text);
+    assert.match(text, /APP \/a/);
+  });
+});
