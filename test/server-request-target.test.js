@@ -13,6 +13,7 @@ import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { decide, startRelay, INGRESS_HEADER } from '../lib/dev-server/relay.js';
 import { proxyRoute } from '../lib/dev-server/execd/proxy.js';
+import { goDurationMs } from '../lib/dev-server/execd/commands.js';
 import { waitFor } from './helpers/poll.js';
 
 const EXECD = path.resolve('lib/dev-server/execd/main.js');
@@ -44,6 +45,18 @@ export function rawRequest(connect, target, { method = 'GET', headers = {}, body
       resolve({ status: Number(m[1]), head: text.slice(0, split), text: split < 0 ? '' : text.slice(split + 4) });
     });
   });
+}
+
+/** The body of a chunked HTTP/1.1 answer. */
+function dechunk(text) {
+  let out = '';
+  for (let i = 0; ;) {
+    const eol = text.indexOf('\r\n', i);
+    const n = parseInt(text.slice(i, eol), 16);
+    if (!(n > 0)) return out;
+    out += text.slice(eol + 2, eol + 2 + n);
+    i = eol + 2 + n + 2;
+  }
 }
 
 /** A seeded PRNG (mulberry32): the generated targets are the same on every run. */
@@ -172,6 +185,38 @@ describe('request targets: the relay decides on exactly what execd routes', func
     }
     // the generator reaches all three outcomes
     assert.ok(seen.refused > 50 && seen.app > 50 && seen.execd > 50, JSON.stringify(seen));
+  });
+
+  /** POST a JSON body straight to execd; resolves { status, events } (events parsed when the answer is a stream). */
+  async function execdPost(target, body) {
+    const r = await rawRequest({ path: socketPath }, target, { method: 'POST', body: JSON.stringify(body) });
+    const text = r.head.includes('Transfer-Encoding: chunked') ? dechunk(r.text) : r.text;
+    const events = r.status === 200 ? text.split('\n\n').filter((x) => x.trim()).map((x) => JSON.parse(x)) : null;
+    return { status: r.status, text, events };
+  }
+
+  it('execd timeouts follow Go\'s int64 time.Duration: 2^31 ms and more are long deadlines, never Node\'s 1 ms', async () => {
+    assert.equal(goDurationMs(300), 300);
+    assert.equal(goDurationMs(2 ** 31), 2 ** 31);
+    assert.equal(goDurationMs(1e13), 0); // 1e13 ms * 1e6 wraps past int64 to a negative duration: Go sets no deadline
+    assert.equal(Math.round(goDurationMs(2e13)), 1553255926290); // wraps to a positive one (~18 days)
+    for (const timeout of [2 ** 31, 2 ** 31 - 1, 1e13, 2e13, 2 ** 53]) {
+      const r = await execdPost('/command', { command: 'sleep 0.2; echo done', timeout });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.events.filter((e) => e.type !== 'ping').map((e) => [e.type, e.text ?? null]).slice(1),
+        [['stdout', 'done'], ['execution_complete', null]], `timeout ${timeout}`);
+    }
+    const session = await execdPost('/session', {});
+    const sid = JSON.parse(session.text).session_id;
+    const run = await execdPost(`/session/${sid}/run`, { command: 'sleep 0.2; echo done', timeout: 2 ** 31 });
+    assert.deepEqual(run.events.filter((e) => e.type === 'stdout' || e.type === 'execution_complete').map((e) => e.type), ['stdout', 'execution_complete']);
+    // beyond int64 Go's decoder refuses the body
+    const huge = await execdPost('/command', { command: 'true', timeout: 1e20 });
+    assert.deepEqual([huge.status, JSON.parse(huge.text)], [400, { code: 'INVALID_REQUEST_BODY',
+      message: 'error parsing request, MAYBE invalid body format. json: cannot unmarshal number 100000000000000000000 into Go struct field RunCommandRequest.timeout of type int64' }]);
+    // and a short timeout still kills
+    const killed = await execdPost('/command', { command: 'sleep 5', timeout: 300 });
+    assert.deepEqual(killed.events.at(-1).error?.traceback, ['signal: killed']);
   });
 
   it('the plain relay decides every request of a kept-alive connection, not only the first', async () => {
