@@ -10,11 +10,17 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { promisify } from 'node:util';
+import { startServer } from '../lib/dev-server/index.js';
 import { decide, startRelay, INGRESS_HEADER } from '../lib/dev-server/relay.js';
 import { proxyRoute } from '../lib/dev-server/execd/proxy.js';
 import { goDurationMs } from '../lib/dev-server/execd/commands.js';
 import { waitFor } from './helpers/poll.js';
+import { request, parseEvents } from './helpers/raw.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
+
+const ROOT = process.getuid() === 0;
 
 const EXECD = path.resolve('lib/dev-server/execd/main.js');
 const TOKEN = 'relay-target-token';
@@ -232,3 +238,163 @@ describe('request targets: the relay decides on exactly what execd routes', func
     assert.match(text, /APP \/a/);
   });
 });
+
+// The same attacks against a real server (bubblewrap sandboxes): the exact requests of issue 21 are refused without the
+// token on every path (plain relay, header-routed relay, server proxy route, PTY WebSocket; as root and as another
+// local user), nothing runs, and the sandbox's own service never sees a token header on any forwarding path.
+describe('a real server: the relay attacks of issue 21 fail, and apps never see a token', function () {
+  this.timeout(120000);
+  const EXECD_TOKEN = 'server-wide-execd-token';
+  let work;
+  let plainServer;
+  let headerServer;
+  let p; // sandbox on the plain server
+  let h; // sandbox on the header-routed server (with a server-wide execd token)
+
+  async function create(server) {
+    const api = (u, opts = {}) => request(`${server.baseUrl}${u}`, { ...opts, headers: { 'Content-Type': 'application/json' }, endpointHeaders: false });
+    const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} } });
+    assert.equal(r.status, 202, r.text);
+    const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+    return { id: r.json.id, server, relayPort: Number(ep.endpoint.split(':')[1].split('/')[0]), headers: ep.headers };
+  }
+  /** Runs a command with the token; resolves its stdout lines joined. */
+  async function run(sb, command, extra = {}) {
+    const r = await rawRequest(sb.relayPort, '/command', { method: 'POST', headers: { ...sb.headers, ...extra }, body: JSON.stringify({ command }) });
+    assert.equal(r.status, 200, r.text);
+    const events = parseEvents(dechunk(r.text));
+    return events.filter((e) => e.type === 'stdout').map((e) => e.text).join('\n');
+  }
+  const APP = [
+    "const http = require('http');",
+    'const seen = (q) => JSON.stringify({ url: q.url, headers: q.headers });',
+    'const s = http.createServer((q, r) => r.end(seen(q)));',
+    "s.on('upgrade', (q, sock) => { const b = seen(q); sock.end('HTTP/1.1 200 OK\\r\\nContent-Length: ' + Buffer.byteLength(b) + '\\r\\nConnection: close\\r\\n\\r\\n' + b); });",
+    "s.listen(8000, '127.0.0.1');",
+  ].join('\n');
+  async function startApp(sb) {
+    await run(sb, `cat > /tmp/app.js <<'EOF'\n${APP}\nEOF\nnohup node /tmp/app.js >/dev/null 2>&1 &`);
+  }
+
+  before(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-target-srv-'));
+    plainServer = await startServer({ dataDir: path.join(work, 'plain'), commandTailMs: 20 });
+    headerServer = await startServer({ dataDir: path.join(work, 'header'), commandTailMs: 20, endpointHeaders: true, execdAccessToken: EXECD_TOKEN });
+    p = await create(plainServer);
+    h = await create(headerServer);
+    h.headers = { ...h.headers, 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN };
+    await startApp(p);
+    await startApp(h);
+    await waitFor(async () => (await rawRequest(p.relayPort, '/proxy/8000/')).status === 200, { timeoutMs: 20000, message: 'the app in the plain sandbox answers' });
+    await waitFor(async () => (await rawRequest(h.relayPort, '/', { headers: { [INGRESS_HEADER]: `${h.id}-8000`, 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN } })).status === 200,
+      { timeoutMs: 20000, message: 'the app in the header sandbox answers' });
+  });
+  after(async () => {
+    await plainServer?.close();
+    await headerServer?.close();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  const pwn = JSON.stringify({ command: 'touch /tmp/pwned' });
+  const pwned = async (sb) => (await run(sb, 'test -e /tmp/pwned && echo yes || echo no')) === 'yes';
+  const upgradeHeaders = { Upgrade: 'websocket', Connection: 'Upgrade', 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==', 'Sec-WebSocket-Version': '13' };
+  const ptySession = async (sb) => {
+    const r = await rawRequest(sb.relayPort, '/pty', { method: 'POST', headers: sb.headers, body: '{}' });
+    assert.equal(r.status, 201, r.text);
+    return JSON.parse(r.text).session_id;
+  };
+
+  it('plain relay: /proxy/<app>/../../command and its encodings are a 400 without the token; nothing runs', async () => {
+    for (const t of ['/proxy/8000/../../command', '/proxy/8000/%2e%2e/%2e%2e/command', '/proxy/8000/%2E%2e/%2e%2E/command',
+      '/proxy/8000/..%2f..%2fcommand', '/proxy/8000/..\\..\\command', 'http://x/proxy/8000/../../command', '/proxy/8000//../../command']) {
+      const r = await rawRequest(p.relayPort, t, { method: 'POST', body: pwn });
+      assert.equal(r.status, 400, `${t}: ${r.text}`);
+    }
+    const sid = await ptySession(p);
+    for (const t of [`/proxy/8000/../../pty/${sid}/ws`, `/proxy/8000/%2e%2e/%2e%2e/pty/${sid}/ws`]) {
+      const r = await rawRequest(p.relayPort, t, { headers: upgradeHeaders });
+      assert.equal(r.status, 400, `${t}: ${r.text}`);
+    }
+    assert.equal(await pwned(p), false);
+  });
+
+  it('header-routed relay: OpenSandbox-Ingress-To <id>-<app port> with /../../command is a 400; nothing runs', async () => {
+    const toApp = { [INGRESS_HEADER]: `${h.id}-8000`, 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN };
+    for (const t of ['/../../command', '/%2e%2e/%2e%2e/command', '/..', 'http://x/../command']) {
+      const r = await rawRequest(h.relayPort, t, { method: 'POST', headers: toApp, body: pwn });
+      assert.equal(r.status, 400, `${t}: ${r.text}`);
+    }
+    const sid = await ptySession(h);
+    const ws = await rawRequest(h.relayPort, `/../../pty/${sid}/ws`, { headers: { ...toApp, ...upgradeHeaders } });
+    assert.equal(ws.status, 400, ws.text);
+    assert.equal(await pwned(h), false);
+  });
+
+  it('server proxy route: a dot segment from an app port to execd\'s is a 400, not a route', async () => {
+    for (const [srv, sb] of [[plainServer, p], [headerServer, h]]) {
+      for (const t of [`/v1/sandboxes/${sb.id}/proxy/8000/../44772/command`, `/v1/sandboxes/${sb.id}/proxy/8000/%2e%2e/44772/command`,
+        `/sandboxes/${sb.id}/proxy/8000/..%2F44772%2Fcommand`]) {
+        const r = await rawRequest(srv.port, t, { method: 'POST', headers: { 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN }, body: pwn });
+        assert.deepEqual([r.status, JSON.parse(r.text).code], [400, 'GENERAL::BAD_REQUEST'], t);
+      }
+      assert.equal(await pwned(sb), false);
+    }
+  });
+
+  (ROOT ? it : it.skip)('another local user (nobody) gets the same 400 from the plain relay and runs nothing', async () => {
+    letUserRunCheckout(65534);
+    const js = `const s=require('net').connect(${p.relayPort},'127.0.0.1',()=>s.write('POST /proxy/8000/%2e%2e/%2e%2e/command HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: ${pwn.length}\\r\\n\\r\\n'+${JSON.stringify(pwn)}));s.on('data',d=>process.stdout.write(d));s.on('end',()=>process.exit(0));setTimeout(()=>process.exit(3),10000)`;
+    const r = await promisify(execFile)('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, '-e', js], { timeout: 20000 })
+      .catch((err) => err);
+    assert.match(r.stdout, /^HTTP\/1\.1 400 /, r.stderr);
+    assert.equal(await pwned(p), false);
+  });
+
+  /** The token headers among what the app received. */
+  const tokensSeen = (text) => {
+    const { headers } = JSON.parse(text);
+    assert.equal(headers['x-probe'], 'through', text); // other headers do pass
+    return Object.keys(headers).filter((k) => /secure-access|access-token|api-key/i.test(k));
+  };
+
+  it('the sandbox\'s own service sees no token header on any forwarding path', async () => {
+    const probe = { 'X-Probe': 'through' };
+    const secure = (sb) => ({ 'OpenSandbox-Secure-Access': sb.headers['OpenSandbox-Secure-Access'] });
+    const cases = [];
+    // plain relay: a first request to the app carrying the token (and execd's), HTTP and upgrade
+    cases.push(['plain relay, app first', await rawRequest(p.relayPort, '/proxy/8000/a', { headers: { ...secure(p), 'X-EXECD-ACCESS-TOKEN': 'x', ...probe } })]);
+    cases.push(['plain relay, app upgrade', await rawRequest(p.relayPort, '/proxy/8000/ws', { headers: { ...secure(p), ...probe, ...upgradeHeaders } })]);
+    // plain relay: a connection that starts with execd (relayed byte for byte) and then asks the app
+    cases.push(['plain relay, after an execd request', await secondOnConnection(p.relayPort, '/ping', '/proxy/8000/b', { ...secure(p), ...probe })]);
+    // header-routed relay: by the ingress header, and through execd's own /proxy route
+    const hTokens = { ...secure(h), 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN, ...probe };
+    cases.push(['header relay, ingress to the app', await rawRequest(h.relayPort, '/c', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-8000` } })]);
+    cases.push(['header relay, execd /proxy/8000', await rawRequest(h.relayPort, '/proxy/8000/d', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-44772` } })]);
+    cases.push(['header relay, upgrade', await rawRequest(h.relayPort, '/ws', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-8000`, ...upgradeHeaders } })]);
+    // the server proxy route
+    cases.push(['server proxy', await rawRequest(headerServer.port, `/v1/sandboxes/${h.id}/proxy/8000/e`, { headers: hTokens })]);
+    cases.push(['server proxy, upgrade', await rawRequest(headerServer.port, `/v1/sandboxes/${h.id}/proxy/8000/f`, { headers: { ...hTokens, ...upgradeHeaders } })]);
+    for (const [name, r] of cases) {
+      assert.equal(r.status, 200, `${name}: ${r.text}`);
+      assert.deepEqual(tokensSeen(r.text), [], name);
+    }
+  });
+});
+
+/** Two requests on one connection (the first answered before the second is sent); resolves the second's answer. */
+async function secondOnConnection(port, first, second, headers) {
+  const s = net.connect(port);
+  await new Promise((r, j) => s.once('connect', r).once('error', j));
+  let data = '';
+  s.on('data', (d) => { data += d; });
+  const head = (t, close) => `GET ${t} HTTP/1.1\r\nHost: x\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}${close ? 'Connection: close\r\n' : ''}\r\n`;
+  s.write(head(first, false));
+  await waitFor(() => /^HTTP\/1\.1 200 [^]*?\r\n\r\n/.test(data), { timeoutMs: 10000, message: `${first} answered` });
+  const firstEnd = data.indexOf('\r\n\r\n') + 4;
+  const done = new Promise((r) => s.once('close', r));
+  s.write(head(second, true));
+  await done;
+  const rest = data.slice(firstEnd + Number(/Content-Length: (\d+)/i.exec(data)[1]));
+  const split = rest.indexOf('\r\n\r\n');
+  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(rest)?.[1]), text: rest.slice(split + 4) };
+}
