@@ -398,3 +398,120 @@ async function secondOnConnection(port, first, second, headers) {
   const split = rest.indexOf('\r\n\r\n');
   return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(rest)?.[1]), text: rest.slice(split + 4) };
 }
+
+// Bad input to the lifecycle API (issue 21): one request must never take the server down (it runs every sandbox), and
+// every bad input gets a 4xx naming the field. The server runs as its CLI in a child process, so that a crash shows.
+describe('bad input to the lifecycle API: a 4xx naming the field, never a 5xx or a dead server', function () {
+  this.timeout(300000);
+  const KEY = 'bad-input-key';
+  let work;
+  let child;
+  let base;
+  let childErr = '';
+  const headers = { 'OPEN-SANDBOX-API-KEY': KEY, 'Content-Type': 'application/json' };
+  /** POST /v1/sandboxes with a body given as JSON text; a sandbox it made is deleted at once. */
+  async function create(text) {
+    const r = await request(`${base}/v1/sandboxes`, { method: 'POST', headers, body: text, endpointHeaders: false, timeoutMs: 60000 });
+    if (r.status === 202) await request(`${base}/v1/sandboxes/${r.json.id}`, { method: 'DELETE', headers, endpointHeaders: false });
+    return r;
+  }
+  const alive = async () => {
+    assert.equal(child.exitCode, null, `the server exited: ${childErr}`);
+    assert.equal((await request(`${base}/health`, { endpointHeaders: false })).status, 200);
+  };
+
+  before(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-badinput-'));
+    fs.mkdirSync(path.join(work, 'vol'));
+    child = spawn(process.execPath, [path.resolve('lib/dev-server/cli.js'), '--port', '0', '--quiet', '--data-dir', path.join(work, 'data'),
+      '--allowed-host-path', path.join(work, 'vol'), '--command-tail-ms', '20'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: KEY } });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { childErr += d; });
+    base = `http://${await waitFor(() => /^(\S+:\d+)\n/.exec(out)?.[1], { timeoutMs: 30000, message: `the CLI server starts (${childErr})` })}`;
+  });
+  after(async () => {
+    if (child && child.exitCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    }
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('100,000 nested [ (and {"a": …) in an authenticated create: a bounded 422, the server answers the next request', async () => {
+    const deep = (open, close, n, inner = '') => open.repeat(n) + inner + close.repeat(n);
+    const bodies = [deep('[', ']', 1e5), '['.repeat(1e5), `{"image":{"uri":"x"},"entrypoint":["sh"],"resourceLimits":{},"env":${deep('[', ']', 1e5)}}`,
+      `{"image":{"uri":"x"},"entrypoint":["sh"],"resourceLimits":{},"metadata":${deep('{"a":', '}', 1e5, '1')}}`,
+      `{"image":{"uri":"x"},"entrypoint":${deep('[', ']', 1e5)},"resourceLimits":{},"volumes":${deep('[', ']', 1e5)}}`];
+    for (const text of bodies) {
+      const r = await create(text);
+      assert.equal(r.status, 422, r.text.slice(0, 300));
+      assert.ok(r.text.length < 4096, `the answer echoes ${r.text.length} bytes`);
+      await alive();
+    }
+  });
+
+  it('the reported 500s are 4xx naming the field', async () => {
+    const ok = { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} };
+    const vol = { name: 'v', host: { path: path.join(work, 'vol') }, mountPath: '/v' };
+    const cases = [
+      [{ ...ok, env: { A: 'x\u0000y' } }, 'env["A"]: must not contain a NUL byte'],
+      [{ ...ok, env: { 'A\u0000': 'x' } }, 'env key "A\\u0000": must not contain a NUL byte'],
+      [{ ...ok, volumes: [{ ...vol, subPath: 'a\u0000b' }] }, 'volumes[0].subPath: must not contain a NUL byte'],
+      [{ ...ok, volumes: [{ ...vol, host: { path: `${vol.host.path}\u0000` } }] }, 'volumes[0].host.path: must not contain a NUL byte'],
+      [{ ...ok, volumes: [{ ...vol, mountPath: '/v\u0000' }] }, 'volumes[0].mountPath: must not contain a NUL byte'],
+      [{ ...ok, entrypoint: ['sh\u0000'] }, 'entrypoint[0]: must not contain a NUL byte'],
+      [{ ...ok, resourceLimits: { 'ephemeral-storage': '1Pi' } }, 'resourceLimits.ephemeral-storage: "1Pi" is above the largest disk bound, "1Ti"'],
+      [{ ...ok, resourceLimits: { memory: '1' } }, 'resourceLimits.memory: "1" is below the smallest memory bound, "32Mi" (the sandbox\'s execd does not start in less)'],
+    ];
+    for (const [body, message] of cases) {
+      const r = await create(JSON.stringify(body));
+      assert.deepEqual([r.status, r.json?.code, r.json?.message], [400, 'SANDBOX::INVALID_PARAMETER', message]);
+    }
+    // a malformed percent-encoding in a snapshot id (was "URI malformed", 500); a well-formed non-UTF-8 one is unknown
+    const snap = (id) => request(`${base}/v1/snapshots/${id}`, { headers, endpointHeaders: false });
+    assert.deepEqual([(await snap('%E0%A4%A')).status, (await snap('%E0%A4%A')).json.code], [400, 'GENERAL::BAD_REQUEST']);
+    assert.equal((await snap('%ff')).status, 404);
+    const snapCreate = await request(`${base}/v1/sandboxes/%ff/snapshots`, { method: 'POST', headers, endpointHeaders: false });
+    assert.equal(snapCreate.status, 404, snapCreate.text);
+    await alive();
+  });
+
+  it('hostile values in every field of the create body (seeded, 160 cases): never a 5xx, never a crash', async () => {
+    const rnd = prng(2121);
+    const pick = (list) => list[Math.floor(rnd() * list.length)];
+    const vol = { name: 'v', host: { path: path.join(work, 'vol') }, mountPath: '/v' };
+    const valid = { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, env: { A: '1' }, metadata: { k: 'v' },
+      volumes: [vol], networkPolicy: { defaultAction: 'deny' }, timeout: 600 };
+    const fields = [['image'], ['image', 'uri'], ['snapshotId'], ['entrypoint'], ['entrypoint', 0], ['timeout'], ['resourceLimits'],
+      ['resourceLimits', 'cpu'], ['resourceLimits', 'memory'], ['resourceLimits', 'pids'], ['resourceLimits', 'ephemeral-storage'],
+      ['resourceLimits', 'gpu'], ['resourceLimits', 'x'], ['env'], ['env', 'A'], ['env', '\u0000'], ['metadata'], ['metadata', 'k'],
+      ['extensions'], ['extensions', 'poolRef'], ['networkPolicy'], ['networkPolicy', 'defaultAction'], ['networkPolicy', 'egress'], ['volumes'],
+      ['volumes', 0], ['volumes', 0, 'name'], ['volumes', 0, 'mountPath'], ['volumes', 0, 'subPath'], ['volumes', 0, 'readOnly'],
+      ['volumes', 0, 'host'], ['volumes', 0, 'host', 'path'], ['volumes', 0, 'pvc'], ['platform'], ['secureAccess']];
+    let nested = 'x';
+    for (let i = 0; i < 1000; i++) nested = [nested];
+    const manyKeys = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, 'v']));
+    const values = ['', '\u0000', 'a\u0000b', 'x'.repeat(200000), '../../..', '/', '/proc/self/root', '%zz', '\ud800', '1Pi', '1e400', '-1', '0', '1',
+      'NaN', ' 1Gi ', '1Gi\n', -1, 0, 0.5, 1e308, 2 ** 53 + 1, -(2 ** 63), true, false, null, [], {}, nested, manyKeys, [vol, vol], { path: '\u0000' }];
+    const statuses = {};
+    for (let i = 0; i < 160; i++) {
+      const field = pick(fields);
+      const value = pick(values);
+      const body = structuredClone(valid);
+      let at = body;
+      for (const k of field.slice(0, -1)) {
+        if (at[k] === null || typeof at[k] !== 'object') at[k] = typeof k === 'number' ? [] : {};
+        at = at[k];
+      }
+      at[field.at(-1)] = value;
+      const r = await create(JSON.stringify(body));
+      const what = `${JSON.stringify(field)} = ${JSON.stringify(value)?.slice(0, 80)}`;
+      assert.ok(r.status < 500, `${what}: ${r.status} ${r.text.slice(0, 300)}`);
+      if (r.status >= 400) assert.ok(r.text.length < 16384, `${what}: the error answer echoes ${r.text.length} bytes`);
+      statuses[r.status] = (statuses[r.status] ?? 0) + 1;
+    }
+    await alive();
+    assert.ok((statuses[400] ?? 0) + (statuses[422] ?? 0) > 100, JSON.stringify(statuses));
+  });
+});

@@ -53,6 +53,10 @@ function send(res, status, body, headers = {}) {
   res.end(text);
 }
 
+/** Longest error message answered: messages that quote a request's values are cut there ("…"), never echo it whole. */
+const MESSAGE_LIMIT = 1024;
+const boundedMessage = (text) => (text.length > MESSAGE_LIMIT ? `${text.slice(0, MESSAGE_LIMIT)}…` : text);
+
 /** The body as text; a larger one than BODY_LIMIT is a 413 that the client gets to see (execd/http.js readBody). */
 async function readBody(req) {
   const tooLarge = (n) => new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${n} bytes`);
@@ -409,9 +413,9 @@ export async function startServer(options = {}) {
       .then(() => route(req, res, url))
       .catch((err) => {
         if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
-        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message });
+        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: boundedMessage(err.message) });
         log?.(`internal error on ${req.method} ${url.pathname}: ${err?.stack ?? err}`);
-        send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err?.message ?? err) });
+        send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: boundedMessage(String(err?.message ?? err)) });
       })
       .catch((err) => {
         log?.(`answering ${req.method} ${url.pathname} failed: ${err?.stack ?? err}`);
