@@ -350,6 +350,24 @@ describe('a real server: the relay attacks of issue 21 fail, and apps never see 
     assert.equal(await pwned(p), false);
   });
 
+  it('code that replaces execd\'s socket with a server answering nonsense gets 502s; the server and other sandboxes go on', async () => {
+    const sb = await create(plainServer);
+    // the sandbox's code unlinks execd's socket and listens there itself: the host now talks to it
+    const evil = "const net=require('net');const fs=require('fs');fs.unlinkSync('/run/execd/execd.sock');"
+      + "net.createServer((s)=>s.on('data',()=>s.end('HTTP/1.1 099 X\\r\\nContent-Length: 0\\r\\n\\r\\n'))).listen('/run/execd/execd.sock')";
+    await run(sb, `cat > /tmp/evil.js <<'EOF'\n${evil}\nEOF\nnohup node /tmp/evil.js >/dev/null 2>&1 &`);
+    const viaProxy = () => rawRequest(plainServer.port, `/v1/sandboxes/${sb.id}/proxy/44772/ping`, { headers: sb.headers });
+    const r = await waitFor(async () => {
+      const a = await viaProxy();
+      return a.status === 502 && a;
+    }, { timeoutMs: 20000, message: 'the server proxy route reaches the replaced socket' });
+    assert.match(JSON.parse(r.text).message, /^invalid answer from the sandbox: Invalid status code: 99$/);
+    const app = await rawRequest(sb.relayPort, '/proxy/8000/');
+    assert.deepEqual([app.status, JSON.parse(app.text).code], [502, 'PROXY_ERROR']);
+    assert.equal((await request(`${plainServer.baseUrl}/health`, { endpointHeaders: false })).status, 200);
+    assert.equal(await run(p, 'echo still'), 'still');
+  });
+
   /** The token headers among what the app received. */
   const tokensSeen = (text) => {
     const { headers } = JSON.parse(text);

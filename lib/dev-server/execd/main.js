@@ -6,7 +6,7 @@
 // It listens on a Unix socket (--socket PATH, bind-mounted from the host) or a TCP port (--port N);
 // the lifecycle server on the host relays one loopback TCP port per sandbox to it byte for byte.
 //
-// Route modules: each exports `createRoutes(ctx)` returning
+// Route modules (each sees the request target's canonical URL, http.js parseTarget): each exports `createRoutes(ctx)` returning
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
 //     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
 //     close?(): void }                                     // execd shutdown

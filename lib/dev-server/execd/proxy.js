@@ -52,7 +52,17 @@ export function proxyRequest(req, res, target, path, { drop = new Set(), hostHea
       if (name !== 'host' && HOP_BY_HOP.has(name)) continue;
       out.push(ur.rawHeaders[i], ur.rawHeaders[i + 1]);
     }
-    res.writeHead(ur.statusCode, ur.statusMessage, out);
+    try {
+      res.writeHead(ur.statusCode, ur.statusMessage, out);
+    } catch (err) {
+      // an answer Node's parser took but cannot pass on (e.g. status 099 from whatever listens on the sandbox's
+      // socket: the sandbox's code can replace execd): a 502, never an exception that ends this process
+      ur.destroy();
+      if (res.headersSent) return void res.destroy();
+      res.statusMessage = http.STATUS_CODES[502]; // writeHead kept the refused reason phrase
+      sendJson(res, 502, { code: 'PROXY_ERROR', message: `invalid answer from ${describe(target)}: ${err.message}` });
+      return;
+    }
     res.flushHeaders();
     ur.pipe(res);
     ur.on('error', () => res.destroy());
