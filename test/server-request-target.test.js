@@ -296,6 +296,7 @@ describe('a real server: the relay attacks of issue 21 fail, and apps never see 
   });
 
   const pwn = JSON.stringify({ command: 'touch /tmp/pwned' });
+  const secureOnly = (sb) => ({ 'OpenSandbox-Secure-Access': sb.headers['OpenSandbox-Secure-Access'] });
   const pwned = async (sb) => (await run(sb, 'test -e /tmp/pwned && echo yes || echo no')) === 'yes';
   const upgradeHeaders = { Upgrade: 'websocket', Connection: 'Upgrade', 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==', 'Sec-WebSocket-Version': '13' };
   const ptySession = async (sb) => {
@@ -341,6 +342,27 @@ describe('a real server: the relay attacks of issue 21 fail, and apps never see 
     }
   });
 
+  it('server proxy route, generated targets after /proxy/8000 (no token): a 400 or the app gets exactly the decided path', async () => {
+    const targets = [...new Set(generateTargets(8000, 200, 7).filter((t) => t.startsWith('/')))];
+    let app = 0;
+    for (const t of targets) {
+      const d = decide(`/proxy/8000${t}`);
+      const r = await rawRequest(plainServer.port, `/v1/sandboxes/${p.id}/proxy/8000${t}`);
+      if (d.error) {
+        assert.equal(r.status, 400, `${t}: ${r.text}`);
+        continue;
+      }
+      assert.equal(r.status, 200, `${t}: ${r.text}`);
+      assert.equal(JSON.parse(r.text).url, proxyRoute(d.url).path, t);
+      app += 1;
+    }
+    assert.ok(app > 20, `${app} of ${targets.length} reached the app`);
+    // and the PTY WebSocket through it
+    const sid = await ptySession(p);
+    const ws = await rawRequest(plainServer.port, `/v1/sandboxes/${p.id}/proxy/8000/../44772/pty/${sid}/ws`, { headers: { ...secureOnly(p), ...upgradeHeaders } });
+    assert.equal(ws.status, 400, ws.text);
+  });
+
   (ROOT ? it : it.skip)('another local user (nobody) gets the same 400 from the plain relay and runs nothing', async () => {
     letUserRunCheckout(65534);
     const js = `const s=require('net').connect(${p.relayPort},'127.0.0.1',()=>s.write('POST /proxy/8000/%2e%2e/%2e%2e/command HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: ${pwn.length}\\r\\n\\r\\n'+${JSON.stringify(pwn)}));s.on('data',d=>process.stdout.write(d));s.on('end',()=>process.exit(0));setTimeout(()=>process.exit(3),10000)`;
@@ -377,15 +399,14 @@ describe('a real server: the relay attacks of issue 21 fail, and apps never see 
 
   it('the sandbox\'s own service sees no token header on any forwarding path', async () => {
     const probe = { 'X-Probe': 'through' };
-    const secure = (sb) => ({ 'OpenSandbox-Secure-Access': sb.headers['OpenSandbox-Secure-Access'] });
     const cases = [];
     // plain relay: a first request to the app carrying the token (and execd's), HTTP and upgrade
-    cases.push(['plain relay, app first', await rawRequest(p.relayPort, '/proxy/8000/a', { headers: { ...secure(p), 'X-EXECD-ACCESS-TOKEN': 'x', ...probe } })]);
-    cases.push(['plain relay, app upgrade', await rawRequest(p.relayPort, '/proxy/8000/ws', { headers: { ...secure(p), ...probe, ...upgradeHeaders } })]);
+    cases.push(['plain relay, app first', await rawRequest(p.relayPort, '/proxy/8000/a', { headers: { ...secureOnly(p), 'X-EXECD-ACCESS-TOKEN': 'x', ...probe } })]);
+    cases.push(['plain relay, app upgrade', await rawRequest(p.relayPort, '/proxy/8000/ws', { headers: { ...secureOnly(p), ...probe, ...upgradeHeaders } })]);
     // plain relay: a connection that starts with execd (relayed byte for byte) and then asks the app
-    cases.push(['plain relay, after an execd request', await secondOnConnection(p.relayPort, '/ping', '/proxy/8000/b', { ...secure(p), ...probe })]);
+    cases.push(['plain relay, after an execd request', await secondOnConnection(p.relayPort, '/ping', '/proxy/8000/b', { ...secureOnly(p), ...probe })]);
     // header-routed relay: by the ingress header, and through execd's own /proxy route
-    const hTokens = { ...secure(h), 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN, ...probe };
+    const hTokens = { ...secureOnly(h), 'X-EXECD-ACCESS-TOKEN': EXECD_TOKEN, ...probe };
     cases.push(['header relay, ingress to the app', await rawRequest(h.relayPort, '/c', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-8000` } })]);
     cases.push(['header relay, execd /proxy/8000', await rawRequest(h.relayPort, '/proxy/8000/d', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-44772` } })]);
     cases.push(['header relay, upgrade', await rawRequest(h.relayPort, '/ws', { headers: { ...hTokens, [INGRESS_HEADER]: `${h.id}-8000`, ...upgradeHeaders } })]);
