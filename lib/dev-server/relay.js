@@ -5,10 +5,10 @@
 // a target that parse refuses (dot segments, encoded separators, …) is a 400. Plain mode checks the head of a
 // connection's first request: to execd with the token, the connection is relayed byte for byte (HTTP, event streams
 // and WebSocket alike); to a service of the sandbox (`/proxy/<port>`), every request of the connection is parsed,
-// decided and forwarded in its canonical form without token headers. Header mode (endpointHeaders) emulates a header-routed gateway: every request must carry
-// `OpenSandbox-Ingress-To: <sandbox id>-<port>` (else 404) and is routed by it: port 44772 to execd, any other port
-// to execd's `/proxy/<port>` (the sandbox's 127.0.0.1:<port>); the sandbox token is checked on every request and not
-// forwarded into the sandbox.
+// decided and forwarded in its canonical form without the sandbox token. Header mode (endpointHeaders) emulates a
+// header-routed gateway: every request must carry `OpenSandbox-Ingress-To: <sandbox id>-<port>` (else 404) and is
+// routed by it: port 44772 to execd, any other port to execd's `/proxy/<port>` (the sandbox's 127.0.0.1:<port>); the
+// sandbox token is checked on every request and not forwarded into the sandbox.
 import net from 'node:net';
 import http from 'node:http';
 import { proxyRequest, proxyUpgrade, EXECD_PORT, isAppRoute } from './execd/proxy.js';
