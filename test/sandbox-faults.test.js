@@ -5,8 +5,11 @@
 // a tiny raw TCP execd peer is used; the lifecycle calls still go to the real server through a forwarder that
 // points the execd endpoint at the peer.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { startServer } from '../lib/dev-server/index.js';
 import {
@@ -117,6 +120,7 @@ const noSecret = err => {
 describe('OpenSandboxSandbox faults', function () {
   this.timeout(30000);
   let server;
+  let dataDir;
   const cleanup = [];
   const make = (options = {}) => {
     const s = new OpenSandboxSandbox({ domain: server.domain, apiKey: API_KEY, ...options });
@@ -126,13 +130,15 @@ describe('OpenSandboxSandbox faults', function () {
 
   before(async function () {
     this.timeout(60000);
-    server = await startServer({ port: 0, apiKey: API_KEY });
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-faults-'));
+    server = await startServer({ port: 0, apiKey: API_KEY, dataDir });
   });
 
   after(async function () {
     this.timeout(60000);
     for (const s of cleanup) await s._destroy().catch(() => {});
     await server?.close();
+    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
   });
 
   it('server unreachable: typed transport error, status error, retry possible', async () => {
@@ -167,17 +173,26 @@ describe('OpenSandboxSandbox faults', function () {
   });
 
   it('5xx from the server: typed API error with the server message', async () => {
-    const s = make({ volumes: [{ name: 'bad', mountPath: '/usr/osb-cannot-mount-here', pvc: { claimName: `c-${randomUUID()}` } }] });
-    await assert.rejects(s._start(), err => {
-      assert.ok(err instanceof OpenSandboxApiError, String(err));
-      assert.equal(err.status, 500);
-      assert.equal(err.code, 'DOCKER::SANDBOX_START_FAILED');
-      assert.match(err.message, /create sandbox/);
-      assert.match(err.serverMessage, /Failed to start sandbox/);
-      noSecret(err);
-      return true;
-    });
-    assert.equal(s.status, 'error');
+    // a server that cannot write its sandbox directory (a file where the directory was) fails the create with a 500
+    const sb = path.join(dataDir, 'sb');
+    fs.renameSync(sb, `${sb}.saved`);
+    fs.writeFileSync(sb, 'not a directory');
+    try {
+      const s = make();
+      await assert.rejects(s._start(), err => {
+        assert.ok(err instanceof OpenSandboxApiError, String(err));
+        assert.equal(err.status, 500);
+        assert.equal(err.code, 'GENERAL::UNKNOWN_ERROR');
+        assert.match(err.message, /create sandbox/);
+        assert.match(err.serverMessage, /^ENOTDIR: not a directory/);
+        noSecret(err);
+        return true;
+      });
+      assert.equal(s.status, 'error');
+    } finally {
+      fs.rmSync(sb);
+      fs.renameSync(`${sb}.saved`, sb);
+    }
   });
 
   it('4xx validation error (422) carries the detail summary', async () => {

@@ -19,7 +19,7 @@ import {
 import { parseBytes } from './quantities.js';
 import { upstreamProfile } from './upstream.js';
 import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
-import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
+import { answerBadRequest, decodeSegment, parseTarget, sendBadRequest, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
 import {
   DEFAULT_SANDBOX_UID, SECURE_ACCESS_HEADER, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentity, seccompProgram,
@@ -43,15 +43,35 @@ function send(res, status, body, headers = {}) {
     res.writeHead(status, { 'Content-Length': 0, ...headers });
     return void res.end();
   }
-  const text = JSON.stringify(body);
+  let text;
+  try {
+    text = JSON.stringify(body);
+  } catch (err) {
+    // an answer that cannot be written (never expected: errors echo bounded input) is a 500, not a dead server
+    status = 500;
+    text = JSON.stringify({ code: 'GENERAL::UNKNOWN_ERROR', message: `answer not serializable: ${err.message}` });
+  }
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...headers });
   res.end(text);
 }
+
+/** Longest error message answered: messages that quote a request's values are cut there ("…"), never echo it whole. */
+const MESSAGE_LIMIT = 1024;
+const boundedMessage = (text) => (text.length > MESSAGE_LIMIT ? `${text.slice(0, MESSAGE_LIMIT)}…` : text);
 
 /** The body as text; a larger one than BODY_LIMIT is a 413 that the client gets to see (execd/http.js readBody). */
 async function readBody(req) {
   const tooLarge = (n) => new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${n} bytes`);
   return (await readBodyLimited(req, BODY_LIMIT, tooLarge)).toString('utf8');
+}
+
+/**
+ * True when a malformed escape of a server proxy route target lies after `/proxy/{port}` (sandbox id well-formed): that
+ * part is execd's, which answers Go's raw 400, so the route answers the same.
+ */
+function execdPart(target) {
+  const m = /^(?:\/v1)?\/sandboxes\/([^/?]*)\/proxy\/\d+(?=[/?]|$)/.exec(target);
+  return !!m && !/%(?![0-9a-fA-F]{2})/.test(m[1]);
 }
 
 /** A sandbox id from the path; a malformed percent-encoding is a 400. */
@@ -321,7 +341,7 @@ export async function startServer(options = {}) {
     }
     let r = /^\/snapshots\/([^/]+)$/.exec(p);
     if (r && profile.snapshotsApi) {
-      const id = decodeURIComponent(r[1]);
+      const id = pathId(r[1]);
       if (m === 'GET') return send(res, 200, snapshots.view(snapshots.get(id)));
       if (m === 'DELETE') {
         await snapshots.remove(id);
@@ -331,7 +351,7 @@ export async function startServer(options = {}) {
     r = /^\/sandboxes\/([^/]+)\/snapshots$/.exec(p);
     if (r && m === 'POST' && profile.snapshotsApi) {
       const spec = validateSnapshotCreate(await readJson(req, { optional: true }));
-      const rec = snapshots.create(decodeURIComponent(r[1]), spec);
+      const rec = snapshots.create(pathId(r[1]), spec);
       return send(res, 202, snapshots.view(rec), { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/snapshots/${rec.id}` });
     }
     if (p === '/metrics/events' && m === 'POST') {
@@ -417,26 +437,37 @@ export async function startServer(options = {}) {
   const server = http.createServer((req, res) => {
     const requestId = req.headers['x-request-id'] || crypto.randomUUID().replace(/-/g, '');
     res.setHeader('X-Request-ID', requestId);
-    let url;
-    try {
-      url = new URL(req.url, 'http://server');
-    } catch {
-      return send(res, 400, { code: 'GENERAL::BAD_REQUEST', message: 'malformed request target' });
+    // the target parsed once (execd/http.js parseTarget): routes, the proxy route's token decision and what it
+    // forwards all see this one canonical URL; dot segments, encoded separators and malformed escapes are a 400
+    const t = parseTarget(req.url);
+    if (t.error) {
+      if (t.malformed && execdPart(req.url)) return sendBadRequest(res);
+      req.resume();
+      return send(res, 400, { code: 'GENERAL::BAD_REQUEST', message: t.error });
     }
+    const { url } = t;
+    // every failure of a handler becomes an answer (500 at worst); nothing throws out of the server
     Promise.resolve()
       .then(() => route(req, res, url))
       .catch((err) => {
         if (err instanceof ValidationError) return send(res, 422, { detail: err.detail });
-        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: err.message }, err.extra.headers);
-        log?.(`internal error on ${req.method} ${url.pathname}: ${err.stack ?? err}`);
-        send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: String(err.message ?? err) });
+        if (err instanceof ApiError) return send(res, err.status, err.extra.body ?? { code: err.code, message: boundedMessage(err.message) }, err.extra.headers);
+        log?.(`internal error on ${req.method} ${url.pathname}: ${err?.stack ?? err}`);
+        send(res, 500, { code: 'GENERAL::UNKNOWN_ERROR', message: boundedMessage(String(err?.message ?? err)) });
+      })
+      .catch((err) => {
+        log?.(`answering ${req.method} ${url.pathname} failed: ${err?.stack ?? err}`);
+        res.destroy();
       })
       .finally(() => log?.(`${req.method} ${url.pathname} -> ${res.statusCode}`));
   });
   server.on('upgrade', (req, socket, head) => {
     socket.on('error', () => socket.destroy());
     try {
-      const url = new URL(req.url, 'http://server');
+      const t = parseTarget(req.url);
+      if (t.error && t.malformed && execdPart(req.url)) return void answerBadRequest(socket);
+      if (t.error) throw new ApiError(400, 'GENERAL::BAD_REQUEST', t.error);
+      const { url } = t;
       const prox = proxyTarget(url.pathname.replace(/^\/v1(?=\/)/, ''), url, req);
       if (!prox) throw new ApiError(404, 'GENERAL::NOT_FOUND', 'no WebSocket route here');
       proxyUpgrade(req, socket, head, prox.target, prox.path, { drop: PROXY_STRIP });

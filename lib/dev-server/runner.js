@@ -67,6 +67,18 @@ function runtimeDirs() {
   return { nodeDir, pkgDir, linkedModules };
 }
 
+/**
+ * What a volume's mountPath (normalized) would collide with, or null: a path the sandbox itself is made of (`/`, /proc,
+ * /dev, execd's socket directory, the read-only system, node and package directories) — the volume would hide it, or
+ * bubblewrap would have to make its mount point inside a read-only host directory, and the sandbox would not start.
+ */
+export function mountPathConflict(dest) {
+  const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+  const overlap = (a, b) => a === b || a.startsWith(b === '/' ? '/' : `${b}/`) || b.startsWith(a === '/' ? '/' : `${a}/`);
+  if (dest === '/') return '/';
+  return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules].find((d) => d && overlap(dest, d)) ?? null;
+}
+
 /** A sandbox's hostname: the first 12 hex digits of its id. */
 const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
 

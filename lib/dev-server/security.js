@@ -83,15 +83,6 @@ export function parseRequestHead(buf) {
   return { headers, target };
 }
 
-/**
- * True for `/proxy/{port}/…` to a port other than execd's: a service of the sandbox (its own HTTP server), which a
- * browser may open, so it needs no token; execd itself (its API, /proxy/44772) always does.
- */
-export function isAppProxyPath(target, execdPort) {
-  const m = /^\/proxy\/(\d{1,5})(?:[/?#]|$)/.exec(target ?? '');
-  return !!m && Number(m[1]) >= 1 && Number(m[1]) <= 65535 && Number(m[1]) !== execdPort;
-}
-
 /** The BPF program of the sandbox seccomp filter, built by libseccomp (python3-seccomp). Throws naming what is missing. */
 export function seccompProgram() {
   const python = ['/usr/bin/python3', '/bin/python3'].find((p) => fs.existsSync(p));

@@ -1,6 +1,8 @@
 // Request validation of the lifecycle API, shaped like the real server: schema failures are FastAPI/pydantic 422
 // `{"detail":[{type,loc,msg,input}]}`; semantic failures are ApiError (status + `{code,message}`).
+import path from 'node:path';
 import { parseBytes, parseCpu } from './quantities.js';
+import { mountPathConflict } from './runner.js';
 
 export class ApiError extends Error {
   constructor(status, code, message, extra = {}) {
@@ -19,9 +21,40 @@ export class ValidationError extends Error {
   }
 }
 
+/** How much of a request's input a 422 echoes: a copy cut at these bounds, so an answer never grows with the input. */
+const ECHO = { depth: 8, entries: 64, chars: 1024, nodes: 1024 };
+
+/**
+ * A bounded copy of `value` for an error answer: containers deeper than ECHO.depth or past ECHO.nodes values become
+ * "…", at most ECHO.entries entries each (then "…"), strings cut at ECHO.chars characters (then "…"). Recursion is
+ * bounded by the depth, whatever the input's nesting.
+ */
+export function boundedInput(value) {
+  let nodes = 0;
+  const copy = (v, depth) => {
+    nodes += 1;
+    if (typeof v === 'string') return v.length > ECHO.chars ? `${v.slice(0, ECHO.chars)}…` : v;
+    if (v === null || typeof v !== 'object') return v;
+    if (depth >= ECHO.depth || nodes > ECHO.nodes) return '…';
+    if (Array.isArray(v)) {
+      const out = v.slice(0, ECHO.entries).map((x) => copy(x, depth + 1));
+      if (v.length > ECHO.entries) out.push('…');
+      return out;
+    }
+    const out = {};
+    const keys = Object.keys(v);
+    for (const k of keys.slice(0, ECHO.entries)) {
+      Object.defineProperty(out, copy(k, depth), { value: copy(v[k], depth + 1), enumerable: true, writable: true, configurable: true });
+    }
+    if (keys.length > ECHO.entries) out['…'] = '…';
+    return out;
+  };
+  return copy(value, 0);
+}
+
 export function issue(loc, msg, type, input) {
-  const d = { type, loc, msg };
-  if (input !== undefined) d.input = input;
+  const d = { type, loc: loc.map((part) => boundedInput(part)), msg };
+  if (input !== undefined) d.input = boundedInput(input);
   if (type === 'value_error') d.ctx = { error: {} }; // pydantic's ctx of a validator's ValueError
   return d;
 }
@@ -108,6 +141,26 @@ function validateVolume(v, i, errs) {
     errs.push(issue([...loc, 'pvc', 'claimName'], 'Value error, claimName must be a DNS subdomain name', 'value_error', v.pvc?.claimName));
   }
   return v;
+}
+
+/**
+ * A NUL byte cannot be part of an argv entry, an environment variable or a path (the kernel cuts C strings there;
+ * Node throws): 400 SANDBOX::INVALID_PARAMETER naming the field, before anything is created.
+ */
+function refuseNulBytes(spec) {
+  const fields = [['image.uri', spec.image?.uri], ['snapshotId', spec.snapshotId]];
+  spec.entrypoint?.forEach((e, i) => fields.push([`entrypoint[${i}]`, e]));
+  const key = (k) => JSON.stringify(k.length > 64 ? `${k.slice(0, 64)}…` : k);
+  for (const map of ['env', 'extensions']) {
+    for (const [k, v] of Object.entries(spec[map])) fields.push([`${map} key ${key(k)}`, k], [`${map}[${key(k)}]`, v]);
+  }
+  spec.volumes.forEach((v, i) => {
+    fields.push([`volumes[${i}].mountPath`, v.mountPath], [`volumes[${i}].subPath`, v.subPath], [`volumes[${i}].host.path`, v.host?.path]);
+  });
+  fields.push(['platform.os', spec.platform?.os], ['platform.arch', spec.platform?.arch]);
+  for (const [field, value] of fields) {
+    if (typeof value === 'string' && value.includes('\0')) throw new ApiError(400, 'SANDBOX::INVALID_PARAMETER', `${field}: must not contain a NUL byte`);
+  }
 }
 
 /**
@@ -236,7 +289,15 @@ export function validateCreate(body, { maxTimeout, profile = null } = {}) {
     throw profile?.timeoutTooLong?.(out.timeout, maxTimeout) ?? new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
   }
   checkMetadata(out.metadata, profile);
+  refuseNulBytes(out);
   if (profile?.hostPathSyntax) for (const v of out.volumes) if (v.host) checkHostPathSyntax(v.host.path);
+  out.volumes.forEach((v, i) => {
+    const clash = mountPathConflict(path.posix.normalize(v.mountPath));
+    if (clash) {
+      throw new ApiError(400, 'VOLUME::INVALID_MOUNT_PATH',
+        `volumes[${i}].mountPath ${JSON.stringify(v.mountPath.slice(0, 256))} overlaps ${clash}, which the sandbox itself mounts; choose another path (e.g. under /mnt, /data or /workspace)`);
+    }
+  });
   return out;
 }
 
@@ -298,6 +359,15 @@ export const DISK_LIMIT_KEY = 'ephemeral-storage';
 const LIMIT_KEYS = ['cpu', 'memory', 'pids', DISK_LIMIT_KEY, 'gpu'];
 /** Smallest disk bound: the ext4 image needs room for its own metadata. */
 export const MIN_DISK_BYTES = 8 * 2 ** 20;
+/**
+ * Largest disk bound: the sparse image's own metadata takes real room as it grows (16 MB at 1Ti, 220 MB and seconds
+ * of mkfs at 15Ti, per sandbox), and an ext4 host cannot hold a file of 16Ti at all (EFBIG).
+ */
+export const MAX_DISK_BYTES = 2 ** 40;
+/** Smallest memory bound: execd (Node) is OOM-killed before it listens below about 24Mi. */
+export const MIN_MEMORY_BYTES = 32 * 2 ** 20;
+/** Smallest pids bound (pids counts threads): execd does not start with fewer than about 8; 16 leaves room for a command. */
+export const MIN_PIDS = 16;
 
 /**
  * resourceLimits → { cpu (cores), memory (bytes), pids, disk (bytes) }, each undefined when not asked for. Malformed
@@ -323,15 +393,19 @@ export function parseResourceLimits(limits) {
       if (cores < 0.01) throw bad(key, `${JSON.stringify(raw)} is below the smallest CPU quota, "10m"`);
       out.cpu = cores;
     } else if (key === 'pids') {
-      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 4194304) throw bad(key, `${JSON.stringify(raw)} is not a whole number of processes 1..4194304`);
+      if (!/^\d+$/.test(value) || Number(value) > 4194304) throw bad(key, `${JSON.stringify(raw)} is not a whole number of processes ${MIN_PIDS}..4194304`);
+      if (Number(value) < MIN_PIDS) throw bad(key, `${JSON.stringify(raw)} is below the smallest pids bound, ${MIN_PIDS} (the sandbox's execd, about 11 threads, does not start with fewer)`);
       out.pids = Number(value);
     } else {
       const bytes = parseBytes(value);
       const example = '(e.g. "512Mi", "2Gi", "1G", "1000000")';
       if (!(bytes > 0)) throw bad(key, `${JSON.stringify(raw)} is not a byte quantity greater than 0 ${example}; note "m" is milli in Kubernetes quantities, use "Mi" or "M"`);
-      if (key === 'memory') out.memory = bytes;
-      else {
+      if (key === 'memory') {
+        if (bytes < MIN_MEMORY_BYTES) throw bad(key, `${JSON.stringify(raw)} is below the smallest memory bound, "32Mi" (the sandbox's execd does not start in less)`);
+        out.memory = bytes;
+      } else {
         if (bytes < MIN_DISK_BYTES) throw bad(key, `${JSON.stringify(raw)} is below the smallest disk bound, "8Mi"`);
+        if (bytes > MAX_DISK_BYTES) throw bad(key, `${JSON.stringify(raw)} is above the largest disk bound, "1Ti"`);
         out.disk = bytes;
       }
     }

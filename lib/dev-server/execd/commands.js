@@ -23,6 +23,35 @@ export const FINISHED_LOG_BUDGET = 16 * 1024 * 1024;
 /** … and for at most 24 h after they finished (checked when a command finishes and hourly). */
 export const FINISHED_RETENTION_MS = 24 * 3600 * 1000;
 
+/** Largest delay Node's setTimeout honours (a larger one fires after 1 ms). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** Largest `timeout` Go's JSON decoder puts into execd's int64 field: 2^63 - 1, which a double holds as 2^63. */
+const INT64_MAX = 2 ** 63;
+
+/**
+ * execd's `time.Duration(timeoutMs) * time.Millisecond` (Go, upstream): int64 nanoseconds, wrapping on overflow.
+ * Returns the duration in milliseconds, or 0 when it is not positive (Go: no deadline), e.g. 1e13 ms wraps negative.
+ */
+export function goDurationMs(timeoutMs) {
+  const ns = BigInt.asIntN(64, BigInt(timeoutMs) * 1000000n);
+  return ns > 0n ? Number(ns) / 1e6 : 0;
+}
+
+/**
+ * setTimeout for any delay: beyond MAX_TIMER_MS it re-arms in steps toward one monotonic deadline, never handing Node a
+ * delay it would clamp to 1 ms. Returns { clear() }.
+ */
+export function longTimeout(fn, ms) {
+  const deadline = performance.now() + ms;
+  const t = { timer: null, clear: () => clearTimeout(t.timer) };
+  const arm = () => {
+    const left = deadline - performance.now();
+    t.timer = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, left));
+  };
+  arm();
+  return t;
+}
+
 const SIGNAL_TEXT = {
   SIGKILL: 'killed', SIGTERM: 'terminated', SIGINT: 'interrupt', SIGHUP: 'hangup', SIGQUIT: 'quit',
   SIGSEGV: 'segmentation fault', SIGABRT: 'aborted', SIGPIPE: 'broken pipe', SIGALRM: 'alarm clock',
@@ -67,6 +96,9 @@ function validateBody(body) {
     if (body[k] != null && (typeof body[k] !== js || (js === 'number' && !Number.isInteger(body[k])))) {
       throw decode(`json: cannot unmarshal ${jsonKind(body[k])} into Go struct field RunCommandRequest.${k} of type ${go}`);
     }
+  }
+  if (Number.isInteger(body.timeout) && Math.abs(body.timeout) > INT64_MAX) {
+    throw decode(`json: cannot unmarshal number ${BigInt(body.timeout)} into Go struct field RunCommandRequest.timeout of type int64`);
   }
   for (const k of ['uid', 'gid']) {
     if (body[k] != null && (!Number.isInteger(body[k]) || body[k] < 0)) throw decode(`${k} must be a non-negative integer`);
@@ -192,7 +224,7 @@ export function createRoutes(ctx) {
       if (!background) relayTo.clear(); // upstream resets its signal handling process-wide when a command ends
       rec.finishedAt = nowStamp();
       rec.endMs = Date.now();
-      clearTimeout(rec.timer);
+      rec.timer?.clear();
       if (spawnError) {
         rec.exitCode = -1;
         rec.error = spawnError.message;
@@ -258,9 +290,8 @@ export function createRoutes(ctx) {
       // spawn failure (bad uid, ENOENT …): no exit event follows
       if (rec.child && rec.child.pid === undefined) finish(null, null, e);
     });
-    if (body.timeout) {
-      rec.timer = setTimeout(() => signalGroup(rec, 'SIGKILL'), body.timeout);
-    }
+    const timeoutMs = body.timeout ? goDurationMs(body.timeout) : 0;
+    if (timeoutMs > 0) rec.timer = longTimeout(() => signalGroup(rec, 'SIGKILL'), timeoutMs);
     return rec;
   }
 

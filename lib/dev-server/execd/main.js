@@ -6,7 +6,7 @@
 // It listens on a Unix socket (--socket PATH, bind-mounted from the host) or a TCP port (--port N);
 // the lifecycle server on the host relays one loopback TCP port per sandbox to it byte for byte.
 //
-// Route modules: each exports `createRoutes(ctx)` returning
+// Route modules (each sees the request target's canonical URL, http.js parseTarget): each exports `createRoutes(ctx)` returning
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
 //     upgrade?(req, socket, head, url): boolean          // true when the module took the WebSocket upgrade
 //     close?(): void }                                     // execd shutdown
@@ -21,7 +21,7 @@
 import http from 'node:http';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { answerBadRequest, badPercentEncoding, sendEmpty, sendJson, sendNotFound } from './http.js';
+import { answerBadRequest, parseTarget, sendBadRequest, sendEmpty, sendError, sendJson, sendNotFound } from './http.js';
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
 import { createRoutes as ptyRoutes } from './pty.js';
@@ -82,9 +82,32 @@ function redirectTrailingSlash(res, pathname) {
   res.end(body);
 }
 
+/**
+ * The request target parsed once (http.js parseTarget); the routes see only its canonical URL. A malformed escape
+ * gets Go's 400; a target that could route somewhere other than it reads (dot segments, encoded separators, …) a 400
+ * naming why; either closes the connection. Answers through `res` (a request) or the raw socket (an upgrade).
+ * Returns the URL, or null after answering.
+ */
+function target(req, res, socket) {
+  const t = parseTarget(req.url);
+  if (!t.error) return t.url;
+  const body = { code: 'INVALID_REQUEST_PATH', message: t.error };
+  if (res) {
+    if (t.malformed) sendBadRequest(res);
+    else sendJson(res, 400, body, { Connection: 'close' });
+    req.resume();
+  } else if (t.malformed) {
+    answerBadRequest(socket);
+  } else {
+    const text = JSON.stringify(body);
+    socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  }
+  return null;
+}
+
 const server = http.createServer(async (req, res) => {
-  if (badPercentEncoding(req.url)) return answerBadRequest(req.socket);
-  const url = new URL(req.url, 'http://execd');
+  const url = target(req, res, null);
+  if (!url) return;
   if (!authorized(req)) {
     // read the body first: answering while a proxy in front of us still writes it would reset the connection
     req.on('error', () => res.destroy());
@@ -93,15 +116,20 @@ const server = http.createServer(async (req, res) => {
     return;
   }
   if (req.method === 'GET' && url.pathname === '/ping') return sendEmpty(res);
-  for (const m of modules) {
-    if (await m.handle(req, res, url)) return;
+  try {
+    for (const m of modules) {
+      if (await m.handle(req, res, url)) return;
+    }
+  } catch (err) {
+    // a route that failed outside its own guard answers 500; execd keeps serving
+    return sendError(res, 500, 'RUNTIME_ERROR', String(err?.message ?? err));
   }
   if (req.method === 'GET' && url.pathname.endsWith('/') && GET_ROUTES.has(url.pathname.slice(0, -1))) return redirectTrailingSlash(res, url.pathname);
   sendNotFound(res);
 });
 server.on('upgrade', (req, socket, head) => {
-  if (badPercentEncoding(req.url)) return answerBadRequest(socket);
-  const url = new URL(req.url, 'http://execd');
+  const url = target(req, null, socket);
+  if (!url) return;
   if (!authorized(req)) {
     const body = JSON.stringify(UNAUTHORIZED);
     socket.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);

@@ -7,6 +7,13 @@ import net from 'node:net';
 import { sendJson } from './http.js';
 
 export const EXECD_PORT = 44772;
+/**
+ * Request headers that carry an access token (lowercase): the sandbox's own `OpenSandbox-Secure-Access` and execd's
+ * `X-EXECD-ACCESS-TOKEN`. execd's proxy drops them toward a sandbox's own service (the last hop of every path to it:
+ * the relays and the server proxy route drop the sandbox token before execd, which checks its own); execd itself
+ * (/proxy/44772) keeps them.
+ */
+export const APP_DROP_HEADERS = new Set(['opensandbox-secure-access', 'x-execd-access-token']);
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers',
@@ -45,7 +52,17 @@ export function proxyRequest(req, res, target, path, { drop = new Set(), hostHea
       if (name !== 'host' && HOP_BY_HOP.has(name)) continue;
       out.push(ur.rawHeaders[i], ur.rawHeaders[i + 1]);
     }
-    res.writeHead(ur.statusCode, ur.statusMessage, out);
+    try {
+      res.writeHead(ur.statusCode, ur.statusMessage, out);
+    } catch (err) {
+      // an answer Node's parser took but cannot pass on (e.g. status 099 from whatever listens on the sandbox's
+      // socket: the sandbox's code can replace execd): a 502, never an exception that ends this process
+      ur.destroy();
+      if (res.headersSent) return void res.destroy();
+      res.statusMessage = http.STATUS_CODES[502]; // writeHead kept the refused reason phrase
+      sendJson(res, 502, { code: 'PROXY_ERROR', message: `invalid answer from ${describe(target)}: ${err.message}` });
+      return;
+    }
     res.flushHeaders();
     ur.pipe(res);
     ur.on('error', () => res.destroy());
@@ -88,8 +105,13 @@ export function proxyUpgrade(req, socket, head, target, path, { drop = new Set()
   up.on('close', () => socket.destroy());
 }
 
-/** Parses `/proxy/{port}[/rest]`; returns { port, path } or null (not a proxy path) or { bad } for a bad port. */
-function parseProxyPath(url) {
+/**
+ * The proxy route of a canonical URL (http.js parseTarget): `/proxy/{port}[/rest]` → { port, path } (path = rest +
+ * query, what is forwarded), { bad } for a port that is not 1..65535, or null (not a proxy path: execd's own API).
+ * The one place that says which requests go to a sandbox's own service: execd routes by it and the host's relays and
+ * server proxy route decide on the token by it.
+ */
+export function proxyRoute(url) {
   const m = /^\/proxy\/([^/]*)(\/.*)?$/.exec(url.pathname);
   if (!m) return null;
   const port = Number(m[1]);
@@ -97,27 +119,35 @@ function parseProxyPath(url) {
   return { port, path: (m[2] ?? '/') + url.search };
 }
 
+/** True when a canonical URL goes to a service of the sandbox (a port other than execd's) through execd's proxy. */
+export function isAppRoute(url) {
+  const p = proxyRoute(url);
+  return !!p && p.bad === undefined && p.port !== EXECD_PORT;
+}
+
 export function createRoutes(ctx) {
   const targetFor = (port) => (port === EXECD_PORT ? ctx.self : { host: '127.0.0.1', port });
+  // a sandbox's service never sees a token (execd itself checks its own)
+  const dropFor = (port) => (port === EXECD_PORT ? undefined : APP_DROP_HEADERS);
   return {
     handle(req, res, url) {
-      const p = parseProxyPath(url);
+      const p = proxyRoute(url);
       if (!p) return false;
       if (p.bad !== undefined) {
         sendJson(res, 400, { code: 'INVALID_REQUEST_BODY', message: `invalid port: ${p.bad}` });
         return true;
       }
-      proxyRequest(req, res, targetFor(p.port), p.path);
+      proxyRequest(req, res, targetFor(p.port), p.path, { drop: dropFor(p.port) });
       return true;
     },
     upgrade(req, socket, head, url) {
-      const p = parseProxyPath(url);
+      const p = proxyRoute(url);
       if (!p) return false;
       if (p.bad !== undefined) {
         socket.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
         return true;
       }
-      proxyUpgrade(req, socket, head, targetFor(p.port), p.path);
+      proxyUpgrade(req, socket, head, targetFor(p.port), p.path, { drop: dropFor(p.port) });
       return true;
     },
   };

@@ -10,9 +10,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { HttpError, backpressure, decodeSegment, goJson, guard, openEventStream, readJson, sendJson, sendEmpty } from './http.js';
 import { LineSplitter } from './lines.js';
+import { goDurationMs, longTimeout } from './commands.js';
 import { mkdirpSync } from './mkdirp.js';
 
 const PING_INTERVAL_MS = 3000;
+/** How long a session run may take when it asks for no (positive) timeout: upstream's 24 h. */
+const SESSION_MAX_WAIT_MS = 24 * 3600 * 1000;
 
 export function createRoutes(ctx) {
   const sessions = new Map(); // id -> { id, cwd, envFile, cwdFile, busy, child }
@@ -122,7 +125,9 @@ export function createRoutes(ctx) {
     child.stderr.on('data', (b) => lines.push(b));
     const pinger = setInterval(() => res.writableNeedDrain || event('ping', { text: 'pong' }), PING_INTERVAL_MS);
     let timedOut = false;
-    const timer = body.timeout ? setTimeout(() => { timedOut = true; kill(s); }, body.timeout) : null;
+    // upstream: the run's deadline is time.Duration(timeout ms) (int64 ns, wrapping), 24 h when not positive
+    const waitMs = goDurationMs(body.timeout ?? 0) || SESSION_MAX_WAIT_MS;
+    const timer = longTimeout(() => { timedOut = true; kill(s); }, waitMs);
     // a session run belongs to its request: the client leaving cancels it
     const onClose = () => { if (s.child === child) kill(s); };
     res.on('close', onClose);
@@ -131,13 +136,13 @@ export function createRoutes(ctx) {
       child.on('close', (code, signal) => resolve({ code, signal }));
     });
     clearInterval(pinger);
-    clearTimeout(timer);
+    timer.clear();
     res.off('close', onClose);
     lines.flush();
     s.child = null;
     s.busy = false;
     if (timedOut) {
-      fail(`error running in session. timeout after ${body.timeout / 1000}s`);
+      fail(`error running in session. timeout after ${waitMs / 1000}s`);
     } else if (result.error) {
       fail(`error running in session: ${result.error.message}`);
     } else if (result.code === 0) {
