@@ -3,7 +3,8 @@
 // provide them in an image or a volume) runs inside the sandbox through openSandboxLspServers(). A real Agent
 // (scripted model) writes a file with a type error and gets the server's diagnostics in the write_file result, fixes
 // it with edit_file and gets none; the server outlives its watchdog's first checks (Mastra's initialize carries the
-// host's pid, which the wrapper replaces with its own). Without the wrapper the same server exits on its own.
+// host's pid, which the wrapper replaces with its own). Without the wrapper the same server exits on its own. pylsp
+// (Debian's python3-pylsp and python3-pyflakes, installed by scripts/setup.sh, seen in the sandbox's /usr) the same way.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -21,7 +22,7 @@ const TSLS = `${TOOLS}/typescript-language-server/lib/cli.mjs`;
 const BAD = 'export const answer: number = "forty-two";\n';
 const TYPE_ERROR = `\n\nLSP Diagnostics:\nErrors:\n  1:14 - Type 'string' is not assignable to type 'number'. [typescript]`;
 
-describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server in the sandbox)', function () {
+describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp in the sandbox)', function () {
   this.timeout(120000);
   let server;
   const made = [];
@@ -124,6 +125,30 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server in the sa
     assert.deepEqual(later.map(p => p.pid), [first.pid]);
     const again = await workspace.lsp.getDiagnostics('/workspace/src/answer.ts', BAD);
     assert.deepEqual(again.map(d => [d.severity, d.line, d.character, d.message]), [['error', 1, 14, "Type 'string' is not assignable to type 'number'."]]);
+  });
+
+  it('pylsp (Debian python3-pylsp with pyflakes, in the sandbox image): an Agent gets the undefined name after write_file, none after the fix', async () => {
+    const { sandbox, workspace } = await workspaceWith(openSandboxLspServers({ typescript: false }));
+    await sandbox.writeFiles([{ path: 'py/pyproject.toml', content: '[project]\nname = "demo"\n' }]);
+    const warm = await workspace.lsp.getDiagnostics('/workspace/py/warm.py', 'print(warm_up)\n');
+    assert.deepEqual(warm.map(d => [d.severity, d.line, d.character, d.message, d.source]), [['error', 1, 7, "undefined name 'warm_up'", 'pyflakes']]);
+    const results = [];
+    const model = createScriptedModel([
+      { toolCall: { toolName: WRITE_FILE, input: { path: 'py/app.py', content: 'def greet():\n    return gretting\n' } } },
+      ctx => {
+        results.push(ctx.lastToolResult);
+        return { toolCall: { toolName: EDIT_FILE, input: { path: 'py/app.py', old_string: 'gretting', new_string: '"hello"' } } };
+      },
+      ctx => {
+        results.push(ctx.lastToolResult);
+        return { text: 'fixed' };
+      },
+    ]);
+    const agent = new Agent({ id: 'osb-pylsp-agent', name: 'pylsp agent', instructions: 'Fix errors.', model, workspace });
+    const res = await agent.generate('Write py/app.py and fix its errors.', { maxSteps: 5 });
+    assert.equal(res.text, 'fixed');
+    assert.ok(results[0].endsWith(`\n\nLSP Diagnostics:\nErrors:\n  2:12 - undefined name 'gretting' [pyflakes]`), results[0]);
+    assert.doesNotMatch(results[1], /LSP Diagnostics/);
   });
 
   it('without the wrapper the same server exits at its first watchdog check (the host pid is not in the sandbox)', async () => {
