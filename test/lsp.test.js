@@ -87,6 +87,11 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp
     await other.sendStdin(next + next);
     await other.closeStdin();
     assert.equal((await other.wait()).stdout, next + next);
+    // the server's end is the wrapper's: its exit code, its signal (re-raised past the wrapper's own handler)
+    const exits = await sandbox.processes.spawn(withSandboxParent('sh -c "exit 7"'));
+    assert.equal((await exits.wait()).exitCode, 7);
+    const killed = await sandbox.processes.spawn(withSandboxParent(`sh -c 'kill -TERM $$'`));
+    assert.equal((await killed.wait()).exitCode, 143);
   });
 
   it('an Agent gets the type error after write_file and none after the fix; the server stays up past its watchdog', async () => {
