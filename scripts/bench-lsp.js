@@ -11,7 +11,8 @@
 //     that follows the previous call's didClose arrived after the next didOpen, which Mastra's client takes as the
 //     answer; on LocalSandbox it arrives before. docs/integration.md, "Language servers (LSP)".)
 // The server runs in this process (its relay shares the event loop: a slight overcount for ours).
-// Options: --runs R (edits per row, default 20), --no-python (skip pylsp).
+// Options: --runs R (edits per row, default 20), --no-python (skip pylsp), --cpu C (the sandbox's cpu limit, default
+// OpenSandboxSandbox's '1'; LocalSandbox has the whole machine).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,7 +23,7 @@ import { Workspace, LocalSandbox, LocalFilesystem } from '@mastra/core/workspace
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, openSandboxLspServers } from '../lib/index.js';
 
-const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '20' }, 'no-python': { type: 'boolean', default: false } } });
+const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '20' }, 'no-python': { type: 'boolean', default: false }, cpu: { type: 'string' } } });
 const RUNS = Number(args.runs);
 if (!Number.isInteger(RUNS) || RUNS < 1) throw new Error('--runs must be a positive integer');
 process.env.MASTRA_TELEMETRY_DISABLED = '1';
@@ -88,7 +89,7 @@ async function main() {
   try {
     for (const [name, make] of [
       ['OpenSandboxSandbox', async (lang) => {
-        const sandbox = new OpenSandboxSandbox({ domain: server.domain, volumes: [{ name: 'lsp-tools', host: { path: nodeModules }, mountPath: TOOLS, readOnly: true }] });
+        const sandbox = new OpenSandboxSandbox({ domain: server.domain, ...(args.cpu ? { resources: { cpu: args.cpu, memory: '2Gi' } } : {}), volumes: [{ name: 'lsp-tools', host: { path: nodeModules }, mountPath: TOOLS, readOnly: true }] });
         const servers = openSandboxLspServers({ typescript: `node ${TOOLS}/typescript-language-server/lib/cli.mjs`, ...(lang === 'python' ? { typescript: false } : { python: false }) });
         const workspace = new Workspace({ sandbox, filesystem: new OpenSandboxFilesystem({ sandbox }), lsp: { root: '/workspace', servers, diagnosticTimeout: 60000 } });
         await workspace.init();
@@ -119,7 +120,7 @@ async function main() {
     await server.close();
     fs.rmSync(local, { recursive: true, force: true });
   }
-  console.log(`LSP diagnostics through Mastra's Workspace({ lsp }) (${RUNS} edits per row${havePylsp ? '' : '; pylsp not installed: no Python rows'})`);
+  console.log(`LSP diagnostics through Mastra's Workspace({ lsp }) (${RUNS} edits per row; sandbox cpu limit ${args.cpu ?? '1 (default)'}, ${os.cpus().length} cpus here${havePylsp ? '' : args['no-python'] ? '; --no-python' : '; pylsp not installed: no Python rows'})`);
   console.log('  sandbox              server                       first diagnostics ms   edit -> diagnostics ms median     p95');
   for (const r of results) {
     const server = r.lang === 'typescript' ? 'typescript-language-server' : 'pylsp';
