@@ -7,9 +7,9 @@
 //     to its answer;
 //   - edit -> diagnostics: getDiagnostics() of an edited document (what write_file/edit_file wait for after writing),
 //     each edit a new document with its own error, so that every call waits for a fresh publishDiagnostics; median /
-//     p95. (The same document edited back to back on OpenSandboxSandbox was once answered with [] : the empty publish
-//     that follows the previous call's didClose arrived after the next didOpen, which Mastra's client takes as the
-//     answer; on LocalSandbox it arrives before. docs/integration.md, "Language servers (LSP)".)
+//     p95. (The same document edited back to back on OpenSandboxSandbox was once answered with [] under load, likely
+//     the empty publish after the previous call's didClose arriving after the next didOpen: docs/integration.md,
+//     "Language servers (LSP)".)
 // The server runs in this process (its relay shares the event loop: a slight overcount for ours).
 // Options: --runs R (edits per row, default 20), --no-python (skip pylsp), --cpu C (the sandbox's cpu limit, default
 // OpenSandboxSandbox's '1'; LocalSandbox has the whole machine).
