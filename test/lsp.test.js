@@ -67,6 +67,14 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp
     assert.throws(() => openSandboxLspServers({ typescript: '' }), /typescript must be a non-empty string/);
     assert.throws(() => openSandboxLspServers({ pyhton: 'pylsp' }), /unknown option pyhton/);
     assert.deepEqual(Object.keys(openSandboxLspServers({ python: false })), ['typescript']);
+    const defaults = openSandboxLspServers();
+    assert.equal(defaults.typescript.command, withSandboxParent('typescript-language-server --stdio'));
+    assert.equal(defaults.typescript.initializationOptions, undefined);
+    assert.equal(defaults.python.command, 'pylsp');
+    const given = openSandboxLspServers({ typescript: '/opt/tsls', tsserverPath: '/opt/ts/lib/tsserver.js', python: '/usr/bin/pylsp -v', node: '/opt/node/bin/node' });
+    assert.equal(given.typescript.command, withSandboxParent('/opt/tsls --stdio', '/opt/node/bin/node'));
+    assert.deepEqual(given.typescript.initializationOptions, { tsserver: { path: '/opt/ts/lib/tsserver.js', logVerbosity: 'off' } });
+    assert.equal(given.python.command, '/usr/bin/pylsp -v');
 
     const sandbox = new OpenSandboxSandbox({ domain: server.domain });
     made.push({ destroy: () => sandbox._destroy() });
