@@ -11,7 +11,9 @@ import {
   OpenSandboxError, OpenSandboxOptionError, OpenSandboxApiError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError,
   OpenSandboxStreamError, OpenSandboxTransportError, OpenSandboxTimeoutError, OpenSandboxProtocolError, OpenSandboxCancelledError,
   OpenSandboxSnapshotError, OpenSandboxTemplateBuildError, Template, type OpenSandboxStartResult, type OpenSandboxSnapshot,
+  openSandboxLspServers, withSandboxParent, type OpenSandboxLspServersOptions,
 } from 'mastra-opensandbox';
+import type { LSPConfig } from '@mastra/core/workspace';
 
 const options: OpenSandboxSandboxOptions = {
   id: 'typed', domain: '127.0.0.1:9', timeoutSeconds: 600, idleTimeoutMinutes: 5, env: { A: '1', B: undefined },
@@ -74,6 +76,8 @@ try {
 } catch (err) {
   refused = describe(err);
 }
+const lspOptions: OpenSandboxLspServersOptions = { typescript: '/opt/lsp/node_modules/.bin/typescript-language-server', python: false };
+const lsp: LSPConfig = { root: '/workspace', servers: openSandboxLspServers(lspOptions) };
 const checks = [
   supportsNetworking(asMastra),
   sandbox.provider === 'opensandbox' && provider.id === 'opensandbox' && registry.opensandbox === openSandboxProvider,
@@ -84,6 +88,7 @@ const checks = [
   snapshotState({ id: 'a', sandboxId: 'b', status: { state: 'Ready' }, createdAt: '' }) === 'Ready',
   LOGICAL_ID_LABEL === 'mastra.ai/sandbox-id' && MOUNTS_LABEL === 'mastra.ai/mounts' && encodeLogicalId('typed').length <= 63,
   refused === 'option apiKey' && new OpenSandboxOptionError('x', 'y') instanceof SandboxError,
+  Object.keys(lsp.servers ?? {}).join() === 'typescript' && withSandboxParent('cat').startsWith("node -e '"),
 ];
 if (checks.some(c => !c)) throw new Error(`types-check failed: ${JSON.stringify(checks)}`);
 console.log('OK types-check');

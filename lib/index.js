@@ -2,6 +2,7 @@
 export { OpenSandboxSandbox } from './sandbox.js';
 export { MOUNTS_LABEL } from './mounts.js';
 export { OpenSandboxFilesystem } from './filesystem.js';
+export { openSandboxLspServers, withSandboxParent, PARENT_WRAPPER } from './lsp.js';
 export {
   openSandboxProvider,
   sandboxProviders,

