@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { findBwrap } from '../lib/dev-server/runner.js';
@@ -371,6 +371,56 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['sh'], resourceLimits: {}, volumes: [{ name: 'v', host: { path: path.join(work, 'vol', 'link', 'made') }, mountPath: '/v' }] } });
     assert.deepEqual([r.status, r.json.code], [400, 'VOLUME::HOST_PATH_NOT_ALLOWED']);
     assert.equal(fs.existsSync(path.join(outside, 'made')), false);
+  });
+
+  it('a sandbox swapping a directory and a symlink in a volume while others are created through it never gets them anything outside (issue 21)', async () => {
+    // a root-only directory outside allowedHostPaths, which the swapped symlink points to
+    const secret = path.join(work, 'secret');
+    fs.mkdirSync(secret, { mode: 0o700 });
+    fs.writeFileSync(path.join(secret, 'key'), 'secret\n');
+    const acl = () => execFileSync('getfacl', ['--omit-header', '--absolute-names', secret], { encoding: 'utf8' });
+    const aclBefore = acl();
+    const setup = await run(a, `mkdir -p /vol/race/x/sub && chmod 700 /vol/race/x && ln -s ${secret} /vol/race/y && stat -c %i /vol/race/x /vol/race/x/sub`);
+    assert.equal(setup.exit, 0, setup.err);
+    const [dirIno, subIno] = setup.out.split('\n');
+    // renameat2(RENAME_EXCHANGE) of x and y in a tight loop until /vol/race/stop exists (at most 120 s)
+    const swapper = 'import ctypes,os,time\nl=ctypes.CDLL(None,use_errno=True)\nend=time.time()+120\n'
+      + 'while not os.path.exists("/vol/race/stop") and time.time()<end:\n  for _ in range(2000): l.renameat2(-100,b"/vol/race/x",-100,b"/vol/race/y",2)\n';
+    fs.writeFileSync(path.join(work, 'vol', 'race', 'swap.py'), swapper);
+    const bg = await request(`${a.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...a.headers }, body: { command: 'python3 /vol/race/swap.py', background: true }, endpointHeaders: false });
+    assert.equal(bg.status, 200, bg.text);
+    const outcomes = { mounted: 0, refused: 0, raceDetected: 0 };
+    try {
+      for (let i = 0; i < 30; i++) {
+        const sub = i % 2 ? 'race/x/sub' : 'race/x';
+        const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, volumes: [{ name: 'v', host: { path: path.join(work, 'vol') }, subPath: sub, mountPath: '/v' }] } });
+        if (r.status === 400) {
+          assert.equal(r.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED', r.text);
+          assert.match(r.json.message, /goes through the symbolic link .*\/race\/x/);
+          outcomes.refused++;
+          continue;
+        }
+        if (r.status === 500) {
+          // bubblewrap resolved the descriptor's path while it was swapped: it finds that out and starts nothing
+          assert.match(r.json.message, /bwrap: (Race condition binding dirfd|Can't )/, r.text);
+          outcomes.raceDetected++;
+          continue;
+        }
+        assert.equal(r.status, 202, r.text);
+        const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+        const seen = await run({ base: `http://${ep.endpoint}`, headers: ep.headers }, 'stat -c %i /v; ls /v');
+        assert.equal(seen.out.split('\n')[0], i % 2 ? subIno : dirIno, `create ${i} (${sub}) mounted something else: ${seen.out}`);
+        assert.ok(!seen.out.split('\n').includes('key'), `create ${i} mounted the secret directory`);
+        outcomes.mounted++;
+        assert.equal((await api(`/v1/sandboxes/${r.json.id}`, { method: 'DELETE' })).status, 204);
+      }
+    } finally {
+      fs.writeFileSync(path.join(work, 'vol', 'race', 'stop'), '');
+    }
+    assert.equal(outcomes.mounted + outcomes.refused + outcomes.raceDetected, 30, JSON.stringify(outcomes));
+    assert.equal(acl(), aclBefore, 'the root-only directory got no ACL entry');
+    assert.deepEqual(fs.readdirSync(secret), ['key'], 'nothing was created in it');
+    assert.equal(fs.statSync(secret).mode & 0o7777, 0o700);
   });
 
   (ROOT ? it : it.skip)('another local user (nobody) can neither drive a sandbox through its relay nor read its files', async () => {

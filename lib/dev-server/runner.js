@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { descendants, signal, signalTree } from './proctree.js';
-import { ensureTraversable, grantVolumeAccess } from './security.js';
+import { ensureTraversable, grantAccess, modeAllows } from './security.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
@@ -75,7 +75,8 @@ function underSystemDir(p) {
 }
 
 /**
- * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], hostNetwork, resolvConf,
+ * One sandbox's processes. `spec` = { id, dir, env, binds: [{ fd, dest, readOnly }] (volumes.js: open O_PATH
+ * descriptors, owned by the caller), hostNetwork, resolvConf,
  * joinableUserns, attachments }. hostNetwork: share the host's network namespace (only the insecure fallback without slirp4netns);
  * resolvConf ({ dest, text } or null): a read-only file mounted over the sandbox's resolv.conf; joinableUserns: no
  * nested user namespace (--disable-userns), so that slirp4netns started by a non-root server can join (network.js).
@@ -118,17 +119,25 @@ export class SandboxProcess {
   }
 
   /**
-   * bwrap's argv for this sandbox, and the fds it refers to (fds[i] becomes fd 3 + i in bwrap: the seccomp program).
-   * The two pipes after them are bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox
-   * waits on it until the attachments are in place); bwrap closes both before execd starts.
+   * bwrap's options for this sandbox (the caller appends `--` and the command), the fds they refer to (fds[i]
+   * becomes fd 3 + i in bwrap: the seccomp program, the volumes' descriptors) and `owned`, those of them opened here
+   * (the caller closes them once bwrap started). The two pipes after them are bwrap's --info-fd (it writes the
+   * sandbox's pid there) and --block-fd (the sandbox waits on it until the attachments are in place); bwrap closes
+   * both, and every --bind-fd descriptor, before execd starts.
    */
-  bwrapArgs(execdArgs) {
+  bwrapArgs() {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
     const hardening = this.options.hardening;
     const fds = [];
-    const fdOf = (p) => {
-      fds.push(fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC));
+    const owned = [];
+    const passFd = (fd) => {
+      fds.push(fd);
       return String(2 + fds.length);
+    };
+    const fdOf = (p) => {
+      const fd = fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC);
+      owned.push(fd);
+      return passFd(fd);
     };
     const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'];
     if (hardening) {
@@ -152,7 +161,7 @@ export class SandboxProcess {
     // bwrap bind mounts are nosuid and nodev; bwrap (as the sandbox uid) must be able to reach each source
     const identity = hardening?.identity;
     const bind = (src, dest, ro = false) => {
-      if (identity) ensureTraversable(src, identity.uid);
+      if (identity) ensureTraversable(src, identity);
       a.push(ro ? '--ro-bind' : '--bind', src, dest);
     };
     if (this.spec.resolvConf) bind(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.dest, true);
@@ -167,7 +176,7 @@ export class SandboxProcess {
       if (identity) {
         // the sandbox uid runs execd from here: it must be able to read it (e.g. a checkout in a 0700 temp dir)
         const st = fs.statSync(d);
-        if (st.uid !== identity.uid && (st.mode & 0o005) !== 0o005) grantVolumeAccess(d, identity.uid, false);
+        if (!modeAllows(st, identity, 0o5)) grantAccess({ path: d }, identity, false, st.uid);
       }
       bind(d, d, true);
     }
@@ -175,12 +184,12 @@ export class SandboxProcess {
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
     const within = (d, parent) => d === parent || d.startsWith(parent + '/');
     if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
-    for (const b of this.spec.binds) bind(b.src, b.dest, b.readOnly);
+    // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
+    for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
     a.push('--remount-ro', '/', '--chdir', '/workspace');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
-    a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
-    return { args: a, fds };
+    return { args: a, fds, owned };
   }
 
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
@@ -202,7 +211,8 @@ export class SandboxProcess {
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
     // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, info, block)
-    const tokenFd = !this.options.execdToken ? null : isolated ? 5 + (this.options.hardening ? 1 : 0) : 3;
+    const bw = isolated ? this.bwrapArgs() : null;
+    const tokenFd = !this.options.execdToken ? null : isolated ? 5 + bw.fds.length : 3;
     if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
@@ -218,12 +228,14 @@ export class SandboxProcess {
     let child;
     let infoFd = null;
     if (isolated) {
-      const { args, fds } = this.bwrapArgs(execdArgs);
+      const { args, fds, owned } = bw;
       infoFd = 3 + fds.length;
       try {
-        child = spawn(this.options.bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}) });
+        child = spawn(this.options.bwrap, [...args, '--', process.execPath, EXECD_MAIN, ...execdArgs], {
+          stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}),
+        });
       } finally {
-        for (const fd of fds) fs.closeSync(fd);
+        for (const fd of owned) fs.closeSync(fd);
       }
     } else {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });

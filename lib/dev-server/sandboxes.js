@@ -6,7 +6,8 @@ import path from 'node:path';
 import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
-import { grantVolumeAccess, newToken } from './security.js';
+import { newToken } from './security.js';
+import { resolveVolumes } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -19,82 +20,6 @@ function iso(ms) {
 
 function notFound(id) {
   return new ApiError(404, 'DOCKER::SANDBOX_NOT_FOUND', `Sandbox ${id} not found.`);
-}
-
-const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
-
-/**
- * The realpath `p` will have once `mkdir -p` created it: the deepest existing ancestor resolved, the missing names
- * appended. null when a component is a dangling symlink (mkdir would follow it somewhere unchecked).
- */
-function prospectiveRealpath(p) {
-  const missing = [];
-  for (let cur = p; ; cur = path.dirname(cur)) {
-    try {
-      return path.join(fs.realpathSync(cur), ...missing.reverse());
-    } catch (err) {
-      if (err.code !== 'ENOENT') throw err;
-      try {
-        fs.lstatSync(cur);
-        return null; // exists, yet does not resolve: a dangling symlink
-      } catch { /* really missing */ }
-      missing.push(path.basename(cur));
-    }
-  }
-}
-
-/**
- * Resolves a volume list into bind mounts; enforces allowedHostPaths (realpaths, symlinks resolved). Every volume is
- * checked before any directory is created; a directory is created only where its resolved path was allowed.
- * With `identity` (root-started server), the sandbox uid gets access to what it mounts.
- */
-function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity }) {
-  const allowed = allowedHostPaths.map((p) => {
-    try {
-      return fs.realpathSync(p);
-    } catch {
-      return path.resolve(p);
-    }
-  });
-  const data = fs.realpathSync(dataDir);
-  const plans = volumes.map((v) => {
-    if (v.host) {
-      const requested = path.resolve(v.host.path, v.subPath ?? '');
-      const denied = () => new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED',
-        `Host path ${requested} of volume '${v.name}' is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}.`);
-      const target = prospectiveRealpath(requested);
-      if (!allowed.some((a) => within(requested, a)) || target === null || !allowed.some((a) => within(target, a))) throw denied();
-      if (within(target, data) || within(data, target)) {
-        throw new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED', `Host path ${requested} of volume '${v.name}' overlaps the server's data directory.`);
-      }
-      return { v, dir: requested, check: (src) => allowed.some((a) => within(src, a)) && !within(src, data) && !within(data, src), denied };
-    }
-    if (v.pvc) {
-      const base = path.join(volumesDir, v.pvc.claimName);
-      if (!fs.existsSync(base) && v.pvc.createIfNotExists === false) {
-        throw new ApiError(404, 'VOLUME::PVC_NOT_FOUND', `Volume '${v.pvc.claimName}' does not exist and createIfNotExists is false.`);
-      }
-      const root = fs.realpathSync(volumesDir);
-      const denied = () => new ApiError(400, 'VOLUME::INVALID_SUB_PATH', `subPath of volume '${v.name}' leaves the volume.`);
-      const target = prospectiveRealpath(path.join(base, v.subPath ?? ''));
-      if (target === null || !within(target, path.join(root, v.pvc.claimName))) throw denied();
-      return { v, base, dir: path.join(base, v.subPath ?? ''), check: (src) => within(src, path.join(root, v.pvc.claimName)), denied };
-    }
-    throw new ApiError(400, 'VOLUME::UNSUPPORTED_BACKEND', `Volume '${v.name}': ossfs volumes are not supported by the local server.`);
-  });
-  return plans.map(({ v, base, dir, check, denied }) => {
-    const made = [base, dir].filter(Boolean).map((d) => fs.mkdirSync(d, { recursive: true })).filter(Boolean);
-    const src = fs.realpathSync(dir);
-    if (!check(src)) throw denied(); // changed between the check and mkdir
-    if (identity && v.pvc) {
-      // server-managed volume: the sandbox uid owns what the server created for it
-      for (const first of made) for (let d = dir; within(d, first); d = path.dirname(d)) fs.chownSync(d, identity.uid, identity.gid);
-    } else if (identity) {
-      const need = v.readOnly === true ? 0o5 : 0o7;
-      if ((fs.statSync(src).mode & need) !== need) grantVolumeAccess(src, identity.uid, v.readOnly !== true);
-    }
-    return { src, dest: path.posix.normalize(v.mountPath), readOnly: v.readOnly === true };
-  });
 }
 
 export class Sandboxes {
@@ -164,6 +89,16 @@ export class Sandboxes {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
       identity: this.options.hardening?.identity,
     });
+    try {
+      return await this.start(req, { id, plan, net, binds });
+    } finally {
+      // bubblewrap holds its own copies of the volumes' descriptors once started (and closes them once mounted)
+      for (const b of binds) fs.closeSync(b.fd);
+    }
+  }
+
+  /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
+  async start(req, { id, plan, net, binds }) {
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {

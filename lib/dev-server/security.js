@@ -113,44 +113,60 @@ export function sandboxIdentity(uid) {
   return { uid, gid: uid };
 }
 
+/** The ACL entry naming `who`: a sandbox identity { uid, gid } by the sandboxes' shared group, { uid } by its user. */
+const aclWho = (who) => (who.gid !== undefined ? `g:${who.gid}` : `u:${who.uid}`);
+const describeWho = (who) => (who.gid !== undefined ? `the sandbox group (gid ${who.gid})` : `uid ${who.uid}`);
+
+/** True when the mode bits of `st` give `who` ({ uid, gid } or either) every permission bit of `need` (0..7). */
+export function modeAllows(st, who, need) {
+  const bits = st.uid === who.uid ? st.mode >> 6 : st.gid === who.gid ? st.mode >> 3 : st.mode;
+  return (bits & need) === need;
+}
+
 const traversable = new Set();
 /**
- * bwrap runs as the sandbox uid (root-started server) and must reach every directory it bind-mounts: gives that uid
- * search (x) permission, by a POSIX ACL entry, on each ancestor of `dir` it cannot search through its mode. Code in
- * a sandbox never sees these host directories (only its own mounts); see docs/dev-server-security.md.
+ * bwrap runs as the sandbox user (root-started server) and must reach every directory it bind-mounts: gives `who`
+ * (a sandbox identity { uid, gid }: the sandbox group; { uid }: that user) search (x) permission, by a POSIX ACL entry, on each ancestor of `dir`
+ * it cannot search through its mode. For paths no sandbox can change (the data directory, node, the package); host
+ * volumes go through their descriptors (volumes.js). Code in a sandbox never sees these host directories.
  */
-export function ensureTraversable(dir, uid) {
+export function ensureTraversable(dir, who) {
   const chain = [];
   for (let d = path.dirname(dir); ; d = path.dirname(d)) {
     chain.push(d);
     if (d === '/') break;
   }
   for (const d of chain.reverse()) {
-    if (traversable.has(`${uid}:${d}`)) continue;
-    const st = fs.statSync(d);
-    if (st.uid !== uid && (st.mode & 0o001) === 0) setfacl(['-m', `u:${uid}:x`, d], uid, d);
-    traversable.add(`${uid}:${d}`);
-  }
-}
-
-function setfacl(args, uid, dir) {
-  try {
-    execFileSync('setfacl', args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10000 });
-  } catch (err) {
-    const why = err.code === 'ENOENT' ? 'setfacl is not installed (Debian: apt-get install acl)' : String(err.stderr ?? err.message).trim();
-    throw new Error(`cannot give the sandbox user (uid ${uid}) access to ${dir}: ${why}`);
+    const key = `${aclWho(who)}:${d}`;
+    if (traversable.has(key)) continue;
+    if (!modeAllows(fs.statSync(d), who, 0o1)) setfacl(['-m', `${aclWho(who)}:x`], who, { path: d });
+    traversable.add(key);
   }
 }
 
 /**
- * Grants the sandbox uid access to a host volume directory it may not reach through its mode (root-started server
- * only): a POSIX ACL entry on the directory plus a default entry so what it creates stays usable by the directory's
- * owner. Throws with setfacl's message.
+ * Runs setfacl `args` on `target`: { path } (a path no sandbox can change) or { fd, path } (an open descriptor, O_PATH
+ * is enough: setfacl acts on /proc/self/fd/3 of its own, the object that descriptor holds, never on `path`, which
+ * only names it in errors). Throws with setfacl's message.
  */
-export function grantVolumeAccess(dir, uid, write) {
-  const st = fs.statSync(dir);
-  const perm = write ? 'rwx' : 'r-x';
-  const entries = [`u:${uid}:${perm}`];
-  if (write) entries.push(`d:u:${uid}:rwx`, `d:u:${st.uid}:rwx`);
-  setfacl(['-m', entries.join(','), dir], uid, dir);
+export function setfacl(args, who, target) {
+  const stdio = ['ignore', 'ignore', 'pipe'];
+  if (target.fd !== undefined) stdio.push(target.fd);
+  try {
+    execFileSync('setfacl', [...args, target.fd !== undefined ? '/proc/self/fd/3' : target.path], { stdio, timeout: 10000 });
+  } catch (err) {
+    const why = err.code === 'ENOENT' ? 'setfacl is not installed (Debian: apt-get install acl)' : String(err.stderr ?? err.message).trim();
+    throw new Error(`cannot give ${describeWho(who)} access to ${target.path}: ${why}`);
+  }
+}
+
+/**
+ * Grants `who` access to a directory it may not reach through its mode (root-started server only): a POSIX ACL entry
+ * on the directory plus, for `write`, default entries so that what sandboxes create stays usable by the directory's
+ * owner and by `who`. `target` as for setfacl(); `owner`: the directory's owner uid.
+ */
+export function grantAccess(target, who, write, owner) {
+  const entries = [`${aclWho(who)}:${write ? 'rwx' : 'r-x'}`];
+  if (write) entries.push(`d:${aclWho(who)}:rwx`, `d:u:${owner}:rwx`);
+  setfacl(['-m', entries.join(',')], who, target);
 }
