@@ -10,7 +10,7 @@ import { execFile, execFileSync, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { findBwrap } from '../lib/dev-server/runner.js';
-import { DEFAULT_SANDBOX_UID } from '../lib/dev-server/security.js';
+import { DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SandboxIdentities, UID_BLOCK } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
@@ -98,7 +98,69 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const r = await run(a, 'grep -E "^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status; echo made > /workspace/owned');
     assert.equal(r.out, 'CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2');
     const owner = fs.statSync(path.join(work, 'data', 'sb', a.id, 'workspace', 'owned')).uid;
-    assert.equal(owner, ROOT ? DEFAULT_SANDBOX_UID : process.getuid());
+    if (ROOT) assert.ok(owner >= DEFAULT_SANDBOX_UID && owner <= MAX_SANDBOX_UID, String(owner));
+    else assert.equal(owner, process.getuid());
+  });
+
+  (ROOT ? it : it.skip)('each sandbox runs as a host uid of its own: another cannot read its files, nor starve it of per-uid inotify instances (issue 21)', async () => {
+    const c = await create();
+    const d = await create();
+    try {
+      const owners = [];
+      for (const sb of [c, d]) {
+        assert.equal((await run(sb, 'echo mine > /workspace/private && chmod 600 /workspace/private')).exit, 0);
+        const st = fs.statSync(path.join(work, 'data', 'sb', sb.id, 'workspace', 'private'));
+        owners.push([st.uid, st.gid]);
+      }
+      assert.notEqual(owners[0][0], owners[1][0]);
+      assert.equal(owners[0][1], DEFAULT_SANDBOX_UID, 'every sandbox has the sandbox group');
+      assert.equal(owners[1][1], DEFAULT_SANDBOX_UID);
+      // as d's host user, c's files cannot be read (its directory is c's, 0700), nor its private file itself
+      const asD = (...argv) => promisify(execFile)('setpriv', ['--reuid', String(owners[1][0]), '--regid', String(owners[1][1]), '--clear-groups', ...argv], { timeout: 20000 }).catch((err) => err);
+      const cDir = path.join(work, 'data', 'sb', c.id);
+      for (const p of [path.join(cDir, 'workspace', 'private'), path.join(cDir, 'workspace')]) {
+        const r = await asD('cat', p);
+        assert.match(r.stderr, /Permission denied/, `${p}: ${r.stdout}`);
+      }
+      // c holds every inotify instance its uid may have (fs.inotify.max_user_instances) until it is deleted
+      const max = Number(fs.readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
+      const py = (body) => `python3 -c 'import ctypes,os,sys,time\nl=ctypes.CDLL(None,use_errno=True)\n${body}'`;
+      const hog = await request(`${c.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...c.headers }, body: { command: py('fds=[]\nwhile True:\n  fd=l.inotify_init()\n  if fd<0: break\n  fds.append(fd)\nopen("/tmp/held","w").write(str(len(fds)))\ntime.sleep(300)'), background: true }, endpointHeaders: false });
+      assert.equal(hog.status, 200, hog.text);
+      const held = await waitFor(async () => (await run(c, 'cat /tmp/held 2>/dev/null')).out, { timeoutMs: 20000, message: 'c holds its inotify instances' });
+      assert.ok(Number(held) > 0 && Number(held) <= max, held);
+      assert.equal((await run(c, py('sys.exit(0 if l.inotify_init()>=0 else ctypes.get_errno())'))).exit, 24, 'c has none left (EMFILE)');
+      assert.equal((await run(d, py('sys.exit(0 if l.inotify_init()>=0 else ctypes.get_errno())'))).exit, 0, 'd still gets one');
+    } finally {
+      for (const sb of [c, d]) await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' });
+    }
+  });
+
+  (ROOT ? it : it.skip)('a server claims a block of uids no live server holds and no process runs in; a dead server\'s claim is reused', async () => {
+    const claims = path.join(work, 'claims');
+    fs.mkdirSync(claims);
+    const base = MAX_SANDBOX_UID + 1 - 2 * UID_BLOCK; // two blocks: 0 and 1
+    const dead = spawn('true');
+    await new Promise((r) => dead.once('exit', r));
+    fs.mkdirSync(path.join(claims, `${dead.pid}-00000000`)); // block 0, its server gone
+    fs.mkdirSync(path.join(claims, `${process.pid}-00000001`)); // block 1, a live server
+    const ids = new SandboxIdentities(base, { claims });
+    try {
+      assert.deepEqual(fs.readdirSync(claims).sort(), [`${process.pid}-00000000`, `${process.pid}-00000001`].sort());
+      const got = [ids.allocate(), ids.allocate()];
+      assert.deepEqual(got.map((i) => [i.uid, i.gid]), [[base, base], [base + 1, base]]);
+    } finally {
+      ids.close();
+    }
+    // a process running as a uid of block 0 (left by anyone): that block is not taken, and there is no other
+    const squatter = spawn('sleep', ['60'], { uid: base + 7, gid: base });
+    try {
+      await waitFor(() => fs.readFileSync(`/proc/${squatter.pid}/status`, 'utf8').includes(`\t${base + 7}\t`), { message: 'the squatter runs' });
+      assert.throws(() => new SandboxIdentities(base, { claims }), /no free block of 65536 sandbox uids/);
+    } finally {
+      squatter.kill('SIGKILL');
+    }
+    assert.deepEqual(fs.readdirSync(claims), [`${process.pid}-00000001`]);
   });
 
   it('cannot remount, mount, unshare, change the server code or read host files by handle', async () => {

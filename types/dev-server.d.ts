@@ -50,7 +50,11 @@ export interface DevServerOptions {
    * instead of being refused with 400. See docs/dev-server-security.md.
    */
   insecure?: boolean;
-  /** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). Default 1000000000. */
+  /**
+   * When the server runs as root: the first host uid of sandboxes and their shared gid. Each sandbox runs as a host
+   * uid of its own (root inside maps to it), from a block of 65536 uids the server claims (up to 2147483647).
+   * Default 1000000000.
+   */
   sandboxUid?: number;
   /**
    * A delegated cgroup v2 directory (memory and pids in its cgroup.controllers, writable) under which sandbox cgroups

@@ -21,7 +21,7 @@ import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { decodeSegment, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
 import {
-  DEFAULT_SANDBOX_UID, SECURE_ACCESS_HEADER, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentity, seccompProgram,
+  DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SECURE_ACCESS_HEADER, UID_BLOCK, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentities, seccompProgram,
 } from './security.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
@@ -125,7 +125,9 @@ export async function startServer(options = {}) {
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
   if (typeof opts.ptyCloseLinger !== 'boolean') throw new Error('ptyCloseLinger must be a boolean');
   if (typeof opts.insecure !== 'boolean') throw new Error('insecure must be a boolean');
-  if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > 0xfffffffe) throw new Error('sandboxUid must be an integer 1..4294967294');
+  if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > MAX_SANDBOX_UID + 1 - UID_BLOCK) {
+    throw new Error(`sandboxUid must be an integer 1..${MAX_SANDBOX_UID + 1 - UID_BLOCK} (the first of the sandboxes' uids and their gid; each server takes ${UID_BLOCK} uids of the range up to ${MAX_SANDBOX_UID})`);
+  }
   if (typeof opts.unenforcedLimits !== 'boolean') throw new Error('unenforcedLimits must be a boolean');
   if (!Number.isInteger(opts.maxPids) || opts.maxPids < 0 || opts.maxPids > 4194304) throw new Error('maxPids must be an integer 0..4194304 (0: no cap)');
   if (opts.cgroupParent !== undefined && (typeof opts.cgroupParent !== 'string' || !path.isAbsolute(opts.cgroupParent))) {
@@ -143,6 +145,7 @@ export async function startServer(options = {}) {
   const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const fail = (err) => {
+    hardening?.identities?.close();
     if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     throw err;
   };
@@ -156,7 +159,7 @@ export async function startServer(options = {}) {
     try {
       const seccompPath = path.join(dataDir, 'seccomp.bpf');
       fs.writeFileSync(seccompPath, seccompProgram(), { mode: 0o600 });
-      hardening = { seccompPath, identity: sandboxIdentity(opts.sandboxUid) };
+      hardening = { seccompPath, identities: sandboxIdentities(opts.sandboxUid) };
       const why = probeBwrap(bwrap, hardening);
       if (why) missing = `an unprivileged user namespace with the seccomp filter cannot be created: ${why}`;
     } catch (err) {
@@ -166,6 +169,7 @@ export async function startServer(options = {}) {
       fail(new Error(`sandboxes cannot be confined here (${missing}); fix that, or start with insecure: true (--insecure) to run them without user namespace, capability drop and seccomp`));
     }
     if (missing || opts.insecure) {
+      hardening?.identities?.close();
       hardening = null;
       warn(`dev-server: INSECURE: sandboxes run without user namespace, capability drop and seccomp${missing ? ` (${missing})` : ''}: code inside can take over this machine`);
     }
@@ -200,7 +204,7 @@ export async function startServer(options = {}) {
     if (!limits.disks) {
       warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
     }
-    limits.disks?.prepare(diskLimit, hardening?.identity);
+    limits.disks?.prepare(diskLimit);
     if (limits.disks || limits.cgroups) {
       limits.reaper = startReaper({ sandboxDir: path.join(fs.realpathSync(dataDir), 'sb'), disksDir: limits.disks && fs.realpathSync(limits.disks.dir), cgroupDirs: limits.cgroups?.instanceDirs() ?? [] });
     }
@@ -441,6 +445,7 @@ export async function startServer(options = {}) {
         await snapshots.drain();
         await sandboxes.closeAll();
         await releaseLimits();
+        hardening?.identities?.close();
         if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
         else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
       })();

@@ -67,6 +67,9 @@ function runtimeDirs() {
   return { nodeDir, pkgDir, linkedModules };
 }
 
+/** "<sandbox gid>:<dir>" of node's and the package's directories the sandbox group was given read access to. */
+const readable = new Set();
+
 /** A sandbox's hostname: the first 12 hex digits of its id. */
 const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
 
@@ -85,9 +88,9 @@ function underSystemDir(p) {
  * path of its network namespace; a throw fails the start), optionally `ready()` (async; once execd listens, before
  * the create answers and so before any command runs) and `release()` (async; called after its processes are
  * gone) — the per-sandbox cgroup and network are such attachments.
- * The runner options (isolation, hardening: { seccompPath, identity } or null, execdToken, commandTailMs, ptyExitRace,
- * signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server. identity ({ uid, gid }) is the host
- * user bwrap runs as (root-started server), else null.
+ * spec.identity ({ uid, gid }) is the host user bwrap runs as (a root-started server: the sandbox's own uid, the
+ * sandbox group), else null. The runner options (isolation, hardening: { seccompPath, identities } or null,
+ * execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server.
  */
 export class SandboxProcess {
   constructor(spec, options) {
@@ -159,7 +162,7 @@ export class SandboxProcess {
     }
     a.push('--proc', '/proc', '--dev', '/dev');
     // bwrap bind mounts are nosuid and nodev; bwrap (as the sandbox uid) must be able to reach each source
-    const identity = hardening?.identity;
+    const identity = this.spec.identity;
     const bind = (src, dest, ro = false) => {
       if (identity) ensureTraversable(src, identity);
       a.push(ro ? '--ro-bind' : '--bind', src, dest);
@@ -173,10 +176,11 @@ export class SandboxProcess {
     // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start
     for (const d of new Set([nodeDir, pkgDir, linkedModules])) {
       if (!d || underSystemDir(d)) continue;
-      if (identity) {
+      if (identity && !readable.has(`${identity.gid}:${d}`)) {
         // the sandbox uid runs execd from here: it must be able to read it (e.g. a checkout in a 0700 temp dir)
         const st = fs.statSync(d);
         if (!modeAllows(st, identity, 0o5)) grantAccess({ path: d }, identity, false, st.uid);
+        readable.add(`${identity.gid}:${d}`);
       }
       bind(d, d, true);
     }
@@ -195,7 +199,7 @@ export class SandboxProcess {
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
   async start() {
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    const identity = this.options.hardening?.identity;
+    const identity = this.spec.identity;
     if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
     for (const d of Object.values(this.dirs)) {
       fs.mkdirSync(d, { recursive: true, mode: 0o755 });
@@ -232,7 +236,7 @@ export class SandboxProcess {
       infoFd = 3 + fds.length;
       try {
         child = spawn(this.options.bwrap, [...args, '--', process.execPath, EXECD_MAIN, ...execdArgs], {
-          stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}),
+          stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ? { uid: identity.uid, gid: identity.gid } : {}),
         });
       } finally {
         for (const fd of owned) fs.closeSync(fd);
@@ -423,7 +427,7 @@ export function startEntrypoint(socketPath, argv, token) {
 }
 
 /**
- * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as the sandbox
+ * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as a sandbox
  * uid, no capabilities, the seccomp filter); returns an error text or null.
  */
 export function probeBwrap(bwrap, hardening = null) {
@@ -435,7 +439,7 @@ export function probeBwrap(bwrap, hardening = null) {
   }
   args.push('--ro-bind', '/', '/', '--proc', '/proc', '--dev', '/dev', '--', 'true');
   try {
-    execFileSync(bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...(fd === null ? [] : [fd])], timeout: 10000, ...(hardening?.identity ?? {}) });
+    execFileSync(bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...(fd === null ? [] : [fd])], timeout: 10000, ...(hardening?.identities?.probe() ?? {}) });
     return null;
   } catch (err) {
     return String(err.stderr ?? err.message).trim() || String(err.message);

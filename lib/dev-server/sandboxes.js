@@ -85,24 +85,31 @@ export class Sandboxes {
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
     const net = req.allowNetwork && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
-    const binds = resolveVolumes(req.volumes, {
-      allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
-      identity: this.options.hardening?.identity,
-    });
+    // a root-started server runs each sandbox as a host uid of its own (security.js SandboxIdentities)
+    const identities = this.options.hardening?.identities;
+    const identity = identities?.allocate() ?? null;
+    let binds = [];
+    let started = false;
     try {
-      return await this.start(req, { id, plan, net, binds });
+      binds = resolveVolumes(req.volumes, {
+        allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir, identity,
+      });
+      const sb = await this.start(req, { id, plan, net, binds, identity });
+      started = true;
+      return sb;
     } finally {
       // bubblewrap holds its own copies of the volumes' descriptors once started (and closes them once mounted)
       for (const b of binds) fs.closeSync(b.fd);
+      if (identity && !started) identities.release(identity); // never ran, or disposed (release is idempotent)
     }
   }
 
   /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
-  async start(req, { id, plan, net, binds }) {
+  async start(req, { id, plan, net, binds, identity }) {
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
-        id, dir: path.join(this.sandboxDir, id), env: req.env, binds,
+        id, dir: path.join(this.sandboxDir, id), env: req.env, binds, identity,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
         attachments: [cgroup, net?.attachment].filter(Boolean),
       },
@@ -110,7 +117,7 @@ export class Sandboxes {
     );
     const now = Date.now();
     const sb = {
-      id, proc, relay: null, timer: null, deleting: false, disk: null,
+      id, proc, identity, relay: null, timer: null, deleting: false, disk: null,
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
       platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch },
@@ -119,7 +126,7 @@ export class Sandboxes {
     };
     if (plan.disk) {
       try {
-        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, this.options.hardening?.identity);
+        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity);
       } catch (err) {
         proc.removeDirs();
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
@@ -127,7 +134,7 @@ export class Sandboxes {
     }
     if (req.snapshotId) {
       try {
-        await this.snapshots.restoreInto(req.snapshotId, proc.dirs); // 404/409 as the spec gives them
+        await this.snapshots.restoreInto(req.snapshotId, proc.dirs, identity); // 404/409 as the spec gives them
       } catch (err) {
         await this.dispose(sb);
         if (err instanceof ApiError) throw err;
@@ -286,9 +293,13 @@ export class Sandboxes {
     await this.dispose(sb);
   }
 
-  /** Kills the sandbox's processes (which releases its cgroups), unmounts its disk and removes its directories. */
+  /**
+   * Kills the sandbox's processes (which releases its cgroups), gives its uid back, unmounts its disk and removes
+   * its directories.
+   */
   async dispose(sb) {
     await sb.proc.kill();
+    if (sb.identity) this.options.hardening.identities.release(sb.identity); // its processes are gone
     try {
       await sb.disk?.release();
     } catch (err) {

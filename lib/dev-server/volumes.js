@@ -73,7 +73,8 @@ export function openDirChain(abs, { create = false } = {}) {
  * directory; named volumes live in volumesDir/<claimName>. Every volume's existing part is walked before any
  * directory is created. With `identity` ({ uid, gid }: a root-started server) the sandbox gets, through the
  * descriptors, search permission on the ancestors bubblewrap resolves and access to the volume when its mode does
- * not give it (an ACL for the sandbox group); a named volume's directories made for it belong to the sandbox user.
+ * not give it (an ACL for the sandbox group); a named volume's directories made for it belong to the sandbox user,
+ * and the group gets rwx on them.
  */
 export function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity }) {
   const allowed = allowedHostPaths.map((p) => {
@@ -146,9 +147,12 @@ function giveAccess(plan, chain, identity) {
     if (!modeAllows(fs.fstatSync(c.fd), identity, 0o1)) setfacl(['-m', `g:${identity.gid}:x`], identity, { fd: c.fd, path: c.path });
   }
   if (plan.claim) {
-    // a named volume is the server's: what it made for the sandbox (the claim, subPath dirs) belongs to the sandbox
-    for (const c of chain.filter((x) => x.made && within(x.path, plan.claim))) fs.chownSync(fdPath(c.fd), identity.uid, identity.gid);
-    return;
+    // a named volume is shared by the sandboxes that mount it, each its own uid: what the server made for it (the
+    // claim, subPath dirs) belongs to the sandbox, and the first made gets the sandbox group's rwx (default entries
+    // too, inherited below), so what one sandbox writes there another can change
+    const made = chain.filter((x) => x.made && within(x.path, plan.claim));
+    for (const c of made) fs.chownSync(fdPath(c.fd), identity.uid, identity.gid);
+    if (made.length) grantAccess({ fd: made[0].fd, path: made[0].path }, identity, true, identity.uid);
   }
   const write = plan.v.readOnly !== true;
   const st = fs.fstatSync(target.fd);
