@@ -195,6 +195,46 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     for (const line of mounts.out.split('\n')) assert.match(line.split(' ')[5], /nodev/, line);
   });
 
+  it('cannot create a setuid or setgid file either: mknod, mknodat, creat, open and openat (O_CREAT, O_TMPFILE) with 06755 fail, 0755 works; openat2 is ENOSYS (issue 21)', async () => {
+    const script = `import ctypes, os, platform, sys
+l = ctypes.CDLL(None, use_errno=True)
+NR = {'open': 2, 'creat': 85, 'mknod': 133, 'openat': 257, 'mknodat': 259} if platform.machine() == 'x86_64' else {'openat': 56, 'mknodat': 33}
+class How(ctypes.Structure):
+    _fields_ = [('flags', ctypes.c_uint64), ('mode', ctypes.c_uint64), ('resolve', ctypes.c_uint64)]
+def call(name, d, mode):
+    p = f'{d}/{name}-{mode:o}'.encode()
+    W = os.O_CREAT | os.O_WRONLY
+    if name == 'open': r = l.syscall(NR[name], p, W, mode)
+    elif name == 'creat': r = l.syscall(NR[name], p, mode)
+    elif name in ('mknod', 'mknodat'): r = l.syscall(NR[name], *([-100] if name == 'mknodat' else []), p, 0o100000 | mode, 0)
+    elif name == 'openat': r = l.syscall(NR[name], -100, p, W, mode)
+    elif name == 'openat-tmpfile': r = l.syscall(NR['openat'], -100, d.encode(), os.O_TMPFILE | os.O_WRONLY, mode)
+    elif name == 'openat2':
+        how = How(W, mode, 0)
+        r = l.syscall(437, -100, p, ctypes.byref(how), ctypes.sizeof(how))
+    e = ctypes.get_errno() if r < 0 else 0
+    if r >= 0 and name not in ('mknod', 'mknodat'): os.close(r)
+    return e
+for d in sys.argv[1:]:
+    for name in [*NR, 'openat-tmpfile', 'openat2']:
+        print(d, name, call(name, d, 0o6755), call(name, d, 0o4755), call(name, d, 0o2755), call(name, d, 0o755))
+`;
+    fs.writeFileSync(path.join(work, 'vol', 'suid.py'), script);
+    const r = await run(a, 'python3 /vol/suid.py /workspace /vol');
+    assert.equal(r.exit, 0, r.err);
+    const names = process.arch === 'x64' ? ['open', 'creat', 'mknod', 'openat', 'mknodat'] : ['openat', 'mknodat'];
+    const expected = [];
+    for (const d of ['/workspace', '/vol']) {
+      for (const n of [...names, 'openat-tmpfile']) expected.push(`${d} ${n} 1 1 1 0`); // EPERM for either bit; 0755 made
+      expected.push(`${d} openat2 38 38 38 38`); // ENOSYS whatever the mode
+    }
+    assert.deepEqual(r.out.split('\n'), expected);
+    for (const f of fs.readdirSync(path.join(work, 'vol')).filter((n) => /-\d+$/.test(n))) {
+      assert.equal(f.endsWith('-755'), true, `${f} was created`);
+      assert.equal(fs.statSync(path.join(work, 'vol', f)).mode & 0o7777, 0o755, f);
+    }
+  });
+
   it('keeps its execd token out of the sandbox; each sandbox has its own; the relay demands it', async () => {
     const token = a.headers['OpenSandbox-Secure-Access'];
     assert.match(token, /^[A-Za-z0-9_-]{43}$/);
