@@ -64,6 +64,11 @@ export interface DevServerOptions {
   cgroupParent?: string;
   /** pids.max of a sandbox that asks for no `pids`, and the largest `pids` a create may ask for; 0: no cap. Default 4096. */
   maxPids?: number;
+  /**
+   * Memory bound of a sandbox without resourceLimits.memory (a quantity like '2Gi', or bytes; >= 64Mi; 0: none). Needs
+   * cgroups (root or cgroupParent). Default '2Gi' (the client's default resources.memory).
+   */
+  defaultMemory?: string | number;
   /** Disk bound of a sandbox without resourceLimits['ephemeral-storage'] (a quantity like '10Gi', or bytes; >= 8Mi); root only. Default '10Gi'. */
   diskLimit?: string | number;
   /**

@@ -15,7 +15,7 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
                   [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
-                  [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q]
+                  [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
@@ -51,6 +51,7 @@ try {
       'cgroup-parent': { type: 'string' },
       'max-pids': { type: 'string' },
       'disk-limit': { type: 'string' },
+      'default-memory': { type: 'string' },
       'unenforced-limits': { type: 'boolean', default: false },
       quiet: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -126,6 +127,7 @@ try {
     cgroupParent: args['cgroup-parent'],
     maxPids: int('max-pids', args['max-pids']),
     diskLimit: args['disk-limit'],
+    defaultMemory: args['default-memory'],
     unenforcedLimits: args['unenforced-limits'],
     log: args.quiet ? false : (line) => console.log(`${new Date().toISOString()} ${line}`),
   });

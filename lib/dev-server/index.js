@@ -26,9 +26,16 @@ import {
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
+/**
+ * Default memory bound of a sandbox that asks for none (raw API creates, the official client): the client's own
+ * default `resources.memory`, so a sandbox gets the same bound whichever client made it.
+ */
+const DEFAULT_MEMORY = '2Gi';
+/** Smallest defaultMemory: execd is Node (about 50 MB resident); a smaller bound would OOM-kill every sandbox. */
+const MIN_DEFAULT_MEMORY = 64 * 2 ** 20;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
 const DEFAULT_DISK_LIMIT = '10Gi';
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie', ...TOKEN_HEADERS]);
@@ -100,7 +107,7 @@ export async function startServer(options = {}) {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
-    sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
+    sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT, defaultMemory: DEFAULT_MEMORY,
     unenforcedLimits: false,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
@@ -136,6 +143,10 @@ export async function startServer(options = {}) {
   const diskLimit = typeof opts.diskLimit === 'number' ? opts.diskLimit : typeof opts.diskLimit === 'string' ? parseBytes(opts.diskLimit) : NaN;
   if (!Number.isSafeInteger(diskLimit) || diskLimit < MIN_DISK_BYTES) {
     throw new Error(`diskLimit must be a byte quantity of at least 8Mi (e.g. "10Gi", or a number of bytes), got ${JSON.stringify(opts.diskLimit)}`);
+  }
+  const defaultMemory = typeof opts.defaultMemory === 'number' ? opts.defaultMemory : typeof opts.defaultMemory === 'string' ? parseBytes(opts.defaultMemory) : NaN;
+  if (!Number.isSafeInteger(defaultMemory) || (defaultMemory !== 0 && defaultMemory < MIN_DEFAULT_MEMORY)) {
+    throw new Error(`defaultMemory must be a byte quantity of at least 64Mi (e.g. "2Gi", or a number of bytes) or 0 (no bound unless asked), got ${JSON.stringify(opts.defaultMemory)}`);
   }
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
@@ -193,13 +204,13 @@ export async function startServer(options = {}) {
     const { tools, why: disksWhy } = detectDisk();
     limits = {
       cgroups: found.cgroups, cgroupsWhy: found.why, disks: tools && new Disks({ tools, dataDir, log }), disksWhy,
-      unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit,
+      unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit, defaultMemory,
     };
     const optOut = opts.unenforcedLimits ? 'unenforcedLimits' : 'insecure';
     if (!limits.cgroups) {
       warn(limits.unenforced
         ? `dev-server: resourceLimits cpu, memory and pids are NOT enforced (${found.why}); they are accepted because of ${optOut}: a sandbox can use all of this machine's CPU, memory and processes`
-        : `dev-server: no cgroups (${found.why}): creates with cpu, memory or pids limits are refused (400 SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE) and no pids cap stops a fork bomb; give cgroupParent or run as root`);
+        : `dev-server: no cgroups (${found.why}): creates with cpu, memory or pids limits are refused (400 SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE), no pids cap stops a fork bomb and no defaultMemory bounds a sandbox that asks for no memory; give cgroupParent or run as root`);
     }
     if (!limits.disks) {
       warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
@@ -208,7 +219,7 @@ export async function startServer(options = {}) {
     if (limits.disks || limits.cgroups) {
       limits.reaper = startReaper({ sandboxDir: path.join(fs.realpathSync(dataDir), 'sb'), disksDir: limits.disks && fs.realpathSync(limits.disks.dir), cgroupDirs: limits.cgroups?.instanceDirs() ?? [] });
     }
-    log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}`);
+    log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}; default memory: ${limits.cgroups && defaultMemory ? `${defaultMemory} bytes` : 'none'}`);
   }
   const releaseLimits = async () => {
     await limits?.cgroups?.close().catch((err) => log?.(err.message));

@@ -28,7 +28,7 @@ export class Sandboxes {
    * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
-   * diskLimit (bytes) }.
+   * diskLimit (bytes), defaultMemory (bytes, 0: none) }.
    */
   constructor(options) {
     this.options = options;
@@ -70,7 +70,7 @@ export class Sandboxes {
     const has = (c) => o.cgroups?.controllers.has(c);
     const cgroup = o.cgroups && {
       cpu: has('cpu') ? asked.cpu : undefined,
-      memory: asked.memory,
+      memory: asked.memory ?? (o.defaultMemory || undefined), // a sandbox that asks for none: the server's default
       pids: asked.pids ?? (o.maxPids || null),
     };
     return { cgroup, disk: o.disks ? asked.disk ?? o.diskLimit : null };
