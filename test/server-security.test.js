@@ -163,6 +163,19 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     assert.deepEqual(fs.readdirSync(claims), [`${process.pid}-00000001`]);
   });
 
+  it('sees neither the data directory nor its id in its processes\' argv and environment, nor the server in /proc/self/cgroup (issue 21)', async () => {
+    const r = await run(a, "tr '\\0' '\\n' < /proc/1/cmdline; echo ---; tr '\\0' '\\n' < /proc/1/environ; echo ---; cat /proc/self/cgroup");
+    const [argv, environ, cgroup] = r.out.split('\n---\n');
+    for (const [what, text] of [['argv', argv], ['environment', environ], ['cgroup', cgroup]]) {
+      for (const secret of [work, a.id]) assert.ok(!text.includes(secret), `${what} shows ${JSON.stringify(secret)}: ${text}`);
+    }
+    assert.deepEqual(environ.split('\n').map((l) => l.split('=')[0]).sort(), ['HOME', 'HOSTNAME', 'LANG', 'PATH', 'TMPDIR']);
+    assert.deepEqual(argv.split('\n').slice(0, 3), [findBwrap(), '--args', argv.split('\n')[2]]);
+    assert.match(argv.split('\n')[2], /^\d+$/);
+    // every hierarchy (v1) or the one (v2) shows the sandbox's own cgroup as its root
+    for (const line of cgroup.split('\n')) assert.match(line, /^\d+:[^:]*:\/$/, cgroup);
+  });
+
   it('cannot remount, mount, unshare, change the server code or read host files by handle', async () => {
     const pkg = path.resolve('lib');
     const attempts = [

@@ -83,11 +83,12 @@ function underSystemDir(p) {
  * joinableUserns, attachments }. hostNetwork: share the host's network namespace (only the insecure fallback without slirp4netns);
  * resolvConf ({ dest, text } or null): a read-only file mounted over the sandbox's resolv.conf; joinableUserns: no
  * nested user namespace (--disable-userns), so that slirp4netns started by a non-root server can join (network.js).
- * attachments (isolation bwrap): objects with `attach({ pid, netns })` (async; called once bubblewrap has made the
- * sandbox's namespaces and before anything runs in it: `pid` is the host pid of its first process, `netns` the
- * path of its network namespace; a throw fails the start), optionally `ready()` (async; once execd listens, before
- * the create answers and so before any command runs) and `release()` (async; called after its processes are
- * gone) — the per-sandbox cgroup and network are such attachments.
+ * attachments (isolation bwrap): objects with `enter({ pid })` (async; called with bwrap's pid before bwrap makes
+ * the sandbox's namespaces: the cgroup, so that the sandbox's cgroup namespace is rooted at its own cgroup) or
+ * `attach({ pid, netns })` (async; called once bubblewrap has made the sandbox's namespaces and before anything runs
+ * in it: `pid` is the host pid of its first process, `netns` the path of its network namespace: the network); a throw
+ * fails the start; optionally `ready()` (async; once execd listens, before the create answers and so before any
+ * command runs) and `release()` (async; called after its processes are gone).
  * spec.identity ({ uid, gid }) is the host user bwrap runs as (a root-started server: the sandbox's own uid, the
  * sandbox group), else null. The runner options (isolation, hardening: { seccompPath, identities } or null,
  * execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server.
@@ -105,6 +106,7 @@ export class SandboxProcess {
     };
     this.runDirFd = null;
     this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
+    this.sandboxStart = null; // that process's start time, once known
     this.attachments = spec.attachments ?? [];
     this.attached = []; // the attachments whose attach() was called: kill() releases them
     this.child = null;
@@ -122,11 +124,13 @@ export class SandboxProcess {
   }
 
   /**
-   * bwrap's options for this sandbox (the caller appends `--` and the command), the fds they refer to (fds[i]
-   * becomes fd 3 + i in bwrap: the seccomp program, the volumes' descriptors) and `owned`, those of them opened here
-   * (the caller closes them once bwrap started). The two pipes after them are bwrap's --info-fd (it writes the
-   * sandbox's pid there) and --block-fd (the sandbox waits on it until the attachments are in place); bwrap closes
-   * both, and every --bind-fd descriptor, before execd starts.
+   * bwrap's options for this sandbox, which bwrap reads from a pipe (--args, written by the caller, who appends `--`
+   * and the command to argv: argv, visible inside as /proc/1/cmdline, then names no host directory nor the sandbox's
+   * id), the fds they refer to (fds[i] becomes fd 3 + i in bwrap: the seccomp program, the volumes' descriptors) and
+   * `owned`, those of them opened here (the caller closes them once bwrap started). The two pipes after them are
+   * bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox waits on it until the
+   * attachments are in place), then the --args pipe; bwrap closes all three, and every --bind-fd descriptor, before
+   * execd starts.
    */
   bwrapArgs() {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
@@ -142,6 +146,7 @@ export class SandboxProcess {
       owned.push(fd);
       return passFd(fd);
     };
+    // a cgroup namespace: the sandbox sees its own cgroup (entered before bwrap makes the namespaces) as "/"
     const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'];
     if (hardening) {
       // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
@@ -214,9 +219,9 @@ export class SandboxProcess {
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
-    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, info, block)
+    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, volumes, info, block, args)
     const bw = isolated ? this.bwrapArgs() : null;
-    const tokenFd = !this.options.execdToken ? null : isolated ? 5 + bw.fds.length : 3;
+    const tokenFd = !this.options.execdToken ? null : isolated ? 6 + bw.fds.length : 3;
     if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
@@ -231,16 +236,24 @@ export class SandboxProcess {
     };
     let child;
     let infoFd = null;
+    // attachments to enter before bwrap makes the namespaces: bwrap is started behind a gate (sh waiting for a line
+    // on its stdin, then exec'ing bwrap in place), entered, then let through
+    const entering = isolated ? this.attachments.filter((x) => x.enter) : [];
     if (isolated) {
       const { args, fds, owned } = bw;
       infoFd = 3 + fds.length;
+      const argv = ['--args', String(infoFd + 2), '--', process.execPath, EXECD_MAIN, ...execdArgs];
+      const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', this.options.bwrap, ...argv]] : [this.options.bwrap, argv];
       try {
-        child = spawn(this.options.bwrap, [...args, '--', process.execPath, EXECD_MAIN, ...execdArgs], {
-          stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ? { uid: identity.uid, gid: identity.gid } : {}),
+        child = spawn(file, fileArgs, {
+          stdio: [entering.length ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])],
+          env, ...(identity ? { uid: identity.uid, gid: identity.gid } : {}),
         });
       } finally {
         for (const fd of owned) fs.closeSync(fd);
       }
+      child.stdio[infoFd + 2].on('error', () => {});
+      child.stdio[infoFd + 2].end(Buffer.from(args.map((x) => `${x}\0`).join('')));
     } else {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
     }
@@ -265,8 +278,13 @@ export class SandboxProcess {
       stderr = (stderr + b.toString()).slice(-4000);
       this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
     });
-    if (infoFd !== null) this.sandboxPid = readSandboxPid(child.stdio[infoFd]);
-    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd + 1]);
+    if (infoFd !== null) {
+      this.sandboxPid = readSandboxPid(child.stdio[infoFd]).then((pid) => {
+        this.sandboxStart = pid === null ? null : startTime(pid); // with the pid, what identifies the process
+        return pid;
+      });
+    }
+    const released = infoFd === null ? Promise.resolve() : this.enter(entering, child).then(() => this.attach(child.stdio[infoFd + 1]));
     await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
@@ -293,15 +311,26 @@ export class SandboxProcess {
     });
   }
 
+  /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. */
+  async enter(entering, child) {
+    if (!entering.length) return;
+    for (const a of entering) {
+      this.attached.push(a);
+      await a.enter({ pid: child.pid });
+    }
+    child.stdin.on('error', () => {});
+    child.stdin.end('go\n');
+  }
+
   /**
-   * Once bwrap reported the sandbox's pid, runs every attachment's attach(), then lets the sandbox go on by writing
-   * to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an attachment
-   * throws.
+   * Once bwrap reported the sandbox's pid, runs the other attachments' attach(), then lets the sandbox go on by
+   * writing to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an
+   * attachment throws.
    */
   async attach(block) {
     const pid = await this.sandboxPid;
     if (pid === null) throw new Error('bubblewrap could not create the sandbox');
-    for (const a of this.attachments) {
+    for (const a of this.attachments.filter((x) => !x.enter)) {
       this.attached.push(a);
       await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
     }
@@ -328,13 +357,9 @@ export class SandboxProcess {
     this.paused = false;
   }
 
-  /** True when `pid` runs this sandbox's bwrap argv (its hostname): never signal a pid the system reused. */
+  /** True when `pid` is still the sandbox's first process (the same start time): never signal a pid the system reused. */
   isOurs(pid) {
-    try {
-      return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`\0--hostname\0${hostnameOf(this.spec.id)}\0`);
-    } catch {
-      return false;
-    }
+    return this.sandboxStart != null && startTime(pid) === this.sandboxStart;
   }
 
   /** Kills every process of the sandbox and waits (bounded) for it to be gone. Does not remove the dirs. */
@@ -370,6 +395,16 @@ export class SandboxProcess {
 
   removeDirs() {
     fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22), or null when it is gone. */
+function startTime(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return null;
   }
 }
 
