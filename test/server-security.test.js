@@ -538,6 +538,32 @@ for d in sys.argv[1:]:
     assert.equal(fs.statSync(secret).mode & 0o7777, 0o700);
   });
 
+  it('a bubblewrap without --bind-fd (older than 0.10.0 / Debian 12\'s deb12u1) refuses volumes with a 400 and says so at start', async () => {
+    const bin = path.join(work, 'old-bwrap');
+    fs.mkdirSync(bin);
+    const real = findBwrap();
+    fs.writeFileSync(path.join(bin, 'bwrap'), `#!/bin/sh\nif [ "$1" = --help ]; then ${real} --help | grep -v -- '-bind-fd'; exit 0; fi\nexec ${real} "$@"\n`, { mode: 0o755 });
+    const savedPath = process.env.PATH;
+    const lines = [];
+    let srv;
+    try {
+      process.env.PATH = `${bin}:${savedPath}`;
+      srv = await startServer({ dataDir: path.join(work, 'old-bwrap-data'), allowedHostPaths: [path.join(work, 'vol')], commandTailMs: 20, log: (l) => lines.push(l) });
+    } finally {
+      process.env.PATH = savedPath;
+    }
+    try {
+      assert.ok(lines.some((l) => /has no --bind-fd .*: creates with volumes are refused \(400 VOLUME::NOT_SUPPORTED\)/.test(l)), lines.join('\n'));
+      const post = (extra) => request(`${srv.baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...extra }, endpointHeaders: false });
+      const r = await post({ volumes: [{ name: 'v', host: { path: path.join(work, 'vol') }, mountPath: '/v' }] });
+      assert.deepEqual([r.status, r.json.code], [400, 'VOLUME::NOT_SUPPORTED']);
+      assert.match(r.json.message, /^Volumes cannot be mounted safely by this server: \S+\/bwrap has no --bind-fd/);
+      assert.equal((await post({})).status, 202);
+    } finally {
+      await srv.close();
+    }
+  });
+
   (ROOT ? it : it.skip)('another local user (nobody) can neither drive a sandbox through its relay nor read its files', async () => {
     const port = new URL(a.base).port;
     const js = `const s=require('net').connect(${port},'127.0.0.1',()=>s.write('POST /command HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: 20\\r\\n\\r\\n{"command":"id -u"}\\n'));s.on('data',d=>process.stdout.write(d));s.on('end',()=>process.exit(0));setTimeout(()=>process.exit(3),10000)`;

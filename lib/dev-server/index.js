@@ -8,7 +8,7 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
-import { findBwrap, probeBwrap } from './runner.js';
+import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
@@ -152,6 +152,7 @@ export async function startServer(options = {}) {
   let bwrap = null;
   let hardening = null;
   let network = null;
+  let volumesProblem = null;
   const ownDataDir = !opts.dataDir;
   const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -165,6 +166,8 @@ export async function startServer(options = {}) {
     if (!bwrap) fail(new Error("bubblewrap (bwrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or start with isolation 'none' (commands then run unconfined)"));
     const problem = probeBwrap(bwrap);
     if (problem) fail(new Error(`bubblewrap cannot create sandboxes here (${problem}); fix that or start with isolation 'none'`));
+    volumesProblem = bindFdProblem(bwrap);
+    if (volumesProblem) warn(`dev-server: ${volumesProblem}: creates with volumes are refused (400 VOLUME::NOT_SUPPORTED)`);
     // the hardening: unprivileged user namespace, no capabilities, seccomp (docs/dev-server-security.md)
     let missing = null;
     try {
@@ -231,7 +234,7 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log, limits,
+    endpointHeaders: opts.endpointHeaders, network, log, limits, volumesProblem,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes });
   sandboxes.snapshots = snapshots;

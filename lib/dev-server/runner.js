@@ -462,6 +462,21 @@ export function startEntrypoint(socketPath, argv, token) {
 }
 
 /**
+ * Why this bwrap cannot mount volumes race-free, or null: it needs --bind-fd/--ro-bind-fd (bubblewrap 0.10.0, and
+ * Debian 12's 0.8.0-2+deb12u1), which mounts an open descriptor's object and checks that it did (volumes.js).
+ */
+export function bindFdProblem(bwrap) {
+  let help;
+  try {
+    help = execFileSync(bwrap, ['--help'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 10000 });
+  } catch (err) {
+    help = String(err.stdout ?? '');
+  }
+  if (/^\s*--bind-fd\b/m.test(help) && /^\s*--ro-bind-fd\b/m.test(help)) return null;
+  return `${bwrap} has no --bind-fd (bubblewrap 0.10.0 or Debian 12's 0.8.0-2+deb12u1 has it), which volumes need`;
+}
+
+/**
  * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as a sandbox
  * uid, no capabilities, the seccomp filter); returns an error text or null.
  */

@@ -25,7 +25,8 @@ function notFound(id) {
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits }. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, log, limits, volumesProblem }. volumesProblem: why this
+   * bwrap cannot mount volumes race-free (runner.js bindFdProblem), or null. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
    * diskLimit (bytes), defaultMemory (bytes, 0: none) }.
@@ -80,6 +81,9 @@ export class Sandboxes {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
+    }
+    if (this.options.volumesProblem && req.volumes.length) {
+      throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', `Volumes cannot be mounted safely by this server: ${this.options.volumesProblem}.`);
     }
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
