@@ -107,6 +107,7 @@ export class SandboxProcess {
     this.runDirFd = null;
     this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
     this.sandboxStart = null; // that process's start time, once known
+    this.gated = false; // bwrap waits behind its gate (enter())
     this.attachments = spec.attachments ?? [];
     this.attached = []; // the attachments whose attach() was called: kill() releases them
     this.child = null;
@@ -314,12 +315,14 @@ export class SandboxProcess {
   /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. */
   async enter(entering, child) {
     if (!entering.length) return;
+    this.gated = true; // until the gate opens, bwrap has not run: kill() has no sandbox pid to wait for
     for (const a of entering) {
       this.attached.push(a);
       await a.enter({ pid: child.pid });
     }
     child.stdin.on('error', () => {});
     child.stdin.end('go\n');
+    this.gated = false;
   }
 
   /**
@@ -367,7 +370,7 @@ export class SandboxProcess {
     if (this.child?.pid && !this.exited) {
       // a sandbox still starting: its first process may be cloned but not yet a descendant we can see, and bwrap's
       // --die-with-parent does not reach a child killed before it armed it; so wait (bounded) for bwrap's report
-      const sandboxPid = await this.sandboxPid;
+      const sandboxPid = this.gated ? null : await this.sandboxPid;
       const all = descendants(this.child.pid);
       if (sandboxPid && !all.includes(sandboxPid) && this.isOurs(sandboxPid)) all.push(sandboxPid);
       // SIGKILL works on stopped processes too; with bwrap the first descendant is the pid-namespace init,
