@@ -202,6 +202,8 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     // a named volume outlives its sandbox and is shared with the next one
     const next = await c.create({ volumes: [{ name: 'named', pvc: { claimName: 'shared-cache' }, mountPath: '/cache' }] });
     assert.equal((await c.run(next, 'cat /cache/k')).out, 'z');
+    // ... which (as root: another host uid, the same sandbox group) can change and remove what the first one made
+    assert.equal((await c.run(next, 'echo w >> /cache/k && mkdir /cache/d2 && cat /cache/k && rm /cache/k')).out, 'z\nw');
     await c.remove(next);
   });
 

@@ -163,9 +163,9 @@ describe('dev-server lifecycle API', function () {
   });
 
   it('a sandbox deleted while it starts: the create answers 404 and no process of it remains', async () => {
-    const cmdlines = () => fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map((n) => {
+    const environs = () => fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n)).map((n) => {
       try {
-        return fs.readFileSync(`/proc/${n}/cmdline`, 'utf8');
+        return `\0${fs.readFileSync(`/proc/${n}/environ`, 'utf8')}`;
       } catch {
         return '';
       }
@@ -176,10 +176,10 @@ describe('dev-server lifecycle API', function () {
     assert.equal((await api(`/v1/sandboxes/${pending.id}`, { method: 'DELETE' })).status, 204);
     const r = await creating;
     assert.deepEqual([r.status, r.json.code], [404, 'DOCKER::SANDBOX_NOT_FOUND']);
-    // bwrap's argv carries the sandbox's hostname: the first 12 hex digits of its id
+    // bwrap's and execd's environment carries the sandbox's hostname: the first 12 hex digits of its id
     const hostname = pending.id.replace(/-/g, '').slice(0, 12);
-    const left = () => cmdlines().filter((c) => c.includes(`\0${hostname}\0`));
-    await waitFor(() => left().length === 0, { message: `no process of the deleted sandbox remains: ${left().map((c) => c.split('\0').slice(-4).join(' '))}`, timeoutMs: 10000 });
+    const left = () => environs().filter((c) => c.includes(`\0HOSTNAME=${hostname}\0`));
+    await waitFor(() => left().length === 0, { message: `no process of the deleted sandbox remains: ${left().length}`, timeoutMs: 10000 });
     assert.equal((await api(`/v1/sandboxes/${pending.id}`)).status, 404);
   });
 

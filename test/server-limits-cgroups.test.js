@@ -88,7 +88,7 @@ describe('dev-server resource limits (cgroups) and disk bound', function () {
 
   it('uses cgroups (v2 where the machine offers memory and pids on it, else the v1 hierarchies) and a disk image per sandbox', () => {
     const line = lines.find((l) => l.startsWith('limits: '));
-    assert.match(line, /^limits: cgroup v[12] \(memory, pids, cpu\) under \S+; disk bound: ext4 image per sandbox \(default 10737418240 bytes\)$/);
+    assert.match(line, /^limits: cgroup v[12] \(memory, pids, cpu\) under \S+; disk bound: ext4 image per sandbox \(default 10737418240 bytes\); default memory: 2147483648 bytes$/);
     const v2 = mounts().find((m) => m.fstype === 'cgroup2');
     const v2HasMemory = v2 && fs.readFileSync(path.join(v2.mountPoint, 'cgroup.controllers'), 'utf8').includes('memory');
     assert.match(line, v2HasMemory ? /cgroup v2/ : /cgroup v1/);
@@ -187,6 +187,36 @@ describe('dev-server resource limits (cgroups) and disk bound', function () {
     assert.equal(fs.existsSync(path.join(dataDir, 'sb', sb.id)), false);
     assert.deepEqual(images(), []);
     await waitFor(() => loopsUnder(dataDir).length === 0, { timeoutMs: 10000, message: `loop devices released: ${loopsUnder(dataDir)}` });
+  });
+
+  it('without a memory limit a sandbox gets the server defaultMemory (2Gi; issue 21), one that asks gets its own, defaultMemory 0 none', async () => {
+    const memoryOf = (sb) => (cgroupDirs(sb.id).length === 1 ? cgroupFile(sb.id, 'memory.max') : cgroupFile(sb.id, 'memory.limit_in_bytes'));
+    const plain = await create({});
+    const asked = await create({ memory: '256Mi' });
+    try {
+      assert.equal(memoryOf(plain), String(2 * 1024 * MiB));
+      if (cgroupDirs(plain.id).length > 1) assert.equal(cgroupFile(plain.id, 'memory.memsw.limit_in_bytes'), String(2 * 1024 * MiB));
+      assert.equal(memoryOf(asked), String(256 * MiB));
+    } finally {
+      await remove(plain);
+      await remove(asked);
+    }
+    const other = await startServer({ dataDir: path.join(work, 'mem-data'), commandTailMs: 20, defaultMemory: '300Mi' });
+    const none = await startServer({ dataDir: path.join(work, 'mem-none'), commandTailMs: 20, defaultMemory: 0 });
+    try {
+      for (const [srv, want] of [[other, String(300 * MiB)], [none, null]]) {
+        const r = await request(`${srv.baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} }, endpointHeaders: false });
+        assert.equal(r.status, 202, r.text);
+        const unbounded = ['max', '9223372036854771712'];
+        if (want) assert.equal(memoryOf({ id: r.json.id }), want);
+        else assert.ok(unbounded.includes(memoryOf({ id: r.json.id })), memoryOf({ id: r.json.id }));
+      }
+      await assert.rejects(startServer({ defaultMemory: '1Mi' }), /defaultMemory must be a byte quantity of at least 64Mi .*got "1Mi"/);
+      await assert.rejects(startServer({ defaultMemory: '2 Gi' }), /defaultMemory must be a byte quantity/);
+    } finally {
+      await other.close();
+      await none.close();
+    }
   });
 
   it('without ephemeral-storage a sandbox gets the server diskLimit, as a sparse image', async () => {

@@ -6,11 +6,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { findBwrap } from '../lib/dev-server/runner.js';
-import { DEFAULT_SANDBOX_UID } from '../lib/dev-server/security.js';
+import { DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SandboxIdentities, UID_BLOCK } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
@@ -98,7 +98,82 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const r = await run(a, 'grep -E "^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status; echo made > /workspace/owned');
     assert.equal(r.out, 'CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2');
     const owner = fs.statSync(path.join(work, 'data', 'sb', a.id, 'workspace', 'owned')).uid;
-    assert.equal(owner, ROOT ? DEFAULT_SANDBOX_UID : process.getuid());
+    if (ROOT) assert.ok(owner >= DEFAULT_SANDBOX_UID && owner <= MAX_SANDBOX_UID, String(owner));
+    else assert.equal(owner, process.getuid());
+  });
+
+  (ROOT ? it : it.skip)('each sandbox runs as a host uid of its own: another cannot read its files, nor starve it of per-uid inotify instances (issue 21)', async () => {
+    const c = await create();
+    const d = await create();
+    try {
+      const owners = [];
+      for (const sb of [c, d]) {
+        assert.equal((await run(sb, 'echo mine > /workspace/private && chmod 600 /workspace/private')).exit, 0);
+        const st = fs.statSync(path.join(work, 'data', 'sb', sb.id, 'workspace', 'private'));
+        owners.push([st.uid, st.gid]);
+      }
+      assert.notEqual(owners[0][0], owners[1][0]);
+      assert.equal(owners[0][1], DEFAULT_SANDBOX_UID, 'every sandbox has the sandbox group');
+      assert.equal(owners[1][1], DEFAULT_SANDBOX_UID);
+      // as d's host user, c's files cannot be read (its directory is c's, 0700), nor its private file itself
+      const asD = (...argv) => promisify(execFile)('setpriv', ['--reuid', String(owners[1][0]), '--regid', String(owners[1][1]), '--clear-groups', ...argv], { timeout: 20000 }).catch((err) => err);
+      const cDir = path.join(work, 'data', 'sb', c.id);
+      for (const p of [path.join(cDir, 'workspace', 'private'), path.join(cDir, 'workspace')]) {
+        const r = await asD('cat', p);
+        assert.match(r.stderr, /Permission denied/, `${p}: ${r.stdout}`);
+      }
+      // c holds every inotify instance its uid may have (fs.inotify.max_user_instances) until it is deleted
+      const max = Number(fs.readFileSync('/proc/sys/fs/inotify/max_user_instances', 'utf8'));
+      const py = (body) => `python3 -c 'import ctypes,os,sys,time\nl=ctypes.CDLL(None,use_errno=True)\n${body}'`;
+      const hog = await request(`${c.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...c.headers }, body: { command: py('fds=[]\nwhile True:\n  fd=l.inotify_init()\n  if fd<0: break\n  fds.append(fd)\nopen("/tmp/held","w").write(str(len(fds)))\ntime.sleep(300)'), background: true }, endpointHeaders: false });
+      assert.equal(hog.status, 200, hog.text);
+      const held = await waitFor(async () => (await run(c, 'cat /tmp/held 2>/dev/null')).out, { timeoutMs: 20000, message: 'c holds its inotify instances' });
+      assert.ok(Number(held) > 0 && Number(held) <= max, held);
+      assert.equal((await run(c, py('sys.exit(0 if l.inotify_init()>=0 else ctypes.get_errno())'))).exit, 24, 'c has none left (EMFILE)');
+      assert.equal((await run(d, py('sys.exit(0 if l.inotify_init()>=0 else ctypes.get_errno())'))).exit, 0, 'd still gets one');
+    } finally {
+      for (const sb of [c, d]) await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' });
+    }
+  });
+
+  (ROOT ? it : it.skip)('a server claims a block of uids no live server holds and no process runs in; a dead server\'s claim is reused', async () => {
+    const claims = path.join(work, 'claims');
+    fs.mkdirSync(claims);
+    const base = MAX_SANDBOX_UID + 1 - 2 * UID_BLOCK; // two blocks: 0 and 1
+    const dead = spawn('true');
+    await new Promise((r) => dead.once('exit', r));
+    fs.mkdirSync(path.join(claims, `${dead.pid}-00000000`)); // block 0, its server gone
+    fs.mkdirSync(path.join(claims, `${process.pid}-00000001`)); // block 1, a live server
+    const ids = new SandboxIdentities(base, { claims });
+    try {
+      assert.deepEqual(fs.readdirSync(claims).sort(), [`${process.pid}-00000000`, `${process.pid}-00000001`].sort());
+      const got = [ids.allocate(), ids.allocate()];
+      assert.deepEqual(got.map((i) => [i.uid, i.gid]), [[base, base], [base + 1, base]]);
+    } finally {
+      ids.close();
+    }
+    // a process running as a uid of block 0 (left by anyone): that block is not taken, and there is no other
+    const squatter = spawn('sleep', ['60'], { uid: base + 7, gid: base });
+    try {
+      await waitFor(() => fs.readFileSync(`/proc/${squatter.pid}/status`, 'utf8').includes(`\t${base + 7}\t`), { message: 'the squatter runs' });
+      assert.throws(() => new SandboxIdentities(base, { claims }), /no free block of 65536 sandbox uids/);
+    } finally {
+      squatter.kill('SIGKILL');
+    }
+    assert.deepEqual(fs.readdirSync(claims), [`${process.pid}-00000001`]);
+  });
+
+  it('sees neither the data directory nor its id in its processes\' argv and environment, nor the server in /proc/self/cgroup (issue 21)', async () => {
+    const r = await run(a, "tr '\\0' '\\n' < /proc/1/cmdline; echo ---; tr '\\0' '\\n' < /proc/1/environ; echo ---; cat /proc/self/cgroup");
+    const [argv, environ, cgroup] = r.out.split('\n---\n');
+    for (const [what, text] of [['argv', argv], ['environment', environ], ['cgroup', cgroup]]) {
+      for (const secret of [work, a.id]) assert.ok(!text.includes(secret), `${what} shows ${JSON.stringify(secret)}: ${text}`);
+    }
+    assert.deepEqual(environ.split('\n').map((l) => l.split('=')[0]).sort(), ['HOME', 'HOSTNAME', 'LANG', 'PATH', 'TMPDIR']);
+    assert.deepEqual(argv.split('\n').slice(0, 3), [findBwrap(), '--args', argv.split('\n')[2]]);
+    assert.match(argv.split('\n')[2], /^\d+$/);
+    // every hierarchy (v1) or the one (v2) shows the sandbox's own cgroup as its root
+    for (const line of cgroup.split('\n')) assert.match(line, /^\d+:[^:]*:\/$/, cgroup);
   });
 
   it('cannot remount, mount, unshare, change the server code or read host files by handle', async () => {
@@ -131,6 +206,46 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const mounts = await run(a, 'grep -E " /(vol|workspace|tmp|root) " /proc/self/mountinfo');
     for (const line of mounts.out.split('\n')) assert.match(line.split(' ')[5], /nosuid/, line);
     for (const line of mounts.out.split('\n')) assert.match(line.split(' ')[5], /nodev/, line);
+  });
+
+  it('cannot create a setuid or setgid file either: mknod, mknodat, creat, open and openat (O_CREAT, O_TMPFILE) with 06755 fail, 0755 works; openat2 is ENOSYS (issue 21)', async () => {
+    const script = `import ctypes, os, platform, sys
+l = ctypes.CDLL(None, use_errno=True)
+NR = {'open': 2, 'creat': 85, 'mknod': 133, 'openat': 257, 'mknodat': 259} if platform.machine() == 'x86_64' else {'openat': 56, 'mknodat': 33}
+class How(ctypes.Structure):
+    _fields_ = [('flags', ctypes.c_uint64), ('mode', ctypes.c_uint64), ('resolve', ctypes.c_uint64)]
+def call(name, d, mode):
+    p = f'{d}/{name}-{mode:o}'.encode()
+    W = os.O_CREAT | os.O_WRONLY
+    if name == 'open': r = l.syscall(NR[name], p, W, mode)
+    elif name == 'creat': r = l.syscall(NR[name], p, mode)
+    elif name in ('mknod', 'mknodat'): r = l.syscall(NR[name], *([-100] if name == 'mknodat' else []), p, 0o100000 | mode, 0)
+    elif name == 'openat': r = l.syscall(NR[name], -100, p, W, mode)
+    elif name == 'openat-tmpfile': r = l.syscall(NR['openat'], -100, d.encode(), os.O_TMPFILE | os.O_WRONLY, mode)
+    elif name == 'openat2':
+        how = How(W, mode, 0)
+        r = l.syscall(437, -100, p, ctypes.byref(how), ctypes.sizeof(how))
+    e = ctypes.get_errno() if r < 0 else 0
+    if r >= 0 and name not in ('mknod', 'mknodat'): os.close(r)
+    return e
+for d in sys.argv[1:]:
+    for name in [*NR, 'openat-tmpfile', 'openat2']:
+        print(d, name, call(name, d, 0o6755), call(name, d, 0o4755), call(name, d, 0o2755), call(name, d, 0o755))
+`;
+    fs.writeFileSync(path.join(work, 'vol', 'suid.py'), script);
+    const r = await run(a, 'python3 /vol/suid.py /workspace /vol');
+    assert.equal(r.exit, 0, r.err);
+    const names = process.arch === 'x64' ? ['open', 'creat', 'mknod', 'openat', 'mknodat'] : ['openat', 'mknodat'];
+    const expected = [];
+    for (const d of ['/workspace', '/vol']) {
+      for (const n of [...names, 'openat-tmpfile']) expected.push(`${d} ${n} 1 1 1 0`); // EPERM for either bit; 0755 made
+      expected.push(`${d} openat2 38 38 38 38`); // ENOSYS whatever the mode
+    }
+    assert.deepEqual(r.out.split('\n'), expected);
+    for (const f of fs.readdirSync(path.join(work, 'vol')).filter((n) => /-\d+$/.test(n))) {
+      assert.equal(f.endsWith('-755'), true, `${f} was created`);
+      assert.equal(fs.statSync(path.join(work, 'vol', f)).mode & 0o7777, 0o755, f);
+    }
   });
 
   it('keeps its execd token out of the sandbox; each sandbox has its own; the relay demands it', async () => {
@@ -382,6 +497,82 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['sh'], resourceLimits: {}, volumes: [{ name: 'v', host: { path: path.join(work, 'vol', 'link', 'made') }, mountPath: '/v' }] } });
     assert.deepEqual([r.status, r.json.code], [400, 'VOLUME::HOST_PATH_NOT_ALLOWED']);
     assert.equal(fs.existsSync(path.join(outside, 'made')), false);
+  });
+
+  it('a sandbox swapping a directory and a symlink in a volume while others are created through it never gets them anything outside (issue 21)', async () => {
+    // a root-only directory outside allowedHostPaths, which the swapped symlink points to
+    const secret = path.join(work, 'secret');
+    fs.mkdirSync(secret, { mode: 0o700 });
+    fs.writeFileSync(path.join(secret, 'key'), 'secret\n');
+    const acl = () => execFileSync('getfacl', ['--omit-header', '--absolute-names', secret], { encoding: 'utf8' });
+    const aclBefore = acl();
+    const setup = await run(a, `mkdir -p /vol/race/x/sub && chmod 700 /vol/race/x && ln -s ${secret} /vol/race/y && stat -c %i /vol/race/x /vol/race/x/sub`);
+    assert.equal(setup.exit, 0, setup.err);
+    const [dirIno, subIno] = setup.out.split('\n');
+    // renameat2(RENAME_EXCHANGE) of x and y in a tight loop until /vol/race/stop exists (at most 120 s)
+    const swapper = 'import ctypes,os,time\nl=ctypes.CDLL(None,use_errno=True)\nend=time.time()+120\n'
+      + 'while not os.path.exists("/vol/race/stop") and time.time()<end:\n  for _ in range(2000): l.renameat2(-100,b"/vol/race/x",-100,b"/vol/race/y",2)\n';
+    fs.writeFileSync(path.join(work, 'vol', 'race', 'swap.py'), swapper);
+    const bg = await request(`${a.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...a.headers }, body: { command: 'python3 /vol/race/swap.py', background: true }, endpointHeaders: false });
+    assert.equal(bg.status, 200, bg.text);
+    const outcomes = { mounted: 0, refused: 0, raceDetected: 0 };
+    try {
+      for (let i = 0; i < 30; i++) {
+        const sub = i % 2 ? 'race/x/sub' : 'race/x';
+        const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, volumes: [{ name: 'v', host: { path: path.join(work, 'vol') }, subPath: sub, mountPath: '/v' }] } });
+        if (r.status === 400) {
+          assert.equal(r.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED', r.text);
+          assert.match(r.json.message, /goes through the symbolic link .*\/race\/x/);
+          outcomes.refused++;
+          continue;
+        }
+        if (r.status === 500) {
+          // bubblewrap resolved the descriptor's path while it was swapped: it finds that out and starts nothing
+          assert.match(r.json.message, /bwrap: (Race condition binding dirfd|Can't )/, r.text);
+          outcomes.raceDetected++;
+          continue;
+        }
+        assert.equal(r.status, 202, r.text);
+        const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+        const seen = await run({ base: `http://${ep.endpoint}`, headers: ep.headers }, 'stat -c %i /v; ls /v');
+        assert.equal(seen.out.split('\n')[0], i % 2 ? subIno : dirIno, `create ${i} (${sub}) mounted something else: ${seen.out}`);
+        assert.ok(!seen.out.split('\n').includes('key'), `create ${i} mounted the secret directory`);
+        outcomes.mounted++;
+        assert.equal((await api(`/v1/sandboxes/${r.json.id}`, { method: 'DELETE' })).status, 204);
+      }
+    } finally {
+      fs.writeFileSync(path.join(work, 'vol', 'race', 'stop'), '');
+    }
+    assert.equal(outcomes.mounted + outcomes.refused + outcomes.raceDetected, 30, JSON.stringify(outcomes));
+    assert.equal(acl(), aclBefore, 'the root-only directory got no ACL entry');
+    assert.deepEqual(fs.readdirSync(secret), ['key'], 'nothing was created in it');
+    assert.equal(fs.statSync(secret).mode & 0o7777, 0o700);
+  });
+
+  it('a bubblewrap without --bind-fd (older than 0.10.0 / Debian 12\'s deb12u1) refuses volumes with a 400 and says so at start', async () => {
+    const bin = path.join(work, 'old-bwrap');
+    fs.mkdirSync(bin);
+    const real = findBwrap();
+    fs.writeFileSync(path.join(bin, 'bwrap'), `#!/bin/sh\nif [ "$1" = --help ]; then ${real} --help | grep -v -- '-bind-fd'; exit 0; fi\nexec ${real} "$@"\n`, { mode: 0o755 });
+    const savedPath = process.env.PATH;
+    const lines = [];
+    let srv;
+    try {
+      process.env.PATH = `${bin}:${savedPath}`;
+      srv = await startServer({ dataDir: path.join(work, 'old-bwrap-data'), allowedHostPaths: [path.join(work, 'vol')], commandTailMs: 20, log: (l) => lines.push(l) });
+    } finally {
+      process.env.PATH = savedPath;
+    }
+    try {
+      assert.ok(lines.some((l) => /has no --bind-fd .*: creates with volumes are refused \(400 VOLUME::NOT_SUPPORTED\)/.test(l)), lines.join('\n'));
+      const post = (extra) => request(`${srv.baseUrl}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...extra }, endpointHeaders: false });
+      const r = await post({ volumes: [{ name: 'v', host: { path: path.join(work, 'vol') }, mountPath: '/v' }] });
+      assert.deepEqual([r.status, r.json.code], [400, 'VOLUME::NOT_SUPPORTED']);
+      assert.match(r.json.message, /^Volumes cannot be mounted safely by this server: \S+\/bwrap has no --bind-fd/);
+      assert.equal((await post({})).status, 202);
+    } finally {
+      await srv.close();
+    }
   });
 
   (ROOT ? it : it.skip)('another local user (nobody) can neither drive a sandbox through its relay nor read its files', async () => {

@@ -71,6 +71,8 @@ describe('dev-server snapshots API', function () {
     const restored = await createSandbox({ snapshotId: snap.id });
     assert.deepEqual(restored.entrypoint, ['tail', '-f', '/dev/null']);
     assert.equal(await sh(restored.id, 'cat /workspace/a.txt /workspace/d/b /tmp/t /root/r; ls /workspace'), 'captured\ndeep\nt\nr\na.txt\nd');
+    // the restored files are the new sandbox's own (a root-started server gives each sandbox its own host uid)
+    assert.equal(await sh(restored.id, 'echo changed >> /workspace/d/b && rm /root/r && stat -c %u:%g /workspace/a.txt /workspace/d'), '0:0\n0:0');
     const got = await api(`/v1/sandboxes/${restored.id}`);
     assert.equal(got.json.snapshotId, snap.id);
     assert.equal(got.json.image, undefined);

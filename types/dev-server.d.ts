@@ -50,7 +50,11 @@ export interface DevServerOptions {
    * instead of being refused with 400. See docs/dev-server-security.md.
    */
   insecure?: boolean;
-  /** Host uid/gid of sandboxes when the server runs as root (root inside a sandbox maps to it). Default 1000000000. */
+  /**
+   * When the server runs as root: the first host uid of sandboxes and their shared gid. Each sandbox runs as a host
+   * uid of its own (root inside maps to it), from a block of 65536 uids the server claims (up to 2147483647).
+   * Default 1000000000.
+   */
   sandboxUid?: number;
   /**
    * A delegated cgroup v2 directory (memory and pids in its cgroup.controllers, writable) under which sandbox cgroups
@@ -60,6 +64,11 @@ export interface DevServerOptions {
   cgroupParent?: string;
   /** pids.max of a sandbox that asks for no `pids`, and the largest `pids` a create may ask for; 0: no cap. Default 4096. */
   maxPids?: number;
+  /**
+   * Memory bound of a sandbox without resourceLimits.memory (a quantity like '2Gi', or bytes; >= 64Mi; 0: none). Needs
+   * cgroups (root or cgroupParent). Default '2Gi' (the client's default resources.memory).
+   */
+  defaultMemory?: string | number;
   /** Disk bound of a sandbox without resourceLimits['ephemeral-storage'] (a quantity like '10Gi', or bytes; >= 8Mi); root only. Default '10Gi'. */
   diskLimit?: string | number;
   /**

@@ -125,9 +125,11 @@ export class Cgroups {
   }
 
   /**
-   * The attachment (runner.js) of one sandbox: attach() makes its cgroup(s), writes the limits ({ cpu cores, memory
-   * bytes, pids }; pids is always given: the request's or the server's cap, or null for none) and moves the
-   * sandbox's first process in; ready() sets the cpu quota; release() removes them once its processes are gone.
+   * The attachment (runner.js) of one sandbox: enter() makes its cgroup(s), writes the limits ({ cpu cores, memory
+   * bytes, pids }; pids is always given: the request's or the server's cap, or null for none) and moves bwrap in
+   * before it makes the sandbox's namespaces (so every process of the sandbox is in it, and the sandbox's cgroup
+   * namespace is rooted there: /proc/self/cgroup inside shows "/", not this server's instance nor the sandbox id);
+   * ready() sets the cpu quota; release() removes them once its processes are gone.
    */
   sandbox(id, limits) {
     const dirs = this.version === 2 ? { all: path.join(this.base, this.instance, id) }
@@ -137,7 +139,7 @@ export class Cgroups {
     return {
       dirs: Object.values(dirs),
       file,
-      attach: async ({ pid }) => {
+      enter: async ({ pid }) => {
         for (const d of Object.values(dirs)) fs.mkdirSync(d);
         const v2 = this.version === 2;
         if (limits.memory !== undefined) {

@@ -15,7 +15,7 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
                   [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
-                  [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q]
+                  [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
                   [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
                   [--default-network-policy allow|deny] [--quiet]
@@ -57,6 +57,7 @@ try {
       'cgroup-parent': { type: 'string' },
       'max-pids': { type: 'string' },
       'disk-limit': { type: 'string' },
+      'default-memory': { type: 'string' },
       'unenforced-limits': { type: 'boolean', default: false },
       emulate: { type: 'string' },
       'default-network-policy': { type: 'string', default: 'allow' },
@@ -152,6 +153,7 @@ try {
     cgroupParent: args['cgroup-parent'],
     maxPids: int('max-pids', args['max-pids']),
     diskLimit: args['disk-limit'],
+    defaultMemory: args['default-memory'],
     unenforcedLimits: args['unenforced-limits'],
     emulate: args.emulate,
     defaultNetworkPolicy: args['default-network-policy'],

@@ -3,7 +3,7 @@
 // device, nosuid,nodev), sized by resourceLimits["ephemeral-storage"] or the server's diskLimit. Writes past it fail
 // with ENOSPC ("No space left on device") inside that sandbox only. The image is unmounted (the loop device clears
 // itself) and deleted with the sandbox; images and mounts of servers that died are swept at start. mkfs runs once per
-// size and owner (a template image, made at start for the default size); each sandbox's image is a sparse copy of it
+// size (a template image, made at start for the default size); each sandbox's image is a sparse copy of it
 // (about 8 ms instead of mkfs's 35 ms for 10Gi).
 import fs from 'node:fs';
 import path from 'node:path';
@@ -56,8 +56,6 @@ export function detectDisk() {
   return { tools, why: null };
 }
 
-const ownerOf = (identity) => (identity ? `${identity.uid}:${identity.gid}` : '0:0');
-
 export class Disks {
   /** tools from detectDisk(); dataDir: the server's (images under <dataDir>/disks/<instance>/). */
   constructor({ tools, dataDir, log }) {
@@ -66,7 +64,7 @@ export class Disks {
     this.base = path.join(dataDir, 'disks');
     this.instance = instanceName();
     this.dir = path.join(this.base, this.instance);
-    this.templates = new Map(); // "<bytes>-<uid>:<gid>" -> Promise of a formatted, never mounted image
+    this.templates = new Map(); // bytes -> Promise of a formatted, never mounted image (root's root directory)
     this.sweep();
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
@@ -95,17 +93,17 @@ export class Disks {
   }
 
   /**
-   * The formatted template image of `bytes` whose root directory `owner` ("uid:gid") owns: made once (mkfs), then
-   * copied per sandbox. A failed mkfs is forgotten so that the next sandbox tries again.
+   * The formatted template image of `bytes`: made once (mkfs), then copied per sandbox (whose own uid then gets its
+   * root directory). A failed mkfs is forgotten so that the next sandbox tries again.
    */
-  template(bytes, owner) {
-    const key = `${bytes}-${owner}`;
+  template(bytes) {
+    const key = bytes;
     if (!this.templates.has(key)) {
-      const image = path.join(this.dir, `template-${key.replace(':', '-')}.img`);
+      const image = path.join(this.dir, `template-${key}.img`);
       const made = (async () => {
         fs.writeFileSync(image, '', { mode: 0o600 });
         fs.truncateSync(image, bytes);
-        await run(this.tools.mkfs, ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${owner}`, image]);
+        await run(this.tools.mkfs, ['-q', '-F', '-m', '0', '-E', 'lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0', image]);
         return image;
       })();
       made.catch(() => this.templates.delete(key));
@@ -115,8 +113,8 @@ export class Disks {
   }
 
   /** Formats the template of the default size ahead of the first create (errors surface at that create). */
-  prepare(bytes, identity) {
-    this.template(bytes, ownerOf(identity)).catch(() => {});
+  prepare(bytes) {
+    this.template(bytes).catch(() => {});
   }
 
   /**
@@ -143,12 +141,13 @@ export class Disks {
     };
     try {
       // a sparse copy: only the few MiB of metadata are written (cp finds the holes)
-      await run(this.tools.cp, ['--sparse=always', await this.template(bytes, ownerOf(identity)), image]);
+      await run(this.tools.cp, ['--sparse=always', await this.template(bytes), image]);
       fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
       // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
       await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noinit_itable', image, mountPoint]);
       mounted = true;
       fs.chmodSync(mountPoint, 0o700);
+      if (identity) fs.chownSync(mountPoint, identity.uid, identity.gid);
     } catch (err) {
       await release().catch(() => {});
       throw new Error(`cannot make the sandbox's disk (${bytes} bytes): ${err.message}`);

@@ -8,7 +8,7 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
-import { findBwrap, probeBwrap } from './runner.js';
+import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
@@ -22,15 +22,22 @@ import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
 import { answerBadRequest, decodeSegment, parseTarget, sendBadRequest, readBody as readBodyLimited } from './execd/http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
 import {
-  DEFAULT_SANDBOX_UID, SECURE_ACCESS_HEADER, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentity, seccompProgram,
+  DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SECURE_ACCESS_HEADER, UID_BLOCK, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentities, seccompProgram,
 } from './security.js';
 
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
-  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'unenforcedLimits', 'emulate', 'serverVersion', 'workloadProvider',
-  'emulateDelays', 'defaultNetworkPolicy'];
+  'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
+/**
+ * Default memory bound of a sandbox that asks for none (raw API creates, the official client): the client's own
+ * default `resources.memory`, so a sandbox gets the same bound whichever client made it.
+ */
+const DEFAULT_MEMORY = '2Gi';
+/** Smallest defaultMemory: execd is Node (about 50 MB resident); a smaller bound would OOM-kill every sandbox. */
+const MIN_DEFAULT_MEMORY = 64 * 2 ** 20;
 /** Default disk bound of a sandbox: a sparse image, so only what is written takes room. */
 const DEFAULT_DISK_LIMIT = '10Gi';
 const PROXY_STRIP = new Set(['open-sandbox-api-key', 'authorization', 'cookie', ...TOKEN_HEADERS]);
@@ -123,7 +130,7 @@ export async function startServer(options = {}) {
     port: 0, host: '127.0.0.1', apiKey: undefined, allowedHostPaths: [], isolation: 'bwrap', dataDir: undefined,
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
-    sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT,
+    sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT, defaultMemory: DEFAULT_MEMORY,
     unenforcedLimits: false, defaultNetworkPolicy: 'allow',
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
@@ -151,7 +158,9 @@ export async function startServer(options = {}) {
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
   if (typeof opts.ptyCloseLinger !== 'boolean') throw new Error('ptyCloseLinger must be a boolean');
   if (typeof opts.insecure !== 'boolean') throw new Error('insecure must be a boolean');
-  if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > 0xfffffffe) throw new Error('sandboxUid must be an integer 1..4294967294');
+  if (!Number.isInteger(opts.sandboxUid) || opts.sandboxUid < 1 || opts.sandboxUid > MAX_SANDBOX_UID + 1 - UID_BLOCK) {
+    throw new Error(`sandboxUid must be an integer 1..${MAX_SANDBOX_UID + 1 - UID_BLOCK} (the first of the sandboxes' uids and their gid; each server takes ${UID_BLOCK} uids of the range up to ${MAX_SANDBOX_UID})`);
+  }
   if (typeof opts.unenforcedLimits !== 'boolean') throw new Error('unenforcedLimits must be a boolean');
   if (!Number.isInteger(opts.maxPids) || opts.maxPids < 0 || opts.maxPids > 4194304) throw new Error('maxPids must be an integer 0..4194304 (0: no cap)');
   if (opts.cgroupParent !== undefined && (typeof opts.cgroupParent !== 'string' || !path.isAbsolute(opts.cgroupParent))) {
@@ -165,14 +174,20 @@ export async function startServer(options = {}) {
   const profile = upstreamProfile({
     emulate: opts.emulate, serverVersion: opts.serverVersion, workloadProvider: opts.workloadProvider, emulateDelays: opts.emulateDelays,
   });
+  const defaultMemory = typeof opts.defaultMemory === 'number' ? opts.defaultMemory : typeof opts.defaultMemory === 'string' ? parseBytes(opts.defaultMemory) : NaN;
+  if (!Number.isSafeInteger(defaultMemory) || (defaultMemory !== 0 && defaultMemory < MIN_DEFAULT_MEMORY)) {
+    throw new Error(`defaultMemory must be a byte quantity of at least 64Mi (e.g. "2Gi", or a number of bytes) or 0 (no bound unless asked), got ${JSON.stringify(opts.defaultMemory)}`);
+  }
   const warn = log ?? ((m) => process.emitWarning(m));
   let bwrap = null;
   let hardening = null;
   let network = null;
+  let volumesProblem = null;
   const ownDataDir = !opts.dataDir;
   const dataDir = opts.dataDir ? path.resolve(opts.dataDir) : fs.mkdtempSync(path.join(os.tmpdir(), 'osb-'));
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const fail = (err) => {
+    hardening?.identities?.close();
     if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     throw err;
   };
@@ -181,12 +196,14 @@ export async function startServer(options = {}) {
     if (!bwrap) fail(new Error("bubblewrap (bwrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or start with isolation 'none' (commands then run unconfined)"));
     const problem = probeBwrap(bwrap);
     if (problem) fail(new Error(`bubblewrap cannot create sandboxes here (${problem}); fix that or start with isolation 'none'`));
+    volumesProblem = bindFdProblem(bwrap);
+    if (volumesProblem) warn(`dev-server: ${volumesProblem}: creates with volumes are refused (400 VOLUME::NOT_SUPPORTED)`);
     // the hardening: unprivileged user namespace, no capabilities, seccomp (docs/dev-server-security.md)
     let missing = null;
     try {
       const seccompPath = path.join(dataDir, 'seccomp.bpf');
       fs.writeFileSync(seccompPath, seccompProgram(), { mode: 0o600 });
-      hardening = { seccompPath, identity: sandboxIdentity(opts.sandboxUid) };
+      hardening = { seccompPath, identities: sandboxIdentities(opts.sandboxUid) };
       const why = probeBwrap(bwrap, hardening);
       if (why) missing = `an unprivileged user namespace with the seccomp filter cannot be created: ${why}`;
     } catch (err) {
@@ -196,6 +213,7 @@ export async function startServer(options = {}) {
       fail(new Error(`sandboxes cannot be confined here (${missing}); fix that, or start with insecure: true (--insecure) to run them without user namespace, capability drop and seccomp`));
     }
     if (missing || opts.insecure) {
+      hardening?.identities?.close();
       hardening = null;
       warn(`dev-server: INSECURE: sandboxes run without user namespace, capability drop and seccomp${missing ? ` (${missing})` : ''}: code inside can take over this machine`);
     }
@@ -223,22 +241,22 @@ export async function startServer(options = {}) {
     const { tools, why: disksWhy } = detectDisk();
     limits = {
       cgroups: found.cgroups, cgroupsWhy: found.why, disks: tools && new Disks({ tools, dataDir, log }), disksWhy,
-      unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit,
+      unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit, defaultMemory,
     };
     const optOut = opts.unenforcedLimits ? 'unenforcedLimits' : 'insecure';
     if (!limits.cgroups) {
       warn(limits.unenforced
         ? `dev-server: resourceLimits cpu, memory and pids are NOT enforced (${found.why}); they are accepted because of ${optOut}: a sandbox can use all of this machine's CPU, memory and processes`
-        : `dev-server: no cgroups (${found.why}): creates with cpu, memory or pids limits are refused (400 SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE) and no pids cap stops a fork bomb; give cgroupParent or run as root`);
+        : `dev-server: no cgroups (${found.why}): creates with cpu, memory or pids limits are refused (400 SANDBOX::RESOURCE_LIMITS_NOT_ENFORCEABLE), no pids cap stops a fork bomb and no defaultMemory bounds a sandbox that asks for no memory; give cgroupParent or run as root`);
     }
     if (!limits.disks) {
       warn(`dev-server: no per-sandbox disk bound (${disksWhy}): a sandbox can fill the disk of ${dataDir}${limits.unenforced ? `; ephemeral-storage limits are accepted unenforced (${optOut})` : ''}`);
     }
-    limits.disks?.prepare(diskLimit, hardening?.identity);
+    limits.disks?.prepare(diskLimit);
     if (limits.disks || limits.cgroups) {
       limits.reaper = startReaper({ sandboxDir: path.join(fs.realpathSync(dataDir), 'sb'), disksDir: limits.disks && fs.realpathSync(limits.disks.dir), cgroupDirs: limits.cgroups?.instanceDirs() ?? [] });
     }
-    log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}`);
+    log?.(`limits: ${limits.cgroups ? limits.cgroups.describe() : 'no cgroups'}; disk bound: ${limits.disks ? `ext4 image per sandbox (default ${diskLimit} bytes)` : 'none'}; default memory: ${limits.cgroups && defaultMemory ? `${defaultMemory} bytes` : 'none'}`);
   }
   const releaseLimits = async () => {
     await limits?.cgroups?.close().catch((err) => log?.(err.message));
@@ -250,7 +268,7 @@ export async function startServer(options = {}) {
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
-    endpointHeaders: opts.endpointHeaders, network, log, limits, profile,
+    endpointHeaders: opts.endpointHeaders, network, log, limits, profile, volumesProblem,
     defaultNetwork: opts.defaultNetworkPolicy === 'allow' && !network?.problem,
   });
   const snapshots = new Snapshots({ dataDir, sandboxes, log, maxBytes: opts.maxSnapshotBytes, profile });
@@ -510,6 +528,7 @@ export async function startServer(options = {}) {
         await snapshots.drain();
         await sandboxes.closeAll();
         await releaseLimits();
+        hardening?.identities?.close();
         if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
         else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
       })();

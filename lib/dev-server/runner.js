@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { descendants, signal, signalTree } from './proctree.js';
-import { ensureTraversable, grantVolumeAccess } from './security.js';
+import { ensureTraversable, grantAccess, modeAllows } from './security.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
@@ -78,6 +78,8 @@ export function mountPathConflict(dest) {
   if (dest === '/') return '/';
   return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules].find((d) => d && overlap(dest, d)) ?? null;
 }
+/** "<sandbox gid>:<dir>" of node's and the package's directories the sandbox group was given read access to. */
+const readable = new Set();
 
 /** A sandbox's hostname: the first 12 hex digits of its id. */
 const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
@@ -87,18 +89,20 @@ function underSystemDir(p) {
 }
 
 /**
- * One sandbox's processes. `spec` = { id, dir, env, binds: [{ src, dest, readOnly }], hostNetwork, resolvConf,
+ * One sandbox's processes. `spec` = { id, dir, env, binds: [{ fd, dest, readOnly }] (volumes.js: open O_PATH
+ * descriptors, owned by the caller), hostNetwork, resolvConf,
  * joinableUserns, attachments }. hostNetwork: share the host's network namespace (only the insecure fallback without slirp4netns);
  * resolvConf ({ dest, text } or null): a read-only file mounted over the sandbox's resolv.conf; joinableUserns: no
  * nested user namespace (--disable-userns), so that slirp4netns started by a non-root server can join (network.js).
- * attachments (isolation bwrap): objects with `attach({ pid, netns })` (async; called once bubblewrap has made the
- * sandbox's namespaces and before anything runs in it: `pid` is the host pid of its first process, `netns` the
- * path of its network namespace; a throw fails the start), optionally `ready()` (async; once execd listens, before
- * the create answers and so before any command runs) and `release()` (async; called after its processes are
- * gone) — the per-sandbox cgroup and network are such attachments.
- * The runner options (isolation, hardening: { seccompPath, identity } or null, execdToken, commandTailMs, ptyExitRace,
- * signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server. identity ({ uid, gid }) is the host
- * user bwrap runs as (root-started server), else null.
+ * attachments (isolation bwrap): objects with `enter({ pid })` (async; called with bwrap's pid before bwrap makes
+ * the sandbox's namespaces: the cgroup, so that the sandbox's cgroup namespace is rooted at its own cgroup) or
+ * `attach({ pid, netns })` (async; called once bubblewrap has made the sandbox's namespaces and before anything runs
+ * in it: `pid` is the host pid of its first process, `netns` the path of its network namespace: the network); a throw
+ * fails the start; optionally `ready()` (async; once execd listens, before the create answers and so before any
+ * command runs) and `release()` (async; called after its processes are gone).
+ * spec.identity ({ uid, gid }) is the host user bwrap runs as (a root-started server: the sandbox's own uid, the
+ * sandbox group), else null. The runner options (isolation, hardening: { seccompPath, identities } or null,
+ * execdToken, commandTailMs, ptyExitRace, signalForwarding, ptyCloseLinger, bwrap, dataDir, log) come from the server.
  */
 export class SandboxProcess {
   constructor(spec, options) {
@@ -113,6 +117,8 @@ export class SandboxProcess {
     };
     this.runDirFd = null;
     this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
+    this.sandboxStart = null; // that process's start time, once known
+    this.gated = false; // bwrap waits behind its gate (enter())
     this.attachments = spec.attachments ?? [];
     this.attached = []; // the attachments whose attach() was called: kill() releases them
     this.child = null;
@@ -130,18 +136,29 @@ export class SandboxProcess {
   }
 
   /**
-   * bwrap's argv for this sandbox, and the fds it refers to (fds[i] becomes fd 3 + i in bwrap: the seccomp program).
-   * The two pipes after them are bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox
-   * waits on it until the attachments are in place); bwrap closes both before execd starts.
+   * bwrap's options for this sandbox, which bwrap reads from a pipe (--args, written by the caller, who appends `--`
+   * and the command to argv: argv, visible inside as /proc/1/cmdline, then names no host directory nor the sandbox's
+   * id), the fds they refer to (fds[i] becomes fd 3 + i in bwrap: the seccomp program, the volumes' descriptors) and
+   * `owned`, those of them opened here (the caller closes them once bwrap started). The two pipes after them are
+   * bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox waits on it until the
+   * attachments are in place), then the --args pipe; bwrap closes all three, and every --bind-fd descriptor, before
+   * execd starts.
    */
-  bwrapArgs(execdArgs) {
+  bwrapArgs() {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
     const hardening = this.options.hardening;
     const fds = [];
-    const fdOf = (p) => {
-      fds.push(fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC));
+    const owned = [];
+    const passFd = (fd) => {
+      fds.push(fd);
       return String(2 + fds.length);
     };
+    const fdOf = (p) => {
+      const fd = fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC);
+      owned.push(fd);
+      return passFd(fd);
+    };
+    // a cgroup namespace: the sandbox sees its own cgroup (entered before bwrap makes the namespaces) as "/"
     const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'];
     if (hardening) {
       // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
@@ -162,9 +179,9 @@ export class SandboxProcess {
     }
     a.push('--proc', '/proc', '--dev', '/dev');
     // bwrap bind mounts are nosuid and nodev; bwrap (as the sandbox uid) must be able to reach each source
-    const identity = hardening?.identity;
+    const identity = this.spec.identity;
     const bind = (src, dest, ro = false) => {
-      if (identity) ensureTraversable(src, identity.uid);
+      if (identity) ensureTraversable(src, identity);
       a.push(ro ? '--ro-bind' : '--bind', src, dest);
     };
     if (this.spec.resolvConf) bind(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.dest, true);
@@ -176,10 +193,11 @@ export class SandboxProcess {
     // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start
     for (const d of new Set([nodeDir, pkgDir, linkedModules])) {
       if (!d || underSystemDir(d)) continue;
-      if (identity) {
+      if (identity && !readable.has(`${identity.gid}:${d}`)) {
         // the sandbox uid runs execd from here: it must be able to read it (e.g. a checkout in a 0700 temp dir)
         const st = fs.statSync(d);
-        if (st.uid !== identity.uid && (st.mode & 0o005) !== 0o005) grantVolumeAccess(d, identity.uid, false);
+        if (!modeAllows(st, identity, 0o5)) grantAccess({ path: d }, identity, false, st.uid);
+        readable.add(`${identity.gid}:${d}`);
       }
       bind(d, d, true);
     }
@@ -187,12 +205,12 @@ export class SandboxProcess {
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
     const within = (d, parent) => d === parent || d.startsWith(parent + '/');
     if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
-    for (const b of this.spec.binds) bind(b.src, b.dest, b.readOnly);
+    // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
+    for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
     a.push('--remount-ro', '/', '--chdir', '/workspace');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
-    a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
-    return { args: a, fds };
+    return { args: a, fds, owned };
   }
 
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
@@ -200,7 +218,7 @@ export class SandboxProcess {
     this.exited = null; // a start after kill() (an emulated Kubernetes resume) is a new process tree
     this.paused = false;
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    const identity = this.options.hardening?.identity;
+    const identity = this.spec.identity;
     if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
     for (const d of Object.values(this.dirs)) {
       fs.mkdirSync(d, { recursive: true, mode: 0o755 });
@@ -215,8 +233,9 @@ export class SandboxProcess {
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
-    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, info, block)
-    const tokenFd = !this.options.execdToken ? null : isolated ? 5 + (this.options.hardening ? 1 : 0) : 3;
+    // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, volumes, info, block, args)
+    const bw = isolated ? this.bwrapArgs() : null;
+    const tokenFd = !this.options.execdToken ? null : isolated ? 6 + bw.fds.length : 3;
     if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
@@ -231,14 +250,24 @@ export class SandboxProcess {
     };
     let child;
     let infoFd = null;
+    // attachments to enter before bwrap makes the namespaces: bwrap is started behind a gate (sh waiting for a line
+    // on its stdin, then exec'ing bwrap in place), entered, then let through
+    const entering = isolated ? this.attachments.filter((x) => x.enter) : [];
     if (isolated) {
-      const { args, fds } = this.bwrapArgs(execdArgs);
+      const { args, fds, owned } = bw;
       infoFd = 3 + fds.length;
+      const argv = ['--args', String(infoFd + 2), '--', process.execPath, EXECD_MAIN, ...execdArgs];
+      const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', this.options.bwrap, ...argv]] : [this.options.bwrap, argv];
       try {
-        child = spawn(this.options.bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, ...(identity ?? {}) });
+        child = spawn(file, fileArgs, {
+          stdio: [entering.length ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])],
+          env, ...(identity ? { uid: identity.uid, gid: identity.gid } : {}),
+        });
       } finally {
-        for (const fd of fds) fs.closeSync(fd);
+        for (const fd of owned) fs.closeSync(fd);
       }
+      child.stdio[infoFd + 2].on('error', () => {});
+      child.stdio[infoFd + 2].end(Buffer.from(args.map((x) => `${x}\0`).join('')));
     } else {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
     }
@@ -263,8 +292,13 @@ export class SandboxProcess {
       stderr = (stderr + b.toString()).slice(-4000);
       this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
     });
-    if (infoFd !== null) this.sandboxPid = readSandboxPid(child.stdio[infoFd]);
-    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd + 1]);
+    if (infoFd !== null) {
+      this.sandboxPid = readSandboxPid(child.stdio[infoFd]).then((pid) => {
+        this.sandboxStart = pid === null ? null : startTime(pid); // with the pid, what identifies the process
+        return pid;
+      });
+    }
+    const released = infoFd === null ? Promise.resolve() : this.enter(entering, child).then(() => this.attach(child.stdio[infoFd + 1]));
     await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
@@ -291,15 +325,28 @@ export class SandboxProcess {
     });
   }
 
+  /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. */
+  async enter(entering, child) {
+    if (!entering.length) return;
+    this.gated = true; // until the gate opens, bwrap has not run: kill() has no sandbox pid to wait for
+    for (const a of entering) {
+      this.attached.push(a);
+      await a.enter({ pid: child.pid });
+    }
+    child.stdin.on('error', () => {});
+    child.stdin.end('go\n');
+    this.gated = false;
+  }
+
   /**
-   * Once bwrap reported the sandbox's pid, runs every attachment's attach(), then lets the sandbox go on by writing
-   * to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an attachment
-   * throws.
+   * Once bwrap reported the sandbox's pid, runs the other attachments' attach(), then lets the sandbox go on by
+   * writing to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an
+   * attachment throws.
    */
   async attach(block) {
     const pid = await this.sandboxPid;
     if (pid === null) throw new Error('bubblewrap could not create the sandbox');
-    for (const a of this.attachments) {
+    for (const a of this.attachments.filter((x) => !x.enter)) {
       this.attached.push(a);
       await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
     }
@@ -326,13 +373,9 @@ export class SandboxProcess {
     this.paused = false;
   }
 
-  /** True when `pid` runs this sandbox's bwrap argv (its hostname): never signal a pid the system reused. */
+  /** True when `pid` is still the sandbox's first process (the same start time): never signal a pid the system reused. */
   isOurs(pid) {
-    try {
-      return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`\0--hostname\0${hostnameOf(this.spec.id)}\0`);
-    } catch {
-      return false;
-    }
+    return this.sandboxStart != null && startTime(pid) === this.sandboxStart;
   }
 
   /** Kills every process of the sandbox and waits (bounded) for it to be gone. Does not remove the dirs. */
@@ -340,7 +383,7 @@ export class SandboxProcess {
     if (this.child?.pid && !this.exited) {
       // a sandbox still starting: its first process may be cloned but not yet a descendant we can see, and bwrap's
       // --die-with-parent does not reach a child killed before it armed it; so wait (bounded) for bwrap's report
-      const sandboxPid = await this.sandboxPid;
+      const sandboxPid = this.gated ? null : await this.sandboxPid;
       const all = descendants(this.child.pid);
       if (sandboxPid && !all.includes(sandboxPid) && this.isOurs(sandboxPid)) all.push(sandboxPid);
       // SIGKILL works on stopped processes too; with bwrap the first descendant is the pid-namespace init,
@@ -368,6 +411,16 @@ export class SandboxProcess {
 
   removeDirs() {
     fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22), or null when it is gone. */
+function startTime(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return null;
   }
 }
 
@@ -425,7 +478,22 @@ export function startEntrypoint(socketPath, argv, token) {
 }
 
 /**
- * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as the sandbox
+ * Why this bwrap cannot mount volumes race-free, or null: it needs --bind-fd/--ro-bind-fd (bubblewrap 0.10.0, and
+ * Debian 12's 0.8.0-2+deb12u1), which mounts an open descriptor's object and checks that it did (volumes.js).
+ */
+export function bindFdProblem(bwrap) {
+  let help;
+  try {
+    help = execFileSync(bwrap, ['--help'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 10000 });
+  } catch (err) {
+    help = String(err.stdout ?? '');
+  }
+  if (/^\s*--bind-fd\b/m.test(help) && /^\s*--ro-bind-fd\b/m.test(help)) return null;
+  return `${bwrap} has no --bind-fd (bubblewrap 0.10.0 or Debian 12's 0.8.0-2+deb12u1 has it), which volumes need`;
+}
+
+/**
+ * Checks once that bwrap can create a sandbox here, with the hardening when given (user namespace as a sandbox
  * uid, no capabilities, the seccomp filter); returns an error text or null.
  */
 export function probeBwrap(bwrap, hardening = null) {
@@ -437,7 +505,7 @@ export function probeBwrap(bwrap, hardening = null) {
   }
   args.push('--ro-bind', '/', '/', '--proc', '/proc', '--dev', '/dev', '--', 'true');
   try {
-    execFileSync(bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...(fd === null ? [] : [fd])], timeout: 10000, ...(hardening?.identity ?? {}) });
+    execFileSync(bwrap, args, { stdio: ['ignore', 'pipe', 'pipe', ...(fd === null ? [] : [fd])], timeout: 10000, ...(hardening?.identities?.probe() ?? {}) });
     return null;
   } catch (err) {
     return String(err.stderr ?? err.message).trim() || String(err.message);

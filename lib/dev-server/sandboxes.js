@@ -7,7 +7,8 @@ import path from 'node:path';
 import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './validate.js';
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
-import { grantVolumeAccess, newToken } from './security.js';
+import { newToken } from './security.js';
+import { resolveVolumes } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
 
@@ -21,90 +22,16 @@ function iso(ms) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 
-const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
-
-/**
- * The realpath `p` will have once `mkdir -p` created it: the deepest existing ancestor resolved, the missing names
- * appended. null when a component is a dangling symlink (mkdir would follow it somewhere unchecked).
- */
-function prospectiveRealpath(p) {
-  const missing = [];
-  for (let cur = p; ; cur = path.dirname(cur)) {
-    try {
-      return path.join(fs.realpathSync(cur), ...missing.reverse());
-    } catch (err) {
-      if (err.code !== 'ENOENT') throw err;
-      try {
-        fs.lstatSync(cur);
-        return null; // exists, yet does not resolve: a dangling symlink
-      } catch { /* really missing */ }
-      missing.push(path.basename(cur));
-    }
-  }
-}
-
-/**
- * Resolves a volume list into bind mounts; enforces allowedHostPaths (realpaths, symlinks resolved). Every volume is
- * checked before any directory is created; a directory is created only where its resolved path was allowed.
- * With `identity` (root-started server), the sandbox uid gets access to what it mounts.
- */
-function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity, missingPvcStatus = 404 }) {
-  const allowed = allowedHostPaths.map((p) => {
-    try {
-      return fs.realpathSync(p);
-    } catch {
-      return path.resolve(p);
-    }
-  });
-  const data = fs.realpathSync(dataDir);
-  const plans = volumes.map((v) => {
-    if (v.host) {
-      const requested = path.resolve(v.host.path, v.subPath ?? '');
-      const denied = () => new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED',
-        `Host path ${requested} of volume '${v.name}' is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}.`);
-      const target = prospectiveRealpath(requested);
-      if (!allowed.some((a) => within(requested, a)) || target === null || !allowed.some((a) => within(target, a))) throw denied();
-      if (within(target, data) || within(data, target)) {
-        throw new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED', `Host path ${requested} of volume '${v.name}' overlaps the server's data directory.`);
-      }
-      return { v, dir: requested, check: (src) => allowed.some((a) => within(src, a)) && !within(src, data) && !within(data, src), denied };
-    }
-    if (v.pvc) {
-      const base = path.join(volumesDir, v.pvc.claimName);
-      if (!fs.existsSync(base) && v.pvc.createIfNotExists === false) {
-        throw new ApiError(missingPvcStatus, 'VOLUME::PVC_NOT_FOUND', `Volume '${v.pvc.claimName}' does not exist and createIfNotExists is false.`);
-      }
-      const root = fs.realpathSync(volumesDir);
-      const denied = () => new ApiError(400, 'VOLUME::INVALID_SUB_PATH', `subPath of volume '${v.name}' leaves the volume.`);
-      const target = prospectiveRealpath(path.join(base, v.subPath ?? ''));
-      if (target === null || !within(target, path.join(root, v.pvc.claimName))) throw denied();
-      return { v, base, dir: path.join(base, v.subPath ?? ''), check: (src) => within(src, path.join(root, v.pvc.claimName)), denied };
-    }
-    throw new ApiError(400, 'VOLUME::UNSUPPORTED_BACKEND', `Volume '${v.name}': ossfs volumes are not supported by the local server.`);
-  });
-  return plans.map(({ v, base, dir, check, denied }) => {
-    const made = [base, dir].filter(Boolean).map((d) => fs.mkdirSync(d, { recursive: true })).filter(Boolean);
-    const src = fs.realpathSync(dir);
-    if (!check(src)) throw denied(); // changed between the check and mkdir
-    if (identity && v.pvc) {
-      // server-managed volume: the sandbox uid owns what the server created for it
-      for (const first of made) for (let d = dir; within(d, first); d = path.dirname(d)) fs.chownSync(d, identity.uid, identity.gid);
-    } else if (identity) {
-      const need = v.readOnly === true ? 0o5 : 0o7;
-      if ((fs.statSync(src).mode & need) !== need) grantVolumeAccess(src, identity.uid, v.readOnly !== true);
-    }
-    return { src, dest: path.posix.normalize(v.mountPath), readOnly: v.readOnly === true };
-  });
-}
-
 export class Sandboxes {
   /**
    * options: { dataDir, allowedHostPaths, isolation, bwrap, hardening, execdToken, commandTailMs, ptyExitRace,
-   * signalForwarding, ptyCloseLinger, endpointHeaders, network, defaultNetwork, log, limits }. defaultNetwork: whether a
-   * create without networkPolicy gets network. execdToken: execd's X-EXECD-ACCESS-TOKEN
+   * signalForwarding, ptyCloseLinger, endpointHeaders, network, defaultNetwork, log, limits, volumesProblem, profile }.
+   * defaultNetwork: whether a create without networkPolicy gets network. volumesProblem: why this bwrap cannot mount
+   * volumes race-free (runner.js bindFdProblem), or null. execdToken: execd's X-EXECD-ACCESS-TOKEN
    * (through a pipe: never in environ or argv). network: { slirp4netns, problem, insecure } (network.js) for bwrap. limits:
    * { cgroups (cgroups.js, or null), cgroupsWhy, disks (disk.js, or null), disksWhy, unenforced, maxPids (0: no cap),
-   * diskLimit (bytes) }. profile: the emulated upstream deployment (upstream.js; default: the local behaviour).
+   * diskLimit (bytes), defaultMemory (bytes, 0: none) }. profile: the emulated upstream deployment (upstream.js; default:
+   * the local behaviour).
    */
   constructor(options) {
     this.options = options;
@@ -147,7 +74,7 @@ export class Sandboxes {
     const has = (c) => o.cgroups?.controllers.has(c);
     const cgroup = o.cgroups && {
       cpu: has('cpu') ? asked.cpu : undefined,
-      memory: asked.memory,
+      memory: asked.memory ?? (o.defaultMemory || undefined), // a sandbox that asks for none: the server's default
       pids: asked.pids ?? (o.maxPids || null),
     };
     return { cgroup, disk: o.disks ? asked.disk ?? o.diskLimit : null };
@@ -162,19 +89,40 @@ export class Sandboxes {
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
+    if (this.options.volumesProblem && req.volumes.length) {
+      throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', `Volumes cannot be mounted safely by this server: ${this.options.volumesProblem}.`);
+    }
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
     // no networkPolicy: network like upstream (defaultNetwork false where the server refused it at start, warned)
     const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
     const id = crypto.randomUUID();
-    const binds = resolveVolumes(req.volumes, {
-      allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
-      identity: this.options.hardening?.identity, missingPvcStatus: this.profile.missingPvcStatus,
-    });
+    // a root-started server runs each sandbox as a host uid of its own (security.js SandboxIdentities)
+    const identities = this.options.hardening?.identities;
+    const identity = identities?.allocate() ?? null;
+    let binds = [];
+    let started = false;
+    try {
+      binds = resolveVolumes(req.volumes, {
+        allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir, identity,
+        missingPvcStatus: this.profile.missingPvcStatus,
+      });
+      const sb = await this.start(req, { id, plan, net, binds, identity });
+      started = true;
+      return sb;
+    } finally {
+      // bubblewrap holds its own copies of the volumes' descriptors once started (and closes them once mounted)
+      for (const b of binds) fs.closeSync(b.fd);
+      if (identity && !started) identities.release(identity); // never ran, or disposed (release is idempotent)
+    }
+  }
+
+  /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
+  async start(req, { id, plan, net, binds, identity }) {
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
-        id, dir: path.join(this.sandboxDir, id), env: req.env, binds,
+        id, dir: path.join(this.sandboxDir, id), env: req.env, binds, identity,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
         attachments: [cgroup, net?.attachment].filter(Boolean),
       },
@@ -182,7 +130,7 @@ export class Sandboxes {
     );
     const now = arrived;
     const sb = {
-      id, proc, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
+      id, proc, identity, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
       containerId: crypto.createHash('sha256').update(id).digest('hex'), // Docker's id of the emulated container
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
@@ -192,7 +140,7 @@ export class Sandboxes {
     };
     if (plan.disk) {
       try {
-        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, this.options.hardening?.identity);
+        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity);
       } catch (err) {
         proc.removeDirs();
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
@@ -200,7 +148,7 @@ export class Sandboxes {
     }
     if (req.snapshotId) {
       try {
-        await this.snapshots.restoreInto(req.snapshotId, proc.dirs); // 404/409 as the spec gives them
+        await this.snapshots.restoreInto(req.snapshotId, proc.dirs, identity); // 404/409 as the spec gives them
         // Docker: the image's labels (the source's metadata at capture) under the create's own
         if (this.profile.snapshotLabels) sb.metadata = { ...this.snapshots.labelsOf(req.snapshotId), ...req.metadata };
       } catch (err) {
@@ -455,9 +403,13 @@ export class Sandboxes {
     await this.dispose(sb);
   }
 
-  /** Kills the sandbox's processes (which releases its cgroups), unmounts its disk and removes its directories. */
+  /**
+   * Kills the sandbox's processes (which releases its cgroups), gives its uid back, unmounts its disk and removes
+   * its directories.
+   */
   async dispose(sb) {
     await sb.proc.kill();
+    if (sb.identity) this.options.hardening.identities.release(sb.identity); // its processes are gone
     try {
       await sb.disk?.release();
     } catch (err) {

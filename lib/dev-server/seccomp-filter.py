@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # Writes the local server's sandbox seccomp filter (a BPF program for `bwrap --seccomp FD`) to stdout, built with
 # libseccomp (Debian: python3-seccomp) for the native architecture. Default allow; the system calls below fail
-# with EPERM (ENOSYS for clone3, so libc falls back to clone, whose flags can be checked). See
-# docs/dev-server-security.md for why each is blocked.
+# with EPERM (ENOSYS for clone3 and openat2, so libc falls back to clone and openat, whose arguments can be
+# checked). See docs/dev-server-security.md for why each is blocked.
 import errno
+import os
 import sys
 
 import seccomp
@@ -60,6 +61,20 @@ def main():
         f.add_rule(eperm, 'fchmodat2', seccomp.Arg(2, seccomp.MASKED_EQ, 0o2000, 0o2000))
     except (RuntimeError, ValueError):
         pass
+    # ... nor created with those bits: the mode argument of mknod/mknodat/creat always, of open/openat when they
+    # create (O_CREAT or O_TMPFILE; otherwise the mode is unused and libc may pass anything)
+    for name, mode_arg, flags_arg in [('mknod', 1, None), ('mknodat', 2, None), ('creat', 1, None), ('open', 2, 1), ('openat', 3, 2)]:
+        for bit in (0o4000, 0o2000):
+            try:
+                if flags_arg is None:
+                    f.add_rule(eperm, name, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, bit, bit))
+                    continue
+                for creating in (os.O_CREAT, os.O_TMPFILE & ~os.O_DIRECTORY):
+                    f.add_rule(eperm, name, seccomp.Arg(flags_arg, seccomp.MASKED_EQ, creating, creating), seccomp.Arg(mode_arg, seccomp.MASKED_EQ, bit, bit))
+            except (RuntimeError, ValueError):
+                pass  # not a system call on this architecture (open, creat, mknod on arm64)
+    # openat2 passes its mode in memory seccomp cannot read: ENOSYS makes libc and runtimes use openat
+    f.add_rule(seccomp.ERRNO(errno.ENOSYS), 'openat2')
     sys.stdout.flush()
     f.export_bpf(sys.stdout)
 

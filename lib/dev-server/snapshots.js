@@ -22,16 +22,25 @@ export function snapshotNotFound(id) {
   return new ApiError(404, 'SNAPSHOT::NOT_FOUND', `Snapshot ${id} not found`); // upstream's text, no period
 }
 
-/** `cp -a` of the contents of src into dst (created), reflinked when the filesystem can. */
-export function copyTree(src, dst) {
-  fs.mkdirSync(dst, { recursive: true, mode: 0o755 });
-  if (!fs.existsSync(src)) return Promise.resolve();
+function tool(name, args) {
   return new Promise((resolve, reject) => {
-    execFile('cp', ['-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`], { timeout: COPY_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, _out, stderr) => {
+    execFile(name, args, { timeout: COPY_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, _out, stderr) => {
       if (err) reject(new Error(String(stderr || err.message).trim().split('\n').slice(0, 3).join('; ')));
       else resolve();
     });
   });
+}
+
+/**
+ * `cp -a` of the contents of src into dst (created), reflinked when the filesystem can; with `owner` ({ uid, gid }:
+ * a restore for a sandbox with a host uid of its own) what was copied becomes the owner's, symlinks themselves
+ * included (`chown -R -h`, which follows none: nothing runs in dst yet).
+ */
+export async function copyTree(src, dst, owner = null) {
+  fs.mkdirSync(dst, { recursive: true, mode: 0o755 });
+  if (!fs.existsSync(src)) return;
+  await tool('cp', ['-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`]);
+  if (owner) await tool('chown', ['-R', '-h', '--', `${owner.uid}:${owner.gid}`, dst]);
 }
 
 /** Bytes of the files under dir (allocated blocks; reflinked/shared extents count in full). */
@@ -219,9 +228,10 @@ export class Snapshots {
 
   /**
    * For a create with snapshotId: copies the snapshot's directories into a new sandbox's dirs ({ workspace, tmp,
-   * home } paths). 404 unknown, 409 not Ready; the snapshot cannot be deleted while this runs.
+   * home } paths), owned by `owner` ({ uid, gid } or null: as captured). 404 unknown, 409 not Ready; the snapshot
+   * cannot be deleted while this runs.
    */
-  async restoreInto(id, dirs) {
+  async restoreInto(id, dirs, owner = null) {
     const rec = this.items.get(id);
     if (!rec || rec.status.state === 'Deleting') throw snapshotNotFound(id);
     if (rec.status.state !== 'Ready') {
@@ -230,7 +240,7 @@ export class Snapshots {
     const data = path.join(this.dir, id, 'data');
     rec.restoring = (rec.restoring ?? 0) + 1;
     try {
-      for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d]);
+      for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
     } finally {
       rec.restoring--;
     }

@@ -9,6 +9,6 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Makes the checkout and process.execPath reachable by `uid` (root only: setfacl on directories it does not own). */
 export function letUserRunCheckout(uid) {
-  ensureTraversable(path.join(ROOT, 'package.json'), uid);
-  ensureTraversable(process.execPath, uid);
+  ensureTraversable(path.join(ROOT, 'package.json'), { uid });
+  ensureTraversable(process.execPath, { uid });
 }
