@@ -253,6 +253,7 @@ describe('dev-server emulating upstream deployments', function () {
       }, { timeoutMs: 30000, message: 'the create is listed' });
       assert.equal(answered, false, 'the create answered before it was listed');
       assert.equal(listed.status.state, 'Pending');
+      assert.equal(listed.status.reason, 'BATCHSANDBOX_PENDING');
       const sb = await pending;
       assert.equal(sb.status.state, 'Allocated');
       assert.equal(sb.status.reason, 'IP_ASSIGNED');
