@@ -157,8 +157,6 @@ export class Sandboxes {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     const arrived = Date.now(); // upstream's createdAt: the request's arrival, before the (emulated) image pull
     const { delays } = this.profile;
-    // Docker pulls the image before the container exists (nothing listed meanwhile); Kubernetes waits below, listed
-    if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
@@ -171,6 +169,9 @@ export class Sandboxes {
       allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir,
       identity: this.options.hardening?.identity, missingPvcStatus: this.profile.missingPvcStatus,
     });
+    // Docker pulls the image once the request is validated, before the container exists (nothing listed meanwhile);
+    // Kubernetes waits below, listed
+    if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
