@@ -173,6 +173,18 @@ describe('dev-server emulating upstream deployments', function () {
       assert.equal((await t.api('/v1/sandboxes?pageSize=200')).json.pagination.totalItems, 0);
     });
 
+    it('refuses a bad create without waiting for the image pull', async () => {
+      const slow = await serve({ emulate: 'docker', emulateDelays: { create: 600000 } });
+      try {
+        // the request's deadline (30 s) is far below the pull: only an answer before the pull passes
+        const r = await slow.api('/v1/sandboxes', { method: 'POST', body: minimal({ volumes: [{ name: 'v', host: { path: '/etc' }, mountPath: '/mnt/v' }] }), timeoutMs: 30000 });
+        assert.equal(r.status, 400);
+        assert.equal(r.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+      } finally {
+        await slow.close();
+      }
+    });
+
     it("answers unknown routes and methods with FastAPI's bodies, after the API key check", async () => {
       const unknown = await t.api('/v1/does-not-exist');
       assert.equal(unknown.status, 404);
@@ -253,6 +265,7 @@ describe('dev-server emulating upstream deployments', function () {
       }, { timeoutMs: 30000, message: 'the create is listed' });
       assert.equal(answered, false, 'the create answered before it was listed');
       assert.equal(listed.status.state, 'Pending');
+      assert.equal(listed.status.reason, 'BATCHSANDBOX_PENDING');
       const sb = await pending;
       assert.equal(sb.status.state, 'Allocated');
       assert.equal(sb.status.reason, 'IP_ASSIGNED');

@@ -11,8 +11,9 @@ import { fileURLToPath } from 'node:url';
 import { startServer } from '../lib/dev-server/index.js';
 import { descendants } from '../lib/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
-import { request, parseEvents } from './helpers/raw.js';
+import { request, parseEvents, quietPeriod } from './helpers/raw.js';
 import { mounts } from '../lib/dev-server/cgroups.js';
+import { SlirpNetwork } from '../lib/dev-server/network.js';
 
 // `ps -eo args` without procps: one line per process, argv joined by spaces
 const PS = 'for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr "\\0" " " < $p/cmdline && echo; done';
@@ -162,6 +163,30 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     const ep = (await c.api(`/v1/sandboxes/${a.id}/endpoints/8002`)).json;
     const fromHost = await request(`http://${ep.endpoint}/from-host?q=1`);
     assert.equal(fromHost.text, 'inside:/from-host?q=1');
+  });
+
+  (process.getuid() === 0 ? it : it.skip)('starts slirp4netns only once the sandbox\'s loopback is up', async () => {
+    // regression: slirp4netns --configure sets lo up; started right after bwrap reported the sandbox's pid it raced
+    // bwrap's own loopback setup (RTM_NEWADDR 127.0.0.1 with NLM_F_EXCL), which then died and failed the create. A
+    // network namespace whose lo stays down until told, and a stand-in slirp4netns that records what it found
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-lo-'));
+    const ns = spawn('unshare', ['-n', 'sh', '-c', 'read go; ip link set lo up; exec sleep 60'], { stdio: ['pipe', 'ignore', 'ignore'] });
+    try {
+      const seen = path.join(dir, 'seen');
+      const fake = path.join(dir, 'slirp4netns');
+      fs.writeFileSync(fake, `#!/bin/sh\ngrep -c '127\\.0\\.0\\.1' /proc/${ns.pid}/net/fib_trie > ${seen}\nexit 1\n`, { mode: 0o755 });
+      await waitFor(() => fs.readlinkSync(`/proc/${ns.pid}/ns/net`) !== fs.readlinkSync('/proc/self/ns/net'), { message: 'unshare made its namespace' });
+      const attached = new SlirpNetwork(fake).attach({ pid: ns.pid, netns: `/proc/${ns.pid}/ns/net` }).catch((err) => err);
+      await quietPeriod(300);
+      assert.equal(fs.existsSync(seen), false, 'slirp4netns started while the loopback was down');
+      ns.stdin.write('go\n');
+      const err = await attached;
+      assert.match(err.message, /^slirp4netns failed \(exit code 1\)/);
+      assert.notEqual(fs.readFileSync(seen, 'utf8').trim(), '0');
+    } finally {
+      ns.kill('SIGKILL');
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('enforces the host-path allow-list and read-only volumes', async () => {

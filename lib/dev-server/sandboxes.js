@@ -84,8 +84,6 @@ export class Sandboxes {
     if (this.closing) throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     const arrived = Date.now(); // upstream's createdAt: the request's arrival, before the (emulated) image pull
     const { delays } = this.profile;
-    // Docker pulls the image before the container exists (nothing listed meanwhile); Kubernetes waits below, listed
-    if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
     if (this.options.isolation === 'none' && req.volumes.length) {
       throw new ApiError(400, 'VOLUME::NOT_SUPPORTED', "Volumes need the server's bwrap isolation; this server runs with isolation 'none'.");
     }
@@ -107,7 +105,10 @@ export class Sandboxes {
         allowedHostPaths: this.options.allowedHostPaths, volumesDir: this.volumesDir, dataDir: this.options.dataDir, identity,
         missingPvcStatus: this.profile.missingPvcStatus,
       });
-      const sb = await this.start(req, { id, plan, net, binds, identity });
+      // Docker pulls the image once the request is validated, before the container exists (nothing listed meanwhile);
+      // Kubernetes waits in start(), listed
+      if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
+      const sb = await this.start(req, { id, plan, net, binds, identity, arrived });
       started = true;
       return sb;
     } finally {
@@ -118,7 +119,8 @@ export class Sandboxes {
   }
 
   /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
-  async start(req, { id, plan, net, binds, identity }) {
+  async start(req, { id, plan, net, binds, identity, arrived }) {
+    const { delays } = this.profile;
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {

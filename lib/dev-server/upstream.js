@@ -169,6 +169,8 @@ function behaviours(runtime, version, provider) {
     ...upstream,
     notFound: (id) => err(404, 'KUBERNETES::SANDBOX_NOT_FOUND', `Sandbox '${id}' not found`),
     lastTransitionAt: (sb) => k8sTime(sb.createdAt), // the workload's creationTimestamp
+    // batchsandbox_provider.py get_status while the pod is not scheduled yet
+    statusView: (sb) => (sb.status.state === 'Pending' ? { reason: 'BATCHSANDBOX_PENDING', message: 'BatchSandbox is pending allocation' } : null),
     createWait: 'ready',
     createdState: 'Allocated',
     noPodIp: () => err(404, 'KUBERNETES::POD_IP_NOT_AVAILABLE', 'Pod IP is not yet available. The Pod may still be starting.'),
