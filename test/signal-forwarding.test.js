@@ -81,6 +81,21 @@ describe('signal forwarding (upstream execd relays SIGPIPE to the foreground com
     assert.deepEqual({ exitCode: r.exitCode, killed: r.killed, stdout: r.stdout }, { exitCode: 0, killed: false, stdout: 'ok\n' });
   });
 
+  it('killing a background process (kill(), spawn timeout) never kills the foreground command', async () => {
+    // upstream writes the PTY session's exit and close frames after DELETE /pty; a client that closes its WebSocket
+    // as soon as the DELETE answered makes those writes hit a closed socket and the SIGPIPE lands on this command
+    const rounds = 6;
+    for (let round = 0; round < rounds; round++) {
+      const fg = sandbox.executeCommand('sleep 2; echo ok');
+      const bg = await sandbox.processes.spawn('sleep 30');
+      assert.equal(await bg.kill(), true);
+      const timed = await sandbox.processes.spawn('sleep 30', { timeout: 200 });
+      assert.equal((await timed.wait()).timedOut, true);
+      const r = await fg;
+      assert.deepEqual({ exitCode: r.exitCode, killed: r.killed, stdout: r.stdout }, { exitCode: 0, killed: false, stdout: 'ok\n' }, `round ${round}`);
+    }
+  });
+
   it('the background reads end: no request left in flight', async () => {
     await sandbox.executeCommand('echo last');
     await waitFor(() => stats().requestsInFlight === 0, { timeoutMs: 10000, message: `a drained stream stayed open: ${JSON.stringify(stats())}` });

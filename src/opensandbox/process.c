@@ -14,7 +14,11 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#define DRAIN_MS 2000        /* after the ack: wait this long for the exit frame before deleting the session */
+#define DRAIN_MS 2000        /* after the ack: wait this long for execd's close before deleting the session */
+/* After a kill (or any end while the socket is open): wait this long for execd's exit and close frames before
+ * closing. execd writes them once the process is gone; a socket the client already closed turns those writes into
+ * EPIPE, and the SIGPIPE execd receives is relayed to its foreground command (docs/opensandbox-protocol.md §5b). */
+#define LINGER_MS 2000
 #define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
 #define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
 #define RECONNECT_MAX_MS 1600
@@ -84,6 +88,8 @@ struct osb_proc {
   stdin_msg *qhead, *qtail;
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
+  int lingering;        /* cleanup waits for execd's close of the socket (LINGER_MS, timeout_timer) */
+  int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
@@ -358,12 +364,30 @@ static void proc_closed(void *ud) {
   osb_proc_release(ud); /* the engine side's reference */
 }
 
-/* Ends the engine side once settled: closes the socket, waits for requests in flight, closes the timers. */
+static void on_linger_timer(uv_timer_t *t) {
+  osb_proc *p = t->data;
+  if (!p->lingering) return;
+  p->lingering = 0;
+  drop_conn(p); /* the bound: execd did not close within LINGER_MS */
+  cleanup(p);
+}
+
+/* Ends the engine side once settled: lets execd close the socket (bounded, see LINGER_MS), waits for requests in
+ * flight, closes the timers. */
 static void cleanup(osb_proc *p) {
   if (!p->engine_side) return;
   p->cleaning = 1;
-  drop_conn(p);
   fail_stdin(p, 1);
+  if (p->conn && !p->aborting) {
+    if (!p->lingering) {
+      p->lingering = 1;
+      uv_timer_stop(&p->retry_timer);
+      if (p->paused) osb_ws_pause(p->conn, 0); /* read on to the close: the output is discarded now */
+      uv_timer_start(&p->timeout_timer, on_linger_timer, LINGER_MS, 0);
+    }
+    return; /* on_ws_close or the timer calls cleanup again */
+  }
+  drop_conn(p);
   if (p->req || p->del) return; /* their on_done calls cleanup again */
   p->engine_side = 0;
   if (p->paused) {
@@ -376,8 +400,8 @@ static void cleanup(osb_proc *p) {
   osb_batch_close(&p->batch, others, 2);
 }
 
-/* After a natural exit: the wrapper got its ack; once it is gone (exit frame, close or DRAIN_MS), delete the
- * session so that execd frees its replay buffer, then clean up. */
+/* After a natural exit: the wrapper got its ack; once execd closed the socket (after its exit frame) or DRAIN_MS
+ * passed, delete the session so that execd frees its replay buffer, then clean up. */
 static void drain_done(osb_proc *p) {
   if (!p->draining || p->cleaning) return;
   p->draining = 0;
@@ -556,13 +580,12 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
       }
       flush_stdin(p);
       break;
-    case OSB_PTY_EXIT:
-      if (p->draining) drain_done(p);
-      else if (p->state == S_RUNNING && !p->kill_requested) {
+    case OSB_PTY_EXIT: /* execd's close frame follows: wait for it (on_ws_close), never close first */
+      if (p->state == S_RUNNING && !p->kill_requested && !p->draining) {
         /* ended without the markers: the wrapper itself was killed (e.g. the whole group got a signal) */
         settle(p, f.exit_code < 0 ? KILLED_EXIT : f.exit_code, 0, 0, NULL);
         p->draining = 1;
-        drain_done(p);
+        uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
       }
       break;
     case OSB_PTY_ERROR:
@@ -582,6 +605,12 @@ static void on_ws_close(osb_proc *p, int code, const char *reason, int http_stat
     p->retry_since = 0;
   }
   drop_conn(p);
+  if (p->lingering) {
+    p->lingering = 0;
+    uv_timer_stop(&p->timeout_timer);
+    cleanup(p);
+    return;
+  }
   if (http_status) snprintf(p->last_close, sizeof p->last_close, "WebSocket upgrade answered %d", http_status);
   else if (code) snprintf(p->last_close, sizeof p->last_close, "WebSocket closed with %d %.120s", code, reason);
   else snprintf(p->last_close, sizeof p->last_close, "%.160s", reason);
@@ -937,6 +966,8 @@ static void proc_abort(osb_active *a) {
   }
   settle_waiters(p, 0);
   p->draining = 0;
+  p->aborting = 1;
+  p->lingering = 0;
   p->cleaning = 1; /* request callbacks that run from the cancels below only finish the cleanup */
   if (p->req) osb_http_cancel(p->req);
   if (p->del) osb_http_cancel(p->del);
