@@ -14,8 +14,15 @@ import { OpenSandboxOptionError } from './errors.js';
  */
 export function assertExactPath(p, option = 'path') {
   if (typeof p === 'string' && p.includes('$')) {
-    throw new OpenSandboxOptionError(option, `path ${JSON.stringify(p)} contains "$": execd expands environment variables in file paths, so it cannot be addressed exactly (rename it, or write it with executeCommand)`);
+    const what = option === 'cwd' ? 'a command cwd' : 'file paths';
+    throw new OpenSandboxOptionError(option, `path ${JSON.stringify(p)} contains "$": execd expands environment variables in ${what}, so it cannot be addressed exactly (rename it, or write it with executeCommand)`);
   }
+}
+
+/** A cwd as the sandbox should see it: a relative one resolves against base (the working directory); none -> base. */
+export function resolveCwd(cwd, base) {
+  if (!cwd) return base ?? null;
+  return path.posix.isAbsolute(cwd) || !base ? cwd : path.posix.join(base, cwd);
 }
 
 /** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */

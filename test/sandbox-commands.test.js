@@ -2,7 +2,7 @@
 // output and exit codes, quoting, env overlay, cwd, timeouts, aborts, streaming, retention, concurrency.
 import assert from 'node:assert/strict';
 import { startServer } from '../lib/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 
@@ -98,6 +98,21 @@ describe('OpenSandboxSandbox.executeCommand', function () {
   it('runs in the working directory by default, honours cwd', async () => {
     assert.equal((await sandbox.executeCommand('pwd')).stdout, '/workspace\n');
     assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '/tmp' })).stdout, '/tmp\n');
+  });
+
+  it('resolves a relative cwd against the working directory and refuses a cwd with "$"', async () => {
+    // execd alone would run `cwd: 'tmp'` in /tmp (its own cwd is /) and expand $VAR and a leading ~
+    await sandbox.executeCommand('mkdir -p tmp/sub');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: 'tmp' })).stdout, '/workspace/tmp\n');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: 'tmp/sub' })).stdout, '/workspace/tmp/sub\n');
+    for (const cwd of ['$HOME', '/workspace/${X}']) {
+      await assert.rejects(sandbox.executeCommand('pwd', [], { cwd }), err => {
+        assert.ok(err instanceof OpenSandboxOptionError, String(err));
+        assert.equal(err.option, 'cwd');
+        assert.match(err.message, /contains "\$": execd expands environment variables in a command cwd/);
+        return true;
+      });
+    }
   });
 
   it('rejects a missing cwd with the server message', async () => {

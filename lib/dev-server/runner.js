@@ -177,7 +177,8 @@ export class SandboxProcess {
     if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
     for (const b of this.spec.binds) bind(b.src, b.dest, b.readOnly);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
-    a.push('--remount-ro', '/', '--chdir', '/workspace');
+    // execd runs in / like in a container: a relative command cwd resolves against it (commands.js requestCwd)
+    a.push('--remount-ro', '/', '--chdir', '/');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
     a.push('--', process.execPath, EXECD_MAIN, ...execdArgs);
     return { args: a, fds };
