@@ -304,7 +304,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
         await uploadFiles(conn, batch, { abortSignal: signal });
       } catch (e) {
         if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
-        throw this.#map(e, `write ${batch.paths.length} file(s)`);
+        const done = e?.filesWritten ? ` (the first ${e.filesWritten}, in earlier requests, were written)` : '';
+        throw this.#map(e, `write ${batch.paths.length} file(s)${done}`);
       } finally {
         this.#uploads--;
         this.#keepAlive.activity();
