@@ -147,6 +147,7 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
   o.body_len = op->body_len;
   o.timeout_ms = op->timeout_ms;
   o.retry_connect = strcmp(op->method, "GET") == 0;
+  o.refused_final = 1; /* a refused execd: the caller asks the lifecycle API (lib/recovery.js) at once */
   if (op->kind == OSB_FOP_DOWNLOAD) {
     o.on_data = on_data;
     o.on_begin = on_begin;
