@@ -89,6 +89,7 @@ struct osb_proc {
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
   int lingering;        /* cleanup waits for execd's close of the socket (LINGER_MS, timeout_timer) */
+  int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   char error_text[512];
@@ -319,9 +320,19 @@ static void fail_stdin(osb_proc *p, int all) {
   p->qhead = keep;
 }
 
+/* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
+ * caller's handle has the output produced so far (or when it settles first). */
+static void report_started(osb_proc *p) {
+  if (!p->start_pending) return;
+  p->start_pending = 0;
+  osb_batch_flush(&p->batch);
+  p->cb.on_started(p->ud, NULL, p->pid);
+}
+
 /* The one on_exit. error_text != NULL: no status known. */
 static void settle(osb_proc *p, int code, int killed, int timed_out, const char *error_text) {
   if (p->state == S_SETTLED) return;
+  report_started(p);
   for (int i = 0; i < 2; i++) osb_pty_markers_flush(&p->mk, i, emit_cb, p); /* a marker prefix is output after all */
   osb_batch_flush(&p->batch);
   p->state = S_SETTLED;
@@ -579,6 +590,7 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
         send_line(p, "OSB-GO:%s\n");
       }
       flush_stdin(p);
+      report_started(p);
       break;
     case OSB_PTY_EXIT: /* execd's close frame follows: wait for it (on_ws_close), never close first */
       if (p->state == S_RUNNING && !p->kill_requested && !p->draining) {
@@ -726,9 +738,13 @@ static void on_status_done(void *ud, const osb_http_result *res) {
       return;
     }
     p->state = S_RUNNING;
-    p->cb.on_started(p->ud, NULL, p->pid);
-    if (p->kill_requested) send_kill(p);
-    else connect_ws(p);
+    p->start_pending = 1;
+    if (p->kill_requested) {
+      report_started(p);
+      send_kill(p);
+    } else {
+      connect_ws(p); /* started is reported at the connected frame, after the replay */
+    }
     return;
   }
 }

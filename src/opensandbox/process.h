@@ -63,7 +63,8 @@ typedef struct {
 } osb_proc_exit;
 
 typedef struct {
-  /* Exactly once: err == NULL with the pid, or err (then nothing else follows). */
+  /* Exactly once: err == NULL with the pid, or err (then nothing else follows). A reattach reports it after the
+   * output execd replays (its replay frame precedes its connected frame), which on_output got first. */
   void (*on_started)(void *ud, const osb_error *err, const char *pid);
   /* Batches in arrival order, every byte (before retention). */
   void (*on_output)(void *ud, const char *out, size_t out_len, const char *err, size_t err_len);
