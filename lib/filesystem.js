@@ -24,6 +24,11 @@ import { OpenSandboxSandbox } from './sandbox.js';
 
 const P = path.posix;
 const FILE_REQUEST = Symbol.for('mastra-opensandbox.fileRequest');
+/**
+ * Recovery of writeFile, mkdir: an upload or mkdir into a sandbox the lifecycle API confirms gone reached nothing
+ * that outlives it, so any transport failure (not only a refused connect) is retried once on the new sandbox.
+ */
+const WRITE = { anyTransport: true };
 const DEFAULT_MAX_READ_BYTES = 1024 * 1024 * 1024;
 const LIST_ALL_DEPTH = 1000; // execd's /directories/list depth for "everything below"
 const FS_OPTIONS = ['sandbox', 'id', 'basePath', 'contained', 'readOnly', 'maxReadBytes', 'instructions', 'onInit', 'onDestroy', 'textExtensions'];
@@ -153,7 +158,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
 
   async init() {
     await this.#sandbox.ensureRunning();
-    await this.#request('create base directory', c => this.#op(c, 'mkdir', [this.#basePath], { num: 755 }));
+    await this.#request('create base directory', c => this.#op(c, 'mkdir', [this.#basePath], { num: 755 }), WRITE);
   }
 
   /** Nothing remote is deleted: the sandbox belongs to whoever made it (a sandbox made from options is left running). */
@@ -226,7 +231,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       }
       if (info && options?.overwrite === false) throw new FileExistsError(inputPath);
       await this.#upload(c, [info?.realPath ?? abs], [execdMode(info)], [data], inputPath);
-    });
+    }, WRITE);
   }
 
   async appendFile(inputPath, content) {
@@ -312,7 +317,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
         if (parent.type !== 'directory') throw new NotDirectoryError(P.dirname(inputPath));
       }
       await this.#op(c, 'mkdir', [abs], { num: 755 });
-    });
+    }, WRITE);
   }
 
   async rmdir(inputPath, options) {
@@ -532,8 +537,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
   }
 
   /** Runs fn(client) as a request of the shared sandbox (started on demand; failures mapped there). */
-  #request(operation, fn) {
-    return this.#sandbox[FILE_REQUEST](operation, conn => fn(this.#clientFor(conn)));
+  #request(operation, fn, options) {
+    return this.#sandbox[FILE_REQUEST](operation, conn => fn(this.#clientFor(conn)), options);
   }
 
   #clientFor(conn) {

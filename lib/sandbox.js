@@ -310,7 +310,9 @@ export class OpenSandboxSandbox extends MastraSandbox {
         this.#uploads--;
         this.#keepAlive.activity();
       }
-    }, { aborted: () => signal?.aborted });
+      // writes are idempotent and whatever reached a sandbox confirmed gone went with it: any transport failure
+      // (a cut mid-body, curl's "select/poll returned error" on a dying execd) is retried once on the new sandbox
+    }, { anyTransport: true, aborted: () => signal?.aborted });
   }
 
   /**
@@ -482,7 +484,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * recovery like writeFiles' (a sandbox deleted behind our back: provisioned again and retried once when nothing
    * started, else OpenSandboxSandboxGoneError; execd's own FILE_NOT_FOUND is not a reason to ask the lifecycle server).
    */
-  async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn) {
+  async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn, { anyTransport = false } = {}) {
     await this.ensureRunning();
     return this.#recovering(async () => {
       const conn = this[Symbol.for('mastra-opensandbox.execdConnection')]();
@@ -499,7 +501,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
         this.#uploads--;
         this.#keepAlive.activity();
       }
-    });
+    }, { anyTransport });
   }
 
   /**

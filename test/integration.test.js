@@ -119,6 +119,21 @@ describe('OpenSandboxSandbox Mastra integration', function () {
     });
   });
 
+  describe('writeFiles into a sandbox that dies mid-upload', () => {
+    it('an upload cut by the sandbox\'s deletion (not a refused connect) runs again on a new sandbox', async () => {
+      const s = make();
+      await s._start();
+      const first = s.opensandbox.sandboxId;
+      const big = Buffer.alloc(96 * 1024 * 1024, 5);
+      const p = s.writeFiles([{ path: 'big.bin', content: big }]);
+      await waitFor(() => stats().requestsInFlight > 0, { timeoutMs: 5000, intervalMs: 1, message: 'upload in flight' });
+      assert.equal((await fetch(`${server.baseUrl}/v1/sandboxes/${first}`, { method: 'DELETE' })).status, 204);
+      await p; // the sandbox is confirmed gone: the write reached nothing that outlives it
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.equal((await s.executeCommand('wc -c < big.bin')).stdout, `${big.length}\n`);
+    });
+  });
+
   describe('networking', () => {
     it('getPortUrl reaches a server started inside the sandbox', async () => {
       const s = make();
