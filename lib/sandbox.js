@@ -159,7 +159,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
     return { sandboxId: id, release: () => this.#lcCall(`pause sandbox ${id}`, lc => lc.pause(id)) };
   }
 
-  /** Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first. */
+  /**
+   * Pauses the sandbox (processes and files survive); foreground commands still running are cancelled first.
+   * Mastra's Workspace calls `_stop()`, which sets the status around this; called directly, the status it leaves
+   * is 'stopped' too, so that the next call starts (resumes) the sandbox again.
+   */
   async stop() {
     const id = this.#remoteId;
     if (!id || this.#explicitId) return;
@@ -171,10 +175,20 @@ export class OpenSandboxSandbox extends MastraSandbox {
       await this.#lc().pause(id);
     } catch (e) {
       const err = this.#map(e, `pause sandbox ${id}`);
-      if (err instanceof OpenSandboxNotFoundError) return this.#forget();
+      if (err instanceof OpenSandboxNotFoundError) {
+        this.#forget();
+        this.#stoppedDirectly();
+        return;
+      }
       if (err.status !== 409) throw err;
     }
     await this.#waitForState(id, s => s !== 'Pausing' && s !== 'Running', 'pause');
+    this.#stoppedDirectly();
+  }
+
+  /** A stop() not wrapped by Mastra's _stop() (status still 'running'): the status says what happened. */
+  #stoppedDirectly() {
+    if (this.status === 'running') this.status = 'stopped';
   }
 
   /** Deletes the sandbox (a sandbox already gone is fine); foreground commands still running are cancelled first. */
