@@ -18,6 +18,8 @@ export const DEFAULTS = Object.freeze({
   requestTimeoutMs: 30000,
   readyTimeoutMs: 30000,
   workingDirectory: '/workspace',
+  /** executeCommand: newest bytes kept per stream (the rest is dropped from the result, counted; callbacks get all). */
+  maxRetainedBytes: 16 * 1024 * 1024,
   keepCheckpoints: 3,
   snapshotTimeoutMs: 300000,
 });
@@ -27,6 +29,7 @@ const KNOWN = new Set([
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
   'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes', 'caFile',
   'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template',
+  'maxRetainedBytes',
 ]);
 
 const fail = (option, message) => {
@@ -61,6 +64,16 @@ function optPositiveInt(o, key) {
   const v = o[key];
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) fail(key, `expected a positive integer, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/** maxRetainedBytes: 0, a positive integer, or Infinity (-1 for the native layer: unbounded); undefined stays. */
+function parseRetained(v) {
+  if (v === undefined) return undefined;
+  if (v === Infinity) return -1;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) {
+    fail('maxRetainedBytes', `expected 0, a positive integer or Infinity, got ${JSON.stringify(v)}`);
+  }
   return v;
 }
 
@@ -277,6 +290,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     snapshotId: optString(o, 'snapshotId'),
     keepCheckpoints: optPositiveInt(o, 'keepCheckpoints') ?? DEFAULTS.keepCheckpoints,
     snapshotTimeoutMs: optPositiveInt(o, 'snapshotTimeoutMs') ?? DEFAULTS.snapshotTimeoutMs,
+    maxRetainedBytes: parseRetained(o.maxRetainedBytes) ?? DEFAULTS.maxRetainedBytes,
   };
 }
 
@@ -304,13 +318,7 @@ export function normalizeCommandCall(command, args, options) {
   if (abortSignal !== undefined && abortSignal !== null && !(abortSignal instanceof AbortSignal)) {
     fail('abortSignal', 'expected an AbortSignal');
   }
-  let retain = -1; // unbounded, like Mastra's executeCommand
-  if (maxRetainedBytes !== undefined && maxRetainedBytes !== Infinity) {
-    if (typeof maxRetainedBytes !== 'number' || !Number.isInteger(maxRetainedBytes) || maxRetainedBytes < 0) {
-      fail('maxRetainedBytes', `expected 0, a positive integer or Infinity, got ${JSON.stringify(maxRetainedBytes)}`);
-    }
-    retain = maxRetainedBytes;
-  }
+  const retain = parseRetained(maxRetainedBytes); // undefined: the sandbox's maxRetainedBytes
   return {
     args: args ? [...args] : [],
     timeoutMs: timeout ? Math.ceil(timeout) : 0,

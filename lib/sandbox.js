@@ -219,7 +219,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (call.abortSignal?.aborted) return abortedResult(base, started);
     await this.ensureRunning();
     if (call.abortSignal?.aborted) return abortedResult(base, started); // aborted while the sandbox was starting
-    const request = commandRequest(full, call, this.getEnv(), this.workingDirectory);
+    const request = commandRequest(full, { ...call, maxRetainedBytes: call.maxRetainedBytes ?? this.#cfg.maxRetainedBytes }, this.getEnv(), this.workingDirectory);
     const onBatch = batchDelivery(call, () => this.logger);
     // every transport failure before the stream's init event means execd started nothing: safe to retry
     const r = await this.#recovering(() => this.#runOnce(request, onBatch, call.abortSignal), {
@@ -428,6 +428,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ...(cfg.seedCheckpointName ? { seedCheckpointName: cfg.seedCheckpointName } : {}),
       ...(this.#options.keepCheckpoints !== undefined ? { keepCheckpoints: cfg.keepCheckpoints } : {}),
       ...(this.#options.snapshotTimeoutMs !== undefined ? { snapshotTimeoutMs: cfg.snapshotTimeoutMs } : {}),
+      ...(Number.isFinite(this.#options.maxRetainedBytes) ? { maxRetainedBytes: cfg.maxRetainedBytes } : {}),
       // the remote id only when it was configured: otherwise a stored config reconnects by logical id
       ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
     };

@@ -221,6 +221,27 @@ describe('OpenSandboxSandbox.executeCommand', function () {
     assert.equal(none.stdoutDroppedBytes, 5);
   });
 
+  it('retention is bounded by default (16 MiB per stream, the newest kept); the sandbox option and Infinity raise it', async () => {
+    const gen = '{ head -c 17825792 /dev/zero | tr "\\0" a | fold -w 4095; echo; }'; // whole lines: 4095 + 1 bytes each
+    const total = Number((await sandbox.executeCommand(`${gen} | wc -c`)).stdout.trim());
+    assert.ok(total > 17825792, String(total));
+    let streamed = 0;
+    const r = await sandbox.executeCommand(gen, [], { onStdout: (d) => { streamed += d.length; } });
+    assert.equal(streamed, total);
+    assert.equal(r.stdout.length, 16 * 1024 * 1024);
+    assert.deepEqual({ truncated: r.stdoutTruncated, dropped: r.stdoutDroppedBytes }, { truncated: true, dropped: total - 16 * 1024 * 1024 });
+    const all = await sandbox.executeCommand(gen, [], { maxRetainedBytes: Infinity });
+    assert.deepEqual({ length: all.stdout.length, truncated: all.stdoutTruncated }, { length: total, truncated: false });
+    const small = new OpenSandboxSandbox({ domain: server.domain, maxRetainedBytes: 10 });
+    try {
+      const s = await small.executeCommand('seq 1 100');
+      assert.deepEqual({ stdout: s.stdout, dropped: s.stdoutDroppedBytes }, { stdout: '98\n99\n100\n', dropped: 292 - 10 });
+      assert.equal((await small.getInfo()).metadata.maxRetainedBytes, 10); // part of the stored config
+    } finally {
+      await small._destroy();
+    }
+  });
+
   it('times out: exit 124, timedOut, killed, partial output kept, remote command stopped', async () => {
     // the timeout leaves ample time for the first line to arrive even on a loaded machine
     const r = await sandbox.executeCommand('echo before-timeout; sleep 31.337', [], { timeout: 1000 });

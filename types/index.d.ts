@@ -100,6 +100,10 @@ export interface OpenSandboxSandboxOptions {
   requestTimeoutMs?: number;
   /** Deadline for the sandbox to become Running and execd to answer /ping. Default 30000. */
   readyTimeoutMs?: number;
+  /** executeCommand: newest bytes of stdout/stderr kept per stream in the result (older bytes are dropped and
+   * counted in stdoutDroppedBytes/stderrDroppedBytes; onStdout/onStderr still get every byte). Per call:
+   * options.maxRetainedBytes. Infinity = unbounded. Default 16 MiB. */
+  maxRetainedBytes?: number;
   instructions?: OpenSandboxInstructions;
   onStart?: SandboxStartHook;
   onStop?: SandboxLifecycleHook;
