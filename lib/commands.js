@@ -2,7 +2,7 @@
 // of execd's result onto Mastra's CommandResult (exit codes of timeouts, aborts, kills and start failures) and the
 // delivery of streamed output to the caller's callbacks. The sandbox runs the request (recovery, keep-alive).
 import { shellQuote } from './options.js';
-import { assertExactPath, resolveCwd } from './files.js';
+import { resolveCwd } from './files.js';
 
 /** Exit code reported for a command stopped through its abortSignal (like a shell's 128 + SIGINT). */
 export const ABORTED_EXIT_CODE = 130;
@@ -20,13 +20,12 @@ export function commandLine(command, call) {
 
 /**
  * The native run request of a normalized call: `env` (the sandbox's, under the call's), `cwd` the working directory
- * (the default, and what a relative call cwd resolves against: execd would resolve it against its own cwd). A cwd
- * with `$` is refused: execd expands variables (and a leading `~`) in it.
+ * (the default, and what a relative call cwd resolves against: execd would resolve it against its own cwd; a cwd
+ * with `$` was refused by normalizeCommandCall).
  */
 export function commandRequest(full, call, env, cwd) {
   const envs = {};
   for (const [k, v] of Object.entries({ ...env, ...call.env })) if (v !== undefined) envs[k] = String(v);
-  assertExactPath(call.cwd, 'cwd');
   return { command: full, cwd: resolveCwd(call.cwd, cwd), envs, timeoutMs: call.timeoutMs, maxRetainedBytes: call.maxRetainedBytes };
 }
 

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { OpenSandboxOptionError } from './errors.js';
 import { LOGICAL_ID_LABEL, labelProblem } from './labels.js';
 import { Template } from './template.js';
+import { assertExactPath } from './files.js';
 
 export const DEFAULTS = Object.freeze({
   domain: '127.0.0.1:8080',
@@ -307,6 +308,7 @@ export function normalizeCommandCall(command, args, options) {
     fail('timeout', `expected a non-negative number of milliseconds, got ${JSON.stringify(timeout)}`);
   }
   if (cwd !== undefined && cwd !== null && (typeof cwd !== 'string' || cwd === '')) fail('cwd', 'expected a non-empty string');
+  assertExactPath(cwd, 'cwd'); // execd expands $VAR (and a leading ~) in a command's cwd
   if (env !== undefined && env !== null) {
     if (typeof env !== 'object' || Array.isArray(env)) fail('env', `expected an object, got ${typeName(env)}`);
     for (const [k, v] of Object.entries(env)) {
