@@ -87,12 +87,14 @@ describe('signal forwarding (upstream execd relays SIGPIPE to the foreground com
     const rounds = 6;
     for (let round = 0; round < rounds; round++) {
       const fg = sandbox.executeCommand('sleep 2; echo ok');
-      const bg = await sandbox.processes.spawn('sleep 30');
+      const bg = await sandbox.processes.spawn('echo up; sleep 30');
+      await waitFor(() => bg.stdout === 'up\n', { message: 'the background process is attached' });
       assert.equal(await bg.kill(), true);
       const timed = await sandbox.processes.spawn('sleep 30', { timeout: 200 });
       assert.equal((await timed.wait()).timedOut, true);
       const ac = new AbortController();
-      const aborted = await sandbox.processes.spawn('sleep 30', { abortSignal: ac.signal });
+      const aborted = await sandbox.processes.spawn('echo up; sleep 30', { abortSignal: ac.signal });
+      await waitFor(() => aborted.stdout === 'up\n', { message: 'the background process is attached' });
       ac.abort();
       assert.equal((await aborted.wait()).killed, true);
       const r = await fg;

@@ -15,6 +15,8 @@ import { goJson } from './http.js';
 const PING_MS = 30_000;
 const READ_TIMEOUT_MS = 60_000;
 const RACE_HOLD_MS = 250;
+/** signalForwarding: the exit frame of a run killed by DELETE /pty waits this long (see clientGone). */
+const KILLED_EXIT_HOLD_MS = 200;
 const HIGH_WATER = 8 * 1024 * 1024;
 const LOW_WATER = 1024 * 1024;
 
@@ -99,7 +101,11 @@ export class PtyConnection {
 
   onRunEvent(run, what, code) {
     if (this.done || !this.live || run !== this.run) return;
-    if (what === (this.exitRace ? 'processExit' : 'exit')) this.exited(code);
+    if (what !== (this.exitRace ? 'processExit' : 'exit')) return;
+    // strict form of upstream's race after DELETE /pty: a client that closes as soon as the DELETE answered always
+    // closes before the exit frame is written (then clientGone relays SIGPIPE)
+    if (this.onWriteToClosed && this.session.closed) setTimeout(() => this.done || this.exited(code), KILLED_EXIT_HOLD_MS);
+    else this.exited(code);
   }
 
   exited(code) {
