@@ -90,7 +90,7 @@ struct osb_proc {
   int kill_requested, timed_out, draining;
   int lingering;        /* cleanup waits for execd's close of the socket (LINGER_MS, timeout_timer) */
   int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
-  int fifo_step;        /* stdin FIFO removal after a kill: 0 not yet, 1 "$TMPDIR/…" asked, 2 "/tmp/…" asked, 3 done */
+  int fifo_step;        /* stdin FIFO removal after a kill: 0 not yet, 1 "$TMPDIR/…" asked, 2 "/tmp/…" asked */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   char error_text[512];

@@ -18,7 +18,11 @@
  *
  * Output: stdout (0x01) and stderr (0x02) are kept apart; replayed bytes (0x03, stdout and stderr merged by execd)
  * count as stdout. Batches are coalesced per process (every FLUSH ms or 64 KiB) and retained per stream (newest
- * max_retained bytes) in C. Entry points are thread-safe; callbacks run on the engine thread. */
+ * max_retained bytes) in C. Entry points are thread-safe; callbacks run on the engine thread.
+ *
+ * The WebSocket is never closed while execd may still write to it (its exit and close frames after an exit, a kill
+ * or a timeout): the client waits for execd's close, bounded; the real execd relays the SIGPIPE of a write to a
+ * closed socket to its foreground command. A killed process's stdin FIFO is removed through the files API. */
 #ifndef OSB_PROCESS_H
 #define OSB_PROCESS_H
 #include <stddef.h>
