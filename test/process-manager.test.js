@@ -195,7 +195,7 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
   it('killed and timed-out processes leave no stdin FIFO (.osb-proc-<nonce>.in) behind', async () => {
     const fifos = async () => (await sandbox.executeCommand('ls -a "${TMPDIR:-/tmp}" | grep "^\\.osb-proc-.*\\.in$" || true')).stdout;
     const killed = await pm.spawn('echo up; sleep 30');
-    const timed = await pm.spawn('echo up; sleep 30', { timeout: 1500 });
+    const timed = await pm.spawn('echo up; sleep 30', { timeout: 4000 }); // long enough to see its FIFO first
     await waitFor(() => killed.stdout === 'up\n' && timed.stdout === 'up\n');
     const nonce = (h) => h.pid.split('.')[1];
     const before = await fifos();
