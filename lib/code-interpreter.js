@@ -6,6 +6,7 @@ import { createTool } from '@mastra/core/tools';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
 import { z } from 'zod';
 import { binding } from './native.js';
+import { assertExactPath, resolveCwd } from './files.js';
 import { OpenSandboxCancelledError, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxOptionError, fromNative } from './errors.js';
 
 const EXECD_CONNECTION = Symbol.for('mastra-opensandbox.execdConnection');
@@ -272,7 +273,10 @@ function checkOptions(options) {
     }
   }
   if (options.onResult !== undefined && typeof options.onResult !== 'function') throw option('onResult', 'must be a function');
-  if (options.cwd !== undefined) nonEmpty(options.cwd, 'cwd');
+  if (options.cwd !== undefined) {
+    nonEmpty(options.cwd, 'cwd');
+    assertExactPath(options.cwd, 'cwd');
+  }
   const positive = (v, name, def) => {
     const n = ms(v, name, def);
     if (n < 1) throw option(name, 'must be >= 1');
@@ -330,8 +334,12 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
     return state.client;
   }
 
+  /** cwd (the tool's input, else the cwd option): `$` refused, a relative one against the working directory, as
+   * executeCommand does (execd would expand `$VAR`/`~` and resolve it against its own cwd, `/`). */
   async function createContext(c, language, cwd) {
-    const ctx = await c.createContext({ language, cwd: cwd ?? o.cwd, timeoutMs: o.contextTimeoutMs });
+    const dir = cwd ?? o.cwd;
+    if (dir) assertExactPath(dir, 'cwd');
+    const ctx = await c.createContext({ language, cwd: dir ? resolveCwd(dir, sandbox.workingDirectory) : undefined, timeoutMs: o.contextTimeoutMs });
     if (!ctx || typeof ctx.id !== 'string' || ctx.id === '') {
       throw new OpenSandboxError(`create ${language} code context: the server answered without an id`, 'PROTOCOL', { kind: 'protocol' });
     }

@@ -2,6 +2,7 @@
 // of execd's result onto Mastra's CommandResult (exit codes of timeouts, aborts, kills and start failures) and the
 // delivery of streamed output to the caller's callbacks. The sandbox runs the request (recovery, keep-alive).
 import { shellQuote } from './shell.js';
+import { resolveCwd } from './files.js';
 
 /** Exit code reported for a command stopped through its abortSignal (like a shell's 128 + SIGINT). */
 export const ABORTED_EXIT_CODE = 130;
@@ -17,11 +18,15 @@ export function commandLine(command, call) {
   return call.args.length ? `${command} ${call.args.map(shellQuote).join(' ')}` : command;
 }
 
-/** The native run request of a normalized call: `env` (the sandbox's, under the call's), `cwd` the default. */
+/**
+ * The native run request of a normalized call: `env` (the sandbox's, under the call's), `cwd` the working directory
+ * (the default, and what a relative call cwd resolves against: execd would resolve it against its own cwd; a cwd
+ * with `$` was refused by normalizeCommandCall).
+ */
 export function commandRequest(full, call, env, cwd) {
   const envs = {};
   for (const [k, v] of Object.entries({ ...env, ...call.env })) if (v !== undefined) envs[k] = String(v);
-  return { command: full, cwd: call.cwd ?? cwd, envs, timeoutMs: call.timeoutMs, maxRetainedBytes: call.maxRetainedBytes };
+  return { command: full, cwd: resolveCwd(call.cwd, cwd), envs, timeoutMs: call.timeoutMs, maxRetainedBytes: call.maxRetainedBytes };
 }
 
 /** The result of a command aborted before it ran. */

@@ -175,6 +175,7 @@ export function fromNative(err, { operation, secrets = [], timeoutMs } = {}) {
     case 'timeout':
       return new OpenSandboxTimeoutError(`${where}timed out: ${serverMessage}`, details);
     case 'protocol':
+      if (details.code === 'RESPONSE_TOO_LARGE') return new OpenSandboxProtocolError(`${where}response too large: ${serverMessage}`, details);
       return new OpenSandboxProtocolError(`${where}malformed response from the OpenSandbox server: ${serverMessage}`, details);
     case 'cancelled':
       return new OpenSandboxCancelledError(`${where}cancelled: ${serverMessage}`, details);

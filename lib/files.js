@@ -14,8 +14,15 @@ import { OpenSandboxOptionError } from './errors.js';
  */
 export function assertExactPath(p, option = 'path') {
   if (typeof p === 'string' && p.includes('$')) {
-    throw new OpenSandboxOptionError(option, `path ${JSON.stringify(p)} contains "$": execd expands environment variables in file paths, so it cannot be addressed exactly (rename it, or write it with executeCommand)`);
+    const what = option === 'cwd' ? 'a command cwd' : 'file paths';
+    throw new OpenSandboxOptionError(option, `path ${JSON.stringify(p)} contains "$": execd expands environment variables in ${what}, so it cannot be addressed exactly (rename it, or write it with executeCommand)`);
   }
+}
+
+/** A cwd as the sandbox should see it: a relative one resolves against base (the working directory); none -> base. */
+export function resolveCwd(cwd, base) {
+  if (!cwd) return base ?? null;
+  return path.posix.isAbsolute(cwd) || !base ? cwd : path.posix.join(base, cwd);
 }
 
 /** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */
@@ -48,20 +55,53 @@ export function normalizeFiles(files, cwd) {
   return { paths, modes, buffers };
 }
 
+/** Files per upload request: execd's multipart reader (Go) refuses a form of more than 1,000 parts (two per file). */
+export const UPLOAD_MAX_FILES = 500;
+/** Content bytes per upload request (a single larger file goes alone): execd parses up to 32 MiB in memory. */
+export const UPLOAD_MAX_BYTES = 32 * 1024 * 1024;
+
+/** Consecutive index ranges [start, end) of at most UPLOAD_MAX_FILES files and UPLOAD_MAX_BYTES bytes (>= 1 file). */
+export function uploadBatches(buffers, maxFiles = UPLOAD_MAX_FILES, maxBytes = UPLOAD_MAX_BYTES) {
+  const out = [];
+  let start = 0;
+  let bytes = 0;
+  buffers.forEach((b, i) => {
+    if (i > start && (i - start >= maxFiles || bytes + b.length > maxBytes)) {
+      out.push([start, i]);
+      start = i;
+      bytes = 0;
+    }
+    bytes += b.length;
+  });
+  if (buffers.length > start) out.push([start, buffers.length]);
+  return out;
+}
+
 /**
- * Uploads in one request. conn = { baseUrl, headers, requestTimeoutMs, caFile }. Resolves when execd has stored every
- * file; rejects with the native error shape (kind/status/code/…), `cancelled` when abortSignal fires.
+ * Uploads in requests of at most UPLOAD_MAX_FILES files and UPLOAD_MAX_BYTES bytes, one after another (see
+ * uploadBatches). conn = { baseUrl, headers, requestTimeoutMs, caFile }; the deadline is per request. Resolves when
+ * execd has stored every file; rejects with the native error shape (kind/status/code/…), `cancelled` when
+ * abortSignal fires, with `filesWritten`: the files of the requests execd had confirmed (their order is the
+ * caller's; later requests were not sent).
  */
 export async function uploadFiles(conn, { paths, modes, buffers }, { abortSignal, timeoutMs } = {}) {
   const kv = [];
   for (const [k, v] of Object.entries(conn.headers ?? {})) kv.push(k, String(v));
-  const h = binding.filesUpload(conn.baseUrl, kv, paths, modes, buffers, timeoutMs ?? conn.requestTimeoutMs ?? 30000,
-    conn.caFile ?? null);
-  const onAbort = () => binding.filesCancel(h.handle);
-  abortSignal?.addEventListener('abort', onAbort, { once: true });
-  try {
-    await h.result;
-  } finally {
-    abortSignal?.removeEventListener('abort', onAbort);
+  let written = 0;
+  for (const [start, end] of uploadBatches(buffers)) {
+    if (abortSignal?.aborted) throw Object.assign(new Error('upload cancelled'), { kind: 'cancelled', code: 'CANCELLED', filesWritten: written });
+    const h = binding.filesUpload(conn.baseUrl, kv, paths.slice(start, end), modes.slice(start, end), buffers.slice(start, end),
+      timeoutMs ?? conn.requestTimeoutMs ?? 30000, conn.caFile ?? null);
+    const onAbort = () => binding.filesCancel(h.handle);
+    abortSignal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      await h.result;
+    } catch (e) {
+      if (e && typeof e === 'object') e.filesWritten = written;
+      throw e;
+    } finally {
+      abortSignal?.removeEventListener('abort', onAbort);
+    }
+    written = end;
   }
 }

@@ -29,6 +29,11 @@ const FILE_REQUEST = Symbol.for('mastra-opensandbox.fileRequest');
 export const SANDBOX_OPTIONS = Symbol('sandboxOptions');
 /** @internal lib/provider.js: the sandbox this filesystem made is now shared (a workspace's sandbox owns it). */
 export const SHARE_SANDBOX = Symbol('shareSandbox');
+/**
+ * Recovery of writeFile, mkdir: an upload or mkdir into a sandbox the lifecycle API confirms gone reached nothing
+ * that outlives it, so any transport failure (not only a refused connect) is retried once on the new sandbox.
+ */
+const WRITE = { anyTransport: true };
 const DEFAULT_MAX_READ_BYTES = 1024 * 1024 * 1024;
 const LIST_ALL_DEPTH = 1000; // execd's /directories/list depth for "everything below"
 const FS_OPTIONS = ['sandbox', 'id', 'basePath', 'contained', 'readOnly', 'maxReadBytes', 'instructions', 'onInit', 'onDestroy', 'textExtensions'];
@@ -185,7 +190,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
 
   async init() {
     await this.#sandbox.ensureRunning();
-    await this.#request('create base directory', c => this.#op(c, 'mkdir', [this.#basePath], { num: 755 }));
+    await this.#request('create base directory', c => this.#op(c, 'mkdir', [this.#basePath], { num: 755 }), WRITE);
   }
 
   /**
@@ -264,7 +269,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       }
       if (info && options?.overwrite === false) throw new FileExistsError(inputPath);
       await this.#upload(c, [info?.realPath ?? abs], [execdMode(info)], [data], inputPath);
-    });
+    }, WRITE);
   }
 
   async appendFile(inputPath, content) {
@@ -350,7 +355,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
         if (parent.type !== 'directory') throw new NotDirectoryError(P.dirname(inputPath));
       }
       await this.#op(c, 'mkdir', [abs], { num: 755 });
-    });
+    }, WRITE);
   }
 
   async rmdir(inputPath, options) {
@@ -570,8 +575,8 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
   }
 
   /** Runs fn(client) as a request of the shared sandbox (started on demand; failures mapped there). */
-  #request(operation, fn) {
-    return this.#sandbox[FILE_REQUEST](operation, conn => fn(this.#clientFor(conn)));
+  #request(operation, fn, options) {
+    return this.#sandbox[FILE_REQUEST](operation, conn => fn(this.#clientFor(conn)), options);
   }
 
   #clientFor(conn) {

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { OpenSandboxOptionError } from './errors.js';
 import { LOGICAL_ID_LABEL, labelProblem } from './labels.js';
 import { Template } from './template.js';
+import { assertExactPath } from './files.js';
 
 export const DEFAULTS = Object.freeze({
   domain: '127.0.0.1:8080',
@@ -19,6 +20,8 @@ export const DEFAULTS = Object.freeze({
   readyTimeoutMs: 30000,
   createTimeoutMs: 180000,
   workingDirectory: '/workspace',
+  /** executeCommand: newest bytes kept per stream (the rest is dropped from the result, counted; callbacks get all). */
+  maxRetainedBytes: 16 * 1024 * 1024,
   keepCheckpoints: 3,
   snapshotTimeoutMs: 300000,
 });
@@ -28,6 +31,7 @@ const KNOWN = new Set([
   'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'execdAccessToken', 'requestTimeoutMs', 'readyTimeoutMs',
   'createTimeoutMs', 'instructions', 'onStart', 'onStop', 'onDestroy', 'workingDirectory', 'idleTimeoutMinutes', 'caFile',
   'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template',
+  'maxRetainedBytes',
 ]);
 
 const fail = (option, message) => {
@@ -62,6 +66,16 @@ function optPositiveInt(o, key) {
   const v = o[key];
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) fail(key, `expected a positive integer, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/** maxRetainedBytes: 0, a positive integer, or Infinity (-1 for the native layer: unbounded); undefined stays. */
+function parseRetained(v) {
+  if (v === undefined) return undefined;
+  if (v === Infinity) return -1;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) {
+    fail('maxRetainedBytes', `expected 0, a positive integer or Infinity, got ${JSON.stringify(v)}`);
+  }
   return v;
 }
 
@@ -279,6 +293,7 @@ export function normalizeOptions(input = {}, env = process.env) {
     snapshotId: optString(o, 'snapshotId'),
     keepCheckpoints: optPositiveInt(o, 'keepCheckpoints') ?? DEFAULTS.keepCheckpoints,
     snapshotTimeoutMs: optPositiveInt(o, 'snapshotTimeoutMs') ?? DEFAULTS.snapshotTimeoutMs,
+    maxRetainedBytes: parseRetained(o.maxRetainedBytes) ?? DEFAULTS.maxRetainedBytes,
   };
 }
 
@@ -295,6 +310,7 @@ export function normalizeCommandCall(command, args, options) {
     fail('timeout', `expected a non-negative number of milliseconds, got ${JSON.stringify(timeout)}`);
   }
   if (cwd !== undefined && cwd !== null && (typeof cwd !== 'string' || cwd === '')) fail('cwd', 'expected a non-empty string');
+  assertExactPath(cwd, 'cwd'); // execd expands $VAR (and a leading ~) in a command's cwd
   if (env !== undefined && env !== null) {
     if (typeof env !== 'object' || Array.isArray(env)) fail('env', `expected an object, got ${typeName(env)}`);
     for (const [k, v] of Object.entries(env)) {
@@ -306,13 +322,7 @@ export function normalizeCommandCall(command, args, options) {
   if (abortSignal !== undefined && abortSignal !== null && !(abortSignal instanceof AbortSignal)) {
     fail('abortSignal', 'expected an AbortSignal');
   }
-  let retain = -1; // unbounded, like Mastra's executeCommand
-  if (maxRetainedBytes !== undefined && maxRetainedBytes !== Infinity) {
-    if (typeof maxRetainedBytes !== 'number' || !Number.isInteger(maxRetainedBytes) || maxRetainedBytes < 0) {
-      fail('maxRetainedBytes', `expected 0, a positive integer or Infinity, got ${JSON.stringify(maxRetainedBytes)}`);
-    }
-    retain = maxRetainedBytes;
-  }
+  const retain = parseRetained(maxRetainedBytes); // undefined: the sandbox's maxRetainedBytes
   return {
     args: args ? [...args] : [],
     timeoutMs: timeout ? Math.ceil(timeout) : 0,

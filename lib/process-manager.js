@@ -2,10 +2,10 @@
 // in pipe mode run by the native process table (src/opensandbox/process.c): live stdout/stderr kept apart, stdin,
 // kill confirmed by execd, exact exit codes, reattach by pid after a restart. This file only speaks Mastra:
 // UTF-8 decoding, the handle's result shape, the tracked-process table. See docs/processes.md.
-import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { SandboxProcessManager, ProcessHandle } from '@mastra/core/workspace';
 import { binding } from './native.js';
+import { resolveCwd } from './files.js';
 import {
   fromNative, OpenSandboxApiError, OpenSandboxCancelledError, OpenSandboxNotFoundError, OpenSandboxTransportError,
 } from './errors.js';
@@ -197,9 +197,7 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
   }
 
   #cwd(cwd) {
-    const base = this.sandbox?.workingDirectory;
-    if (!cwd) return base ?? null;
-    return path.posix.isAbsolute(cwd) || !base ? cwd : path.posix.join(base, cwd);
+    return resolveCwd(cwd, this.sandbox?.workingDirectory);
   }
 
   #start(c, { command = null, cwd = null, env = {}, stdinIgnore = false, timeout = 0, maxRetainedBytes, pid = null }, sink) {

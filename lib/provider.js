@@ -43,6 +43,7 @@ export const openSandboxConfigSchema = Object.freeze({
     requestTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.requestTimeoutMs, description: 'Deadline of each lifecycle/execd request.' },
     readyTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.readyTimeoutMs, description: 'Deadline for execd to answer /ping once the sandbox runs.' },
     createTimeoutMs: { type: 'integer', minimum: 1, default: DEFAULTS.createTimeoutMs, description: 'Deadline of a create request and of the server\'s own transitions (Pending/Allocated, Pausing, Resuming).' },
+    maxRetainedBytes: { type: 'integer', minimum: 0, default: DEFAULTS.maxRetainedBytes, description: 'executeCommand: newest bytes of stdout/stderr kept per stream in the result (older ones dropped and counted).' },
     workingDirectory: str('Default cwd of commands, created on start.', { default: DEFAULTS.workingDirectory }),
     instructions: str('Instructions for the agent about this sandbox ("" = none); default: a description of the sandbox.'),
     checkpointName: { type: ['string', 'null'], description: 'Checkpoint snapshot() captures into and a start without a live sandbox boots from. Default: id; null = no checkpoints.' },

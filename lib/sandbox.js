@@ -185,6 +185,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * server that cannot pause (Kubernetes: 400 KUBERNETES::INVALID_STATE, 501 SANDBOX::API_NOT_SUPPORTED) leaves it
    * running: warned once per server, reported by getInfo() (`pause`); Docker's 500
    * DOCKER::SANDBOX_PAUSE_FAILED is "already paused" (done) or "being committed by a snapshot" (left running).
+   * Mastra's Workspace calls `_stop()`, which sets the status around this; called directly, a stop that paused (or
+   * found the sandbox gone) leaves the status 'stopped' too, so that the next call starts (resumes) the sandbox again.
    */
   async stop() {
     const id = this.#remoteId;
@@ -193,6 +195,13 @@ export class OpenSandboxSandbox extends MastraSandbox {
     await this.#cancelInflight();
     await this.processes.killAll();
     this.#execd = undefined;
+    await this.#pauseRemote(id);
+    // left running by a server that cannot pause: the status stays true ('running')
+    if (!this.#pause) this.#stoppedDirectly();
+  }
+
+  /** stop()'s pause request and the wait for Paused, per upstream answer (see stop()). */
+  async #pauseRemote(id) {
     for (let again = false; ; again = true) {
       try {
         await this.#lc().pause(id);
@@ -217,6 +226,11 @@ export class OpenSandboxSandbox extends MastraSandbox {
     }
     this.#pause = undefined;
     await this.#waitForState(id, s => s !== 'Pausing' && s !== 'Running', 'pause');
+  }
+
+  /** A stop() not wrapped by Mastra's _stop() (status still 'running'): the status says what happened. */
+  #stoppedDirectly() {
+    if (this.status === 'running') this.status = 'stopped';
   }
 
   /** stop() on a sandbox the server would not pause: it stays running (the next start reattaches to it). */
@@ -256,7 +270,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (call.abortSignal?.aborted) return abortedResult(base, started);
     await this.ensureRunning();
     if (call.abortSignal?.aborted) return abortedResult(base, started); // aborted while the sandbox was starting
-    const request = commandRequest(full, call, this.getEnv(), this.workingDirectory);
+    const request = commandRequest(full, { ...call, maxRetainedBytes: call.maxRetainedBytes ?? this.#cfg.maxRetainedBytes }, this.getEnv(), this.workingDirectory);
     const onBatch = batchDelivery(call, () => this.logger);
     // every transport failure before the stream's init event means execd started nothing: safe to retry
     const r = await this.#recovering(() => this.#runOnce(request, onBatch, call.abortSignal), {
@@ -355,12 +369,15 @@ export class OpenSandboxSandbox extends MastraSandbox {
         await uploadFiles(conn, batch, { abortSignal: signal });
       } catch (e) {
         if (signal?.aborted) throw new SandboxAbortError('writeFiles', signal.reason);
-        throw this.#map(e, `write ${batch.paths.length} file(s)`);
+        const done = e?.filesWritten ? ` (the first ${e.filesWritten}, in earlier requests, were written)` : '';
+        throw this.#map(e, `write ${batch.paths.length} file(s)${done}`);
       } finally {
         this.#uploads--;
         this.#keepAlive.activity();
       }
-    }, { aborted: () => signal?.aborted });
+      // writes are idempotent and whatever reached a sandbox confirmed gone went with it: any transport failure
+      // (a cut mid-body, curl's "select/poll returned error" on a dying execd) is retried once on the new sandbox
+    }, { anyTransport: true, aborted: () => signal?.aborted });
   }
 
   /**
@@ -459,6 +476,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       ...(this.#options.keepCheckpoints !== undefined ? { keepCheckpoints: cfg.keepCheckpoints } : {}),
       ...(this.#options.snapshotTimeoutMs !== undefined ? { snapshotTimeoutMs: cfg.snapshotTimeoutMs } : {}),
       ...(this.#options.createTimeoutMs !== undefined ? { createTimeoutMs: cfg.createTimeoutMs } : {}),
+      ...(Number.isFinite(this.#options.maxRetainedBytes) ? { maxRetainedBytes: cfg.maxRetainedBytes } : {}),
       // the remote id only when it was configured: otherwise a stored config reconnects by logical id
       ...(this.#options.sandboxId ? { sandboxId: this.#options.sandboxId } : {}),
     };
@@ -531,7 +549,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
    * recovery like writeFiles' (a sandbox deleted behind our back: provisioned again and retried once when nothing
    * started, else OpenSandboxSandboxGoneError; execd's own FILE_NOT_FOUND is not a reason to ask the lifecycle server).
    */
-  async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn) {
+  async [Symbol.for('mastra-opensandbox.fileRequest')](operation, fn, { anyTransport = false } = {}) {
     await this.ensureRunning();
     return this.#recovering(async () => {
       const conn = this[Symbol.for('mastra-opensandbox.execdConnection')]();
@@ -548,7 +566,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
         this.#uploads--;
         this.#keepAlive.activity();
       }
-    });
+    }, { anyTransport });
   }
 
   /**

@@ -420,6 +420,16 @@ describe('code interpreter client', function () {
       await assert.rejects(live.delete_code_context.execute({ contextId: 'e'.repeat(32) }, {}), OpenSandboxContextNotFoundError);
     });
 
+    it('create_code_context: a relative cwd resolves against the working directory, a cwd with "$" is refused', async () => {
+      await sandbox.executeCommand('mkdir -p ci-sub');
+      const tools = createCodeInterpreterTools(sandbox);
+      const created = await tools.create_code_context.execute({ language: 'bash', cwd: 'ci-sub' }, {});
+      assert.equal((await tools.run_code.execute({ code: 'pwd', contextId: created.contextId }, {})).stdout, '/workspace/ci-sub\n');
+      await assert.rejects(tools.create_code_context.execute({ language: 'bash', cwd: '$HOME' }, {}), (e) => e instanceof OpenSandboxOptionError && e.option === 'cwd');
+      assert.throws(() => createCodeInterpreterTools(sandbox, { cwd: '~/$X' }), (e) => e instanceof OpenSandboxOptionError && e.option === 'cwd');
+      await tools.delete_code_context.execute({ contextId: created.contextId }, {});
+    });
+
     it('creates, lists and deletes contexts; a deleted default context is replaced', async () => {
       const tools = createCodeInterpreterTools(sandbox);
       const created = await tools.create_code_context.execute({ language: 'bash' }, {});

@@ -320,7 +320,12 @@ describe('OpenSandboxFilesystem', function () {
     assert.equal(back.length, big.length);
     assert.ok(back.equals(big));
     const small = new OpenSandboxFilesystem({ sandbox, basePath: '/workspace/fs', maxReadBytes: 1024 });
-    await assert.rejects(small.readFile('big.bin'), /larger than the 1024-byte limit/);
+    await assert.rejects(small.readFile('big.bin'), (e) => {
+      assert.equal(e.code, 'RESPONSE_TOO_LARGE');
+      assert.match(e.message, /: response too large: the file is larger than the 1024-byte limit/);
+      assert.doesNotMatch(e.message, /malformed/);
+      return true;
+    });
     await osfs.deleteFile('big.bin');
   });
 });

@@ -12,6 +12,7 @@ import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError, MOUNTS_LABEL } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
+import { uploadBatches } from '../lib/files.js';
 
 describe('OpenSandboxSandbox Mastra integration', function () {
   this.timeout(30000);
@@ -61,6 +62,24 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       assert.equal(r.stdout, 'alpha\nrun-b\n644 a.txt\n755 deep/er/b.sh\n600 /tmp/private.txt\n 00 01 02 ff fe 0a 0d 00\n');
     });
 
+    it('more than 500 files (execd refuses a form of more than 1,000 parts) or 32 MiB go in several requests', async () => {
+      const s = make();
+      const files = Array.from({ length: 1201 }, (_, i) => ({ path: `many/f${i}.txt`, content: `${i}\n` }));
+      files.push({ path: 'many/big1.bin', content: Buffer.alloc(20 * 1024 * 1024, 1) }, { path: 'many/big2.bin', content: Buffer.alloc(20 * 1024 * 1024, 2) });
+      await s.writeFiles(files);
+      const r = await s.executeCommand('ls many | wc -l; cat many/f0.txt many/f500.txt many/f1200.txt; wc -c < many/big2.bin; od -An -tx1 -N1 many/big2.bin');
+      assert.equal(r.stdout, `1203\n0\n500\n1200\n${20 * 1024 * 1024}\n 02\n`);
+    });
+
+    it('uploadBatches: at most 500 files and 32 MiB per request, a larger file alone, order kept', () => {
+      const sizes = (...n) => n.map((k) => ({ length: k }));
+      assert.deepEqual(uploadBatches(sizes(1, 1, 1, 1, 1), 2, 100), [[0, 2], [2, 4], [4, 5]]);
+      assert.deepEqual(uploadBatches(sizes(60, 50, 200, 10), 500, 100), [[0, 1], [1, 2], [2, 3], [3, 4]]);
+      assert.deepEqual(uploadBatches(sizes(40, 50, 10, 1), 500, 100), [[0, 3], [3, 4]]);
+      assert.deepEqual(uploadBatches([]), []);
+      assert.equal(uploadBatches(Array.from({ length: 1001 }, () => ({ length: 1 }))).length, 3);
+    });
+
     it('rejects bad input and aborted calls with typed errors', async () => {
       const s = make();
       await assert.rejects(s.writeFiles([{ path: 'x', content: 'x', mode: 0o1000 }]), /mode/i);
@@ -97,6 +116,21 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       assert.notEqual(s.opensandbox.sandboxId, first);
       assert.equal(s.status, 'running');
       assert.equal((await s.executeCommand('cat a.txt')).stdout, 'again\n');
+    });
+  });
+
+  describe('writeFiles into a sandbox that dies mid-upload', () => {
+    it('an upload cut by the sandbox\'s deletion (not a refused connect) runs again on a new sandbox', async () => {
+      const s = make();
+      await s._start();
+      const first = s.opensandbox.sandboxId;
+      const big = Buffer.alloc(96 * 1024 * 1024, 5);
+      const p = s.writeFiles([{ path: 'big.bin', content: big }]);
+      await waitFor(() => stats().requestsInFlight > 0, { timeoutMs: 5000, intervalMs: 1, message: 'upload in flight' });
+      assert.equal((await fetch(`${server.baseUrl}/v1/sandboxes/${first}`, { method: 'DELETE' })).status, 204);
+      await p; // the sandbox is confirmed gone: the write reached nothing that outlives it
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      assert.equal((await s.executeCommand('wc -c < big.bin')).stdout, `${big.length}\n`);
     });
   });
 

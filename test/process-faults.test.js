@@ -233,6 +233,8 @@ describe('OpenSandboxProcessManager under faults', function () {
       const h = await sb.processes.get(info.pid);
       assert.ok(h, 'reattached');
       assert.equal(h.pid, info.pid);
+      // get() resolves after execd's replay frame (it comes before its connected frame): the output is there at once
+      assert.ok(h.stdout.startsWith('started\n'), `stdout right after get(): ${JSON.stringify(h.stdout)}`);
       // output produced while no client was attached is replayed
       await waitFor(() => h.stdout.includes('tick-3\n'), { message: `replayed output (got ${JSON.stringify(h.stdout)})` });
       assert.ok(h.stdout.startsWith('started\ntick-1\ntick-2\ntick-3\n'), h.stdout);

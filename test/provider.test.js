@@ -39,7 +39,7 @@ describe('openSandboxProvider (Mastra Editor)', function () {
     const props = openSandboxProvider.configSchema.properties;
     for (const key of ['id', 'domain', 'protocol', 'sandboxId', 'image', 'entrypoint', 'timeoutSeconds', 'idleTimeoutMinutes', 'resources',
       'env', 'metadata', 'volumes', 'networkPolicy', 'useServerProxy', 'requestTimeoutMs', 'readyTimeoutMs', 'createTimeoutMs', 'workingDirectory', 'instructions',
-      'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template']) {
+      'checkpointName', 'seedCheckpointName', 'snapshotId', 'keepCheckpoints', 'snapshotTimeoutMs', 'template', 'maxRetainedBytes']) {
       assert.ok(props[key], key);
       assert.ok(props[key].description, `${key} has a description`);
     }

@@ -2,7 +2,7 @@
 // output and exit codes, quoting, env overlay, cwd, timeouts, aborts, streaming, retention, concurrency.
 import assert from 'node:assert/strict';
 import { startServer } from '../lib/dev-server/index.js';
-import { OpenSandboxSandbox, OpenSandboxApiError } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 
@@ -98,6 +98,21 @@ describe('OpenSandboxSandbox.executeCommand', function () {
   it('runs in the working directory by default, honours cwd', async () => {
     assert.equal((await sandbox.executeCommand('pwd')).stdout, '/workspace\n');
     assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '/tmp' })).stdout, '/tmp\n');
+  });
+
+  it('resolves a relative cwd against the working directory and refuses a cwd with "$"', async () => {
+    // execd alone would run `cwd: 'tmp'` in /tmp (its own cwd is /) and expand $VAR and a leading ~
+    await sandbox.executeCommand('mkdir -p tmp/sub');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: 'tmp' })).stdout, '/workspace/tmp\n');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: 'tmp/sub' })).stdout, '/workspace/tmp/sub\n');
+    for (const cwd of ['$HOME', '/workspace/${X}']) {
+      await assert.rejects(sandbox.executeCommand('pwd', [], { cwd }), err => {
+        assert.ok(err instanceof OpenSandboxOptionError, String(err));
+        assert.equal(err.option, 'cwd');
+        assert.match(err.message, /contains "\$": execd expands environment variables in a command cwd/);
+        return true;
+      });
+    }
   });
 
   it('rejects a missing cwd with the server message', async () => {
@@ -204,6 +219,27 @@ describe('OpenSandboxSandbox.executeCommand', function () {
     const none = await sandbox.executeCommand('echo gone', [], { maxRetainedBytes: 0 });
     assert.equal(none.stdout, '');
     assert.equal(none.stdoutDroppedBytes, 5);
+  });
+
+  it('retention is bounded by default (16 MiB per stream, the newest kept); the sandbox option and Infinity raise it', async () => {
+    const gen = '{ head -c 17825792 /dev/zero | tr "\\0" a | fold -w 4095; echo; }'; // whole lines: 4095 + 1 bytes each
+    const total = Number((await sandbox.executeCommand(`${gen} | wc -c`)).stdout.trim());
+    assert.ok(total > 17825792, String(total));
+    let streamed = 0;
+    const r = await sandbox.executeCommand(gen, [], { onStdout: (d) => { streamed += d.length; } });
+    assert.equal(streamed, total);
+    assert.equal(r.stdout.length, 16 * 1024 * 1024);
+    assert.deepEqual({ truncated: r.stdoutTruncated, dropped: r.stdoutDroppedBytes }, { truncated: true, dropped: total - 16 * 1024 * 1024 });
+    const all = await sandbox.executeCommand(gen, [], { maxRetainedBytes: Infinity });
+    assert.deepEqual({ length: all.stdout.length, truncated: all.stdoutTruncated }, { length: total, truncated: false });
+    const small = new OpenSandboxSandbox({ domain: server.domain, maxRetainedBytes: 10 });
+    try {
+      const s = await small.executeCommand('seq 1 100');
+      assert.deepEqual({ stdout: s.stdout, dropped: s.stdoutDroppedBytes }, { stdout: '98\n99\n100\n', dropped: 292 - 10 });
+      assert.equal((await small.getInfo()).metadata.maxRetainedBytes, 10); // part of the stored config
+    } finally {
+      await small._destroy();
+    }
   });
 
   it('times out: exit 124, timedOut, killed, partial output kept, remote command stopped', async () => {

@@ -99,6 +99,19 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal((await s.executeCommand(`kill -0 ${pid} && echo alive`)).stdout, 'alive\n');
   });
 
+  it('a direct stop() (not through Mastra\'s _stop) leaves the status stopped: the next command resumes the sandbox', async () => {
+    const s = make();
+    await s._start();
+    const id = s.opensandbox.sandboxId;
+    await s.stop();
+    assert.equal(s.status, 'stopped');
+    assert.equal(await remoteState(id), 'Paused');
+    assert.equal((await s.executeCommand('echo back')).stdout, 'back\n');
+    assert.equal(s.status, 'running');
+    assert.equal(s.opensandbox.sandboxId, id);
+    assert.equal(await remoteState(id), 'Running');
+  });
+
   it('a command after stop restarts the sandbox (ensureRunning)', async () => {
     const s = make();
     await s._start();

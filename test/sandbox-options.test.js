@@ -193,6 +193,7 @@ describe('OpenSandboxSandbox options', () => {
       [['echo', [], { abortSignal: {} }], 'abortSignal'],
       [['echo', [], { maxRetainedBytes: -1 }], 'maxRetainedBytes'],
       [['echo', [], { maxRetainedBytes: 1.5 }], 'maxRetainedBytes'],
+      [['echo', [], { cwd: 'a$HOME' }], 'cwd'],
     ];
     for (const [args, option] of bad) {
       await assert.rejects(s.executeCommand(...args), err => err instanceof OpenSandboxOptionError && err.option === option);

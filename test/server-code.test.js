@@ -291,6 +291,18 @@ describe('dev-server execd code interpreter (/code)', function () {
     assert.equal(noId.status, 400);
     assert.equal(noId.json.code, 'MISSING_QUERY');
 
+    // cwd as upstream: $VAR / ~ expanded (an undefined one fails the create), relative to execd's own cwd (/)
+    const undef = await ex('/code/context', { method: 'POST', body: { language: 'bash', cwd: '/tmp/$OSB_NO_SUCH_VAR' } });
+    assert.deepEqual({ status: undef.status, json: undef.json }, {
+      status: 500, json: { code: 'RUNTIME_ERROR', message: 'error creating code context. path references undefined environment variables: OSB_NO_SUCH_VAR' },
+    });
+    for (const [cwd, want] of [['tmp/ctx-rel', '/tmp/ctx-rel'], ['$HOME', null]]) {
+      const id = await newContext('bash', { cwd });
+      const pwd = (await run(id, 'bash', 'pwd')).filter((e) => e.type === 'stdout').map((e) => e.text).join('');
+      const home = (await run(id, 'bash', 'echo "$HOME"')).filter((e) => e.type === 'stdout').map((e) => e.text).join('');
+      assert.equal(pwd, want ? `${want}\n` : home, cwd);
+    }
+
     const lang = await ex('/code/context', { method: 'POST', body: { language: 'cobol' } });
     assert.equal(lang.status, 500);
     assert.equal(lang.json.code, 'RUNTIME_ERROR');

@@ -69,6 +69,26 @@ describe('dev-server execd commands', function () {
     assert.equal(ps.logs.stdout[0].text, '0');
   });
 
+  it('cwd like upstream: relative to the execd process cwd (/), $VAR and a leading ~ expanded', async () => {
+    const pwd = async (body) => {
+      const r = await raw('/command', { method: 'POST', body: { command: 'pwd', ...body } });
+      assert.equal(r.status, 200, r.text);
+      return r.text.match(/"type":"stdout","text":"([^"]*)"/)[1];
+    };
+    const home = (await sbx.commands.run('echo "$HOME"')).logs.stdout[0].text;
+    assert.equal(await pwd({ cwd: 'tmp' }), '/tmp');
+    assert.equal(await pwd({ cwd: '$HOME' }), home);
+    assert.equal(await pwd({ cwd: '~' }), home);
+    assert.equal(await pwd({ cwd: '${HOME}/../tmp' }), '/tmp');
+    // validation sees execd's environment only; the run expands with the request's envs over it
+    const undef = await raw('/command', { method: 'POST', body: { command: 'pwd', cwd: '/$OSB_NO_SUCH_VAR' } });
+    assert.equal(undef.status, 400);
+    assert.deepEqual(undef.json, {
+      code: 'INVALID_REQUEST_BODY',
+      message: 'invalid request, validation error cannot resolve working directory "/$OSB_NO_SUCH_VAR": path references undefined environment variables: OSB_NO_SUCH_VAR',
+    });
+  });
+
   it('a missing working directory is a 400 before any stream', async () => {
     const r = await raw('/command', { method: 'POST', body: { command: 'true', cwd: '/no/such/dir' } });
     assert.equal(r.status, 400);

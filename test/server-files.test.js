@@ -161,6 +161,20 @@ describe('dev-server execd files API', function () {
     assert.equal(await sh(sbx, 'cat /workspace/u/a.txt; echo; cat /workspace/u/deep/b.txt; echo; stat -c %a /workspace/u/a.txt'), 'first\nsecond\n600');
   });
 
+  it('upload of more than 1,000 parts: 400 INVALID_FILE "multipart form is empty" and nothing written (Go multipart limit)', async () => {
+    const form = (n, dir) => multipart(Array.from({ length: n }, (_, i) => [
+      { name: 'metadata', filename: 'metadata', data: `{"path":"/workspace/${dir}/f${i}.txt"}` },
+      { name: 'file', filename: `f${i}`, data: String(i) },
+    ]).flat());
+    const over = await raw('/files/upload', { method: 'POST', ...form(501, 'parts-over') });
+    assert.equal(over.status, 400);
+    assert.deepEqual(over.json, { code: 'INVALID_FILE', message: 'multipart form is empty' });
+    assert.equal(await sh(sbx, 'ls /workspace/parts-over 2>/dev/null | wc -l'), '0');
+    const limit = await raw('/files/upload', { method: 'POST', ...form(500, 'parts-limit') });
+    assert.equal(limit.status, 200, limit.text);
+    assert.equal(await sh(sbx, 'ls /workspace/parts-limit | wc -l; cat /workspace/parts-limit/f499.txt'), '500\n499');
+  });
+
   it('download: headers, Range 206/416, line mode, 404', async () => {
     await sbx.files.writeFiles([{ path: '/workspace/dl/b.txt', data: '0123456789\nsecond\nthird' }]);
     const full = await raw('/files/download?path=/workspace/dl/b.txt');

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startServer } from '../lib/dev-server/index.js';
-import { OpenSandboxSandbox } from '../lib/index.js';
+import { OpenSandboxSandbox, OpenSandboxFilesystem } from '../lib/index.js';
 import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
@@ -78,6 +78,36 @@ describe('signal forwarding (upstream execd relays SIGPIPE to the foreground com
     const pending = sandbox.executeCommand('echo started; sleep 30', [], { abortSignal: ac.signal, onStdout: () => ac.abort() });
     assert.equal((await pending).exitCode, 130);
     const r = await sandbox.executeCommand('sleep 1; echo ok');
+    assert.deepEqual({ exitCode: r.exitCode, killed: r.killed, stdout: r.stdout }, { exitCode: 0, killed: false, stdout: 'ok\n' });
+  });
+
+  it('killing a background process (kill(), spawn timeout, abortSignal) never kills the foreground command', async () => {
+    // upstream writes the PTY session's exit and close frames after DELETE /pty; a client that closes its WebSocket
+    // as soon as the DELETE answered makes those writes hit a closed socket and the SIGPIPE lands on this command
+    const rounds = 6;
+    for (let round = 0; round < rounds; round++) {
+      const fg = sandbox.executeCommand('sleep 2; echo ok');
+      const bg = await sandbox.processes.spawn('echo up; sleep 30');
+      await waitFor(() => bg.stdout === 'up\n', { message: 'the background process is attached' });
+      assert.equal(await bg.kill(), true);
+      const timed = await sandbox.processes.spawn('sleep 30', { timeout: 200 });
+      assert.equal((await timed.wait()).timedOut, true);
+      const ac = new AbortController();
+      const aborted = await sandbox.processes.spawn('echo up; sleep 30', { abortSignal: ac.signal });
+      await waitFor(() => aborted.stdout === 'up\n', { message: 'the background process is attached' });
+      ac.abort();
+      assert.equal((await aborted.wait()).killed, true);
+      const r = await fg;
+      assert.deepEqual({ exitCode: r.exitCode, killed: r.killed, stdout: r.stdout }, { exitCode: 0, killed: false, stdout: 'ok\n' }, `round ${round}`);
+    }
+  });
+
+  it('a download refused as too large (maxReadBytes) reads on to the end: the foreground command is not killed', async () => {
+    const fsys = new OpenSandboxFilesystem({ sandbox, maxReadBytes: 1024 });
+    await sandbox.executeCommand('head -c 33554432 /dev/zero > osb-big.bin');
+    const fg = sandbox.executeCommand('sleep 2; echo ok');
+    await assert.rejects(fsys.readFile('osb-big.bin'), (e) => e.code === 'RESPONSE_TOO_LARGE');
+    const r = await fg;
     assert.deepEqual({ exitCode: r.exitCode, killed: r.killed, stdout: r.stdout }, { exitCode: 0, killed: false, stdout: 'ok\n' });
   });
 

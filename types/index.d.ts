@@ -104,6 +104,10 @@ export interface OpenSandboxSandboxOptions {
    * server's own transitions waited through (Pending/Allocated -> Running, Pausing -> Paused, Resuming -> Running).
    * Default 180000. */
   createTimeoutMs?: number;
+  /** executeCommand: newest bytes of stdout/stderr kept per stream in the result (older bytes are dropped and
+   * counted in stdoutDroppedBytes/stderrDroppedBytes; onStdout/onStderr still get every byte). Per call:
+   * options.maxRetainedBytes. Infinity = unbounded. Default 16 MiB. */
+  maxRetainedBytes?: number;
   instructions?: OpenSandboxInstructions;
   onStart?: SandboxStartHook;
   onStop?: SandboxLifecycleHook;

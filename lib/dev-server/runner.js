@@ -208,7 +208,8 @@ export class SandboxProcess {
     // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
-    a.push('--remount-ro', '/', '--chdir', '/workspace');
+    // execd runs in / like in a container: a relative command cwd resolves against it (commands.js requestCwd)
+    a.push('--remount-ro', '/', '--chdir', '/');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
     return { args: a, fds, owned };
   }

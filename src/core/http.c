@@ -57,7 +57,7 @@ struct osb_http_req {
   int open_handles;
   uint64_t deadline, idle_ms, last_activity;
   long timeout_ms;
-  int retry_connect, attempts;
+  int retry_connect, refused_final, attempts;
   int want_pause, paused, add_failed, in_multi, done, stopped, streamed, too_large, cancel_pending, add_pending, on_deferred;
   osb_http_req *next_deferred;
 };
@@ -375,7 +375,7 @@ static void transfer_done(osb_http_req *r, CURLcode rc) {
     finish(r, OSB_HTTP_ETIMEOUT, msg);
     return;
   }
-  if (r->retry_connect && is_connect_failure(rc, status)) {
+  if (r->retry_connect && is_connect_failure(rc, status) && !(r->refused_final && rc == CURLE_COULDNT_CONNECT)) {
     uint64_t backoff = RETRY_BASE_MS << (r->attempts - 1 < 5 ? r->attempts - 1 : 5);
     if (backoff > RETRY_MAX_MS) backoff = RETRY_MAX_MS;
     uint64_t now = osb_engine_now(r->e);
@@ -550,6 +550,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
   r->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
   r->timeout_ms = o->timeout_ms;
   r->retry_connect = o->retry_connect;
+  r->refused_final = o->refused_final;
   r->idle_ms = o->idle_timeout_ms > 0 ? (uint64_t)o->idle_timeout_ms : 0;
   r->deadline = o->timeout_ms > 0 ? osb_engine_now(e) + (uint64_t)o->timeout_ms : 0;
 

@@ -59,6 +59,9 @@ typedef struct {
   long timeout_ms;              /* whole request including retries; 0 = no deadline */
   long idle_timeout_ms;         /* max silence while waiting for/reading the response; 0 = none */
   int retry_connect;            /* retry connection failures with backoff (idempotent requests only) */
+  int refused_final;            /* with retry_connect: a refused connect (CURLE_COULDNT_CONNECT) is final at once;
+                                   execd's reads: a refused execd means the sandbox may be gone, and the caller asks
+                                   the lifecycle API then instead of retrying until the deadline */
   size_t max_body;              /* buffered body limit; 0 = 32 MiB */
   const char *ca_file;          /* PEM CA bundle for https (copied); NULL = osb_tls_default_ca() (tls_ca.h) */
   osb_http_data_fn on_data;     /* NULL = buffer the body */

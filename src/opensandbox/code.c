@@ -89,6 +89,7 @@ static void call_job(osb_engine *e, void *arg, int shutdown) {
   o.body_len = c->body ? strlen(c->body) : 0;
   o.timeout_ms = c->timeout_ms;
   o.retry_connect = strcmp(c->method, "GET") == 0;
+  o.refused_final = 1; /* a refused execd: the caller asks the lifecycle API (lib/recovery.js) at once */
   o.on_done = call_on_done;
   o.ud = c;
   osb_http_req *r = osb_conn_start(e, &c->cf, &o, extra, c->body ? 2 : 1, "%s", c->path);

@@ -21,7 +21,8 @@ struct osb_fop {
   long timeout_ms;
   size_t max_bytes;
   osb_buf data;      /* DOWNLOAD: the bytes so far (reserved from size_hint) */
-  int too_large;     /* DOWNLOAD: over max_bytes */
+  int too_large;     /* DOWNLOAD: over max_bytes (settled; the rest is read and discarded) */
+  int settled;       /* engine thread only: done was called (the transfer may still drain) */
   osb_http_req *req; /* engine thread only */
   int finished;      /* engine thread only */
   int cancel_pending;
@@ -53,23 +54,39 @@ int osb_query_escape(osb_buf *b, const char *s) {
   return 0;
 }
 
+/* Calls done once (data is freed when it was called already). */
+static void settle_op(osb_fop *op, const osb_error *err, char *data, size_t len) {
+  if (op->settled) {
+    free(data);
+    return;
+  }
+  op->settled = 1;
+  op->done(op->ud, err, data, len);
+}
+
 static void finish(osb_fop *op, const osb_error *err, char *data, size_t len) {
   op->finished = 1;
   op->req = NULL;
-  op->done(op->ud, err, data, len);
+  settle_op(op, err, data, len);
   osb_fop_release(op); /* the engine's reference */
 }
 
+/* A download over max_bytes fails at once, but the transfer reads on to the end of the body (discarding it, bounded
+ * by the request's deadline): closing while execd still writes makes the real execd relay SIGPIPE to its
+ * foreground command (docs/opensandbox-protocol.md §5b). */
 static int on_data(void *ud, long status, const char *p, size_t n) {
   (void)status;
   osb_fop *op = ud;
-  if (op->max_bytes && op->data.len + n > op->max_bytes) {
+  if (op->too_large) return 0;
+  if ((op->max_bytes && op->data.len + n > op->max_bytes) || osb_buf_append(&op->data, p, n) != 0) {
     op->too_large = 1;
-    return 1;
-  }
-  if (osb_buf_append(&op->data, p, n) != 0) {
-    op->too_large = 1;
-    return 1;
+    osb_error err;
+    if (op->max_bytes && op->data.len + n > op->max_bytes)
+      osb_error_set(&err, OSB_KIND_PROTOCOL, "RESPONSE_TOO_LARGE", "the file is larger than the %zu-byte limit", op->max_bytes);
+    else
+      osb_error_set(&err, OSB_KIND_PROTOCOL, "OUT_OF_MEMORY", "out of memory");
+    osb_buf_free(&op->data);
+    settle_op(op, &err, NULL, 0);
   }
   return 0;
 }
@@ -147,6 +164,7 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
   o.body_len = op->body_len;
   o.timeout_ms = op->timeout_ms;
   o.retry_connect = strcmp(op->method, "GET") == 0;
+  o.refused_final = 1; /* a refused execd: the caller asks the lifecycle API (lib/recovery.js) at once */
   if (op->kind == OSB_FOP_DOWNLOAD) {
     o.on_data = on_data;
     o.on_begin = on_begin;

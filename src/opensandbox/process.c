@@ -14,7 +14,11 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#define DRAIN_MS 2000        /* after the ack: wait this long for the exit frame before deleting the session */
+#define DRAIN_MS 2000        /* after the ack: wait this long for execd's close before deleting the session */
+/* After a kill (or any end while the socket is open): wait this long for execd's exit and close frames before
+ * closing. execd writes them once the process is gone; a socket the client already closed turns those writes into
+ * EPIPE, and the SIGPIPE execd receives is relayed to its foreground command (docs/opensandbox-protocol.md §5b). */
+#define LINGER_MS 2000
 #define RECONNECT_BUDGET_MS 10000 /* keep reconnecting this long after the connection was lost */
 #define RECONNECT_BASE_MS 100      /* backoff: doubles up to RECONNECT_MAX_MS */
 #define RECONNECT_MAX_MS 1600
@@ -84,6 +88,10 @@ struct osb_proc {
   stdin_msg *qhead, *qtail;
   waiter *kill_waiters;
   int kill_requested, timed_out, draining;
+  int lingering;        /* cleanup waits for execd's close of the socket (LINGER_MS, timeout_timer) */
+  int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
+  int fifo_step;        /* stdin FIFO removal after a kill: 0 not yet, 1 "$TMPDIR/…" asked, 2 "/tmp/…" asked */
+  int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
@@ -313,9 +321,19 @@ static void fail_stdin(osb_proc *p, int all) {
   p->qhead = keep;
 }
 
+/* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
+ * caller's handle has the output produced so far (or when it settles first). */
+static void report_started(osb_proc *p) {
+  if (!p->start_pending) return;
+  p->start_pending = 0;
+  osb_batch_flush(&p->batch);
+  p->cb.on_started(p->ud, NULL, p->pid);
+}
+
 /* The one on_exit. error_text != NULL: no status known. */
 static void settle(osb_proc *p, int code, int killed, int timed_out, const char *error_text) {
   if (p->state == S_SETTLED) return;
+  report_started(p);
   for (int i = 0; i < 2; i++) osb_pty_markers_flush(&p->mk, i, emit_cb, p); /* a marker prefix is output after all */
   osb_batch_flush(&p->batch);
   p->state = S_SETTLED;
@@ -346,10 +364,33 @@ static void settle_failed(osb_proc *p, const char *code, const char *fmt, const 
   cleanup(p);
 }
 
+static int remove_fifo(osb_proc *p);
+
+static void on_fifo_removed(void *ud, const osb_http_result *res) {
+  osb_proc *p = ud;
+  p->req = NULL;
+  /* execd expands $TMPDIR in the path; without it in execd's environment the wrapper used /tmp (and this failed) */
+  int ok = res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300;
+  if (ok || p->fifo_step != 1 || p->aborting || !remove_fifo(p)) cleanup(p);
+}
+
+/* A process killed (DELETE /pty: SIGKILL to the wrapper's whole group) or ended without its markers never reached
+ * the wrapper's own `rm -f "$f.in"`: remove its stdin FIFO (${TMPDIR:-/tmp}/.osb-proc-<nonce>.in) through the files
+ * API (a missing file is no error). 1 when a request started (its on_done continues the cleanup). */
+static int remove_fifo(osb_proc *p) {
+  if (p->fifo_step >= 2 || p->mk.got_err || !(p->mk.got_run || p->attach)) return 0;
+  char path[160];
+  snprintf(path, sizeof path, "/files?path=%s%%2F.osb-proc-%s.in", p->fifo_step == 0 ? "%24TMPDIR" : "%2Ftmp", p->nonce);
+  p->fifo_step++;
+  p->req = http(p, "DELETE", path, NULL, on_fifo_removed);
+  return p->req != NULL;
+}
+
 static void on_cleanup_delete(void *ud, const osb_http_result *res) {
   (void)res;
   osb_proc *p = ud;
   p->req = NULL;
+  if (!p->aborting && remove_fifo(p)) return;
   cleanup(p);
 }
 
@@ -358,12 +399,30 @@ static void proc_closed(void *ud) {
   osb_proc_release(ud); /* the engine side's reference */
 }
 
-/* Ends the engine side once settled: closes the socket, waits for requests in flight, closes the timers. */
+static void on_linger_timer(uv_timer_t *t) {
+  osb_proc *p = t->data;
+  if (!p->lingering) return;
+  p->lingering = 0;
+  drop_conn(p); /* the bound: execd did not close within LINGER_MS */
+  cleanup(p);
+}
+
+/* Ends the engine side once settled: lets execd close the socket (bounded, see LINGER_MS), waits for requests in
+ * flight, closes the timers. */
 static void cleanup(osb_proc *p) {
   if (!p->engine_side) return;
   p->cleaning = 1;
-  drop_conn(p);
   fail_stdin(p, 1);
+  if (p->conn && !p->aborting) {
+    if (!p->lingering) {
+      p->lingering = 1;
+      uv_timer_stop(&p->retry_timer);
+      if (p->paused) osb_ws_pause(p->conn, 0); /* read on to the close: the output is discarded now */
+      uv_timer_start(&p->timeout_timer, on_linger_timer, LINGER_MS, 0);
+    }
+    return; /* on_ws_close or the timer calls cleanup again */
+  }
+  drop_conn(p);
   if (p->req || p->del) return; /* their on_done calls cleanup again */
   p->engine_side = 0;
   if (p->paused) {
@@ -376,8 +435,8 @@ static void cleanup(osb_proc *p) {
   osb_batch_close(&p->batch, others, 2);
 }
 
-/* After a natural exit: the wrapper got its ack; once it is gone (exit frame, close or DRAIN_MS), delete the
- * session so that execd frees its replay buffer, then clean up. */
+/* After a natural exit: the wrapper got its ack; once execd closed the socket (after its exit frame) or DRAIN_MS
+ * passed, delete the session so that execd frees its replay buffer, then clean up. */
 static void drain_done(osb_proc *p) {
   if (!p->draining || p->cleaning) return;
   p->draining = 0;
@@ -555,14 +614,14 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
         send_line(p, "OSB-GO:%s\n");
       }
       flush_stdin(p);
+      report_started(p);
       break;
-    case OSB_PTY_EXIT:
-      if (p->draining) drain_done(p);
-      else if (p->state == S_RUNNING && !p->kill_requested) {
+    case OSB_PTY_EXIT: /* execd's close frame follows: wait for it (on_ws_close), never close first */
+      if (p->state == S_RUNNING && !p->kill_requested && !p->draining) {
         /* ended without the markers: the wrapper itself was killed (e.g. the whole group got a signal) */
         settle(p, f.exit_code < 0 ? KILLED_EXIT : f.exit_code, 0, 0, NULL);
         p->draining = 1;
-        drain_done(p);
+        uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
       }
       break;
     case OSB_PTY_ERROR:
@@ -582,6 +641,12 @@ static void on_ws_close(osb_proc *p, int code, const char *reason, int http_stat
     p->retry_since = 0;
   }
   drop_conn(p);
+  if (p->lingering) {
+    p->lingering = 0;
+    uv_timer_stop(&p->timeout_timer);
+    cleanup(p);
+    return;
+  }
   if (http_status) snprintf(p->last_close, sizeof p->last_close, "WebSocket upgrade answered %d", http_status);
   else if (code) snprintf(p->last_close, sizeof p->last_close, "WebSocket closed with %d %.120s", code, reason);
   else snprintf(p->last_close, sizeof p->last_close, "%.160s", reason);
@@ -697,9 +762,13 @@ static void on_status_done(void *ud, const osb_http_result *res) {
       return;
     }
     p->state = S_RUNNING;
-    p->cb.on_started(p->ud, NULL, p->pid);
-    if (p->kill_requested) send_kill(p);
-    else connect_ws(p);
+    p->start_pending = 1;
+    if (p->kill_requested) {
+      report_started(p);
+      send_kill(p);
+    } else {
+      connect_ws(p); /* started is reported at the connected frame, after the replay */
+    }
     return;
   }
 }
@@ -794,6 +863,7 @@ static void on_kill_done(void *ud, const osb_http_result *res) {
     else settle(p, KILLED_EXIT, 1, 0, NULL);
   }
   settle_waiters(p, 0);
+  if (!p->aborting && !p->req && remove_fifo(p)) return;
   cleanup(p);
 }
 
@@ -937,6 +1007,8 @@ static void proc_abort(osb_active *a) {
   }
   settle_waiters(p, 0);
   p->draining = 0;
+  p->aborting = 1;
+  p->lingering = 0;
   p->cleaning = 1; /* request callbacks that run from the cancels below only finish the cleanup */
   if (p->req) osb_http_cancel(p->req);
   if (p->del) osb_http_cancel(p->del);

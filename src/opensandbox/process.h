@@ -18,7 +18,11 @@
  *
  * Output: stdout (0x01) and stderr (0x02) are kept apart; replayed bytes (0x03, stdout and stderr merged by execd)
  * count as stdout. Batches are coalesced per process (every FLUSH ms or 64 KiB) and retained per stream (newest
- * max_retained bytes) in C. Entry points are thread-safe; callbacks run on the engine thread. */
+ * max_retained bytes) in C. Entry points are thread-safe; callbacks run on the engine thread.
+ *
+ * The WebSocket is never closed while execd may still write to it (its exit and close frames after an exit, a kill
+ * or a timeout): the client waits for execd's close, bounded; the real execd relays the SIGPIPE of a write to a
+ * closed socket to its foreground command. A killed process's stdin FIFO is removed through the files API. */
 #ifndef OSB_PROCESS_H
 #define OSB_PROCESS_H
 #include <stddef.h>
@@ -63,7 +67,8 @@ typedef struct {
 } osb_proc_exit;
 
 typedef struct {
-  /* Exactly once: err == NULL with the pid, or err (then nothing else follows). */
+  /* Exactly once: err == NULL with the pid, or err (then nothing else follows). A reattach reports it after the
+   * output execd replays (its replay frame precedes its connected frame), which on_output got first. */
   void (*on_started)(void *ud, const osb_error *err, const char *pid);
   /* Batches in arrival order, every byte (before retention). */
   void (*on_output)(void *ud, const char *out, size_t out_len, const char *err, size_t err_len);

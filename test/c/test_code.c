@@ -279,6 +279,10 @@ static void test_errors(void) {
   CHECK(h && latch_wait(&t.done, 1, 10000) && t.failed && t.e.kind == OSB_KIND_TRANSPORT);
   osb_code_run_release(h);
   cell_free(&t);
+  /* a refused GET fails at its first attempt (the caller asks the lifecycle API), not at the deadline */
+  call_rec c;
+  CALL(c, osb_code_list_contexts(E, closed, "python", on_json, &c, e_, sizeof e_));
+  CHECK(c.failed && c.err.kind == OSB_KIND_TRANSPORT && c.err.attempts == 1);
   osb_conn_free(closed);
 }
 

@@ -153,6 +153,7 @@ static void test_transport_cancel_shutdown(void) {
   result r = {0};
   run_op(e, &closed, &q, &r);
   CHECK(r.failed && r.err.kind == OSB_KIND_TRANSPORT);
+  CHECK(r.err.attempts == 1); /* a refused GET is not retried until the deadline: the caller asks the lifecycle API */
 
   memset(&r, 0, sizeof r);
   latch_init(&r.l);

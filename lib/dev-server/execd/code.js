@@ -7,11 +7,13 @@
 //   DELETE /code?id=<context or shell-run id>             -> interrupt (SIGINT to the kernel's process group)
 // Status codes and messages follow the real execd's controller (codeinterpreting.go).
 import fs from 'node:fs';
+import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { HttpError, backpressure, decodeSegment, goJson, guard, openEventStream, readJson, sendEmpty, sendJson } from './http.js';
 import { Kernel, SUPPORTED_LANGUAGES } from './code-kernel.js';
 import { runShell } from './code-shell.js';
 import { mkdirpSync } from './mkdirp.js';
+import { expandPath } from './files-paths.js';
 
 const PING_INTERVAL_MS = 3000;
 
@@ -58,7 +60,9 @@ export function createRoutes(ctx) {
     if (!SUPPORTED_LANGUAGES.includes(language)) {
       throw new Error(`no kernel found for language ${JSON.stringify(language ?? '')} (supported: ${SUPPORTED_LANGUAGES.join(', ')})`);
     }
-    const dir = cwd || defaultCwd();
+    // like upstream: $VAR and a leading ~ expanded (an undefined variable fails the create), created if missing;
+    // a relative cwd is relative to execd's own working directory
+    const dir = cwd ? path.resolve(expandPath(cwd)) : defaultCwd();
     mkdirpSync(dir);
     const kernel = await Kernel.start(language, dir, env());
     const c = { id: randomUUID(), language, cwd: cwd || '', dir, kernel, count: 0, running: false, deleted: false };

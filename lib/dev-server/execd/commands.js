@@ -11,6 +11,7 @@ import { LineSplitter } from './lines.js';
 import { LogRing } from './log-ring.js';
 import { OutputSockets } from './out-socket.js';
 import { osMessage } from './files-info.js';
+import { expandPath } from './files-paths.js';
 
 const PING_INTERVAL_MS = 3000;
 const INTERRUPT_GRACE_MS = 3000;
@@ -354,17 +355,37 @@ export function createRoutes(ctx) {
     return { type: 'error', error: { ename: 'CommandExecError', evalue: String(rec.exitCode), traceback: [rec.error] } };
   }
 
+  /**
+   * The cwd of a request, like upstream: validated with `$VAR`/`${VAR}` and a leading `~` expanded from execd's
+   * environment, then expanded again with the request's envs over it; a relative result is relative to execd's own
+   * working directory (`/`, like a container's), not to the workspace.
+   */
+  function requestCwd(body) {
+    const invalid = (m) => new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error ${m}`);
+    let checked;
+    try {
+      checked = expandPath(body.cwd);
+    } catch (err) {
+      throw invalid(`cannot resolve working directory ${JSON.stringify(body.cwd)}: ${err.message}`);
+    }
+    let st;
+    try {
+      st = fs.statSync(checked);
+    } catch (err) {
+      throw invalid(`working directory does not exist: ${body.cwd}: ${osMessage(err)}`);
+    }
+    if (!st.isDirectory()) throw invalid(`working directory path is not a directory: ${body.cwd}`);
+    try {
+      return path.resolve(expandPath(body.cwd, buildEnv(body.envs)));
+    } catch (err) {
+      throw new HttpError(500, 'RUNTIME_ERROR', `error running commands resolve request cwd ${body.cwd}: ${err.message}`);
+    }
+  }
+
   async function run(req, res) {
     const body = await readJson(req);
     validateBody(body);
-    const cwd = body.cwd ?? defaultCwd();
-    let st;
-    try {
-      st = fs.statSync(cwd);
-    } catch (err) {
-      throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error working directory does not exist: ${cwd}: ${osMessage(err)}`);
-    }
-    if (!st.isDirectory()) throw new HttpError(400, 'INVALID_REQUEST_BODY', `invalid request, validation error working directory path is not a directory: ${cwd}`);
+    const cwd = body.cwd ? requestCwd(body) : defaultCwd();
     const background = body.background === true;
     let rec;
     let startError = null;

@@ -91,7 +91,11 @@ async function serveLines(res, file, offset, limit) {
   }
 }
 
-export async function handleDownload(req, res, url, workspace) {
+/**
+ * onWriteToClosed (execd --signal-forwarding): called when the client closed the connection before the body's end,
+ * as the real execd's next write then raises SIGPIPE, which it relays to its foreground command.
+ */
+export async function handleDownload(req, res, url, workspace, onWriteToClosed = null) {
   const p = url.searchParams.get('path');
   if (!p) throw new HttpError(400, 'MISSING_QUERY', "missing query parameter 'path'");
   const file = expandAbsPath(p, workspace);
@@ -158,7 +162,12 @@ export async function handleDownload(req, res, url, workspace) {
       res.end();
       return;
     }
-    await pipeline(handle.createReadStream({ start, end, autoClose: false }), res);
+    try {
+      await pipeline(handle.createReadStream({ start, end, autoClose: false }), res);
+    } catch (err) {
+      if (res.destroyed && !res.writableFinished) onWriteToClosed?.(); // the client closed before the end
+      throw err;
+    }
   } finally {
     await handle.close();
   }

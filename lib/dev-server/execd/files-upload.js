@@ -14,6 +14,8 @@ import { applyOwnership, applyPermission, osMessage, parseMode } from './files-i
 import { mkdirp } from './mkdirp.js';
 
 const METADATA_LIMIT = 1024 * 1024;
+/** Go's multipart reader (ReadForm) refuses a form of more than 1,000 parts; execd then answers "multipart form is empty". */
+const MAX_PARTS = 1000;
 
 /** Receives the multipart body: { metadata: Buffer[], files: string[] (temp paths), dir } */
 function receiveForm(req) {
@@ -26,7 +28,7 @@ function receiveForm(req) {
     }
     let bb;
     try {
-      bb = busboy({ headers: req.headers, limits: { fieldSize: METADATA_LIMIT } });
+      bb = busboy({ headers: req.headers, limits: { fieldSize: METADATA_LIMIT, parts: MAX_PARTS + 1 } }); // partsLimit: at the 1,001st
     } catch (err) {
       reject(new HttpError(400, 'INVALID_FILE', `multipart form is empty: ${err.message}`));
       req.resume();
@@ -44,10 +46,15 @@ function receiveForm(req) {
       req.unpipe(bb);
       req.resume();
       for (const o of outs) o.destroy();
-      fs.rmSync(dir, { recursive: true, force: true });
+      // once no spool file is being created any more (rmSync racing a stream's open threw ENOTEMPTY out of execd)
+      Promise.allSettled(pending).then(() => fs.promises.rm(dir, { recursive: true, force: true })).catch(() => {});
       reject(err);
     };
     bb.on('file', (name, stream, info) => {
+      if (failed) {
+        stream.resume(); // parts busboy still had buffered when the form failed
+        return;
+      }
       stream.on('error', (err) => fail(new HttpError(400, 'INVALID_FILE', `error parsing multipart form: ${err.message}`)));
       if (info.filename === undefined) {
         // busboy calls an octet-stream part without filename a file; execd (Go) calls it a plain field.
@@ -69,6 +76,7 @@ function receiveForm(req) {
         const written = new Promise((res, rej) => {
           out.on('finish', res);
           out.on('error', rej);
+          out.on('close', res); // destroyed by a failure: settles for the spool directory's removal
         });
         written.catch(() => {}); // after a failure nobody waits for it
         pending.push(written);
@@ -78,6 +86,16 @@ function receiveForm(req) {
       }
     });
     bb.on('error', (err) => fail(new HttpError(400, 'INVALID_FILE', `error parsing multipart form: ${err.message}`)));
+    // nothing written; answered once the rest of the body is read (an answer while the client still writes resets it)
+    bb.on('partsLimit', () => {
+      const err = new HttpError(400, 'INVALID_FILE', 'multipart form is empty');
+      if (req.complete) fail(err);
+      else {
+        req.once('end', () => fail(err));
+        req.unpipe(bb);
+        req.resume();
+      }
+    });
     bb.on('close', () => {
       if (failed) return;
       Promise.all(pending).then(

@@ -40,6 +40,7 @@ function requirePath(url) {
 export function createRoutes(ctx) {
   const ws = ctx.workspace;
   const abs = (p) => expandAbsPath(p, ws);
+  const onWriteToClosed = ctx.signalForwarding ? () => ctx.relaySignal('SIGPIPE') : null;
 
   async function info(res, url) {
     const out = {};
@@ -274,8 +275,8 @@ export function createRoutes(ctx) {
     'GET /files/info': (req, res, url) => info(res, url),
     'DELETE /files': (req, res, url) => removeFiles(res, url),
     'POST /files/upload': (req, res) => handleUpload(req, res, ws),
-    'GET /files/download': (req, res, url) => handleDownload(req, res, url, ws),
-    'HEAD /files/download': (req, res, url) => handleDownload(req, res, url, ws),
+    'GET /files/download': (req, res, url) => handleDownload(req, res, url, ws, onWriteToClosed),
+    'HEAD /files/download': (req, res, url) => handleDownload(req, res, url, ws, onWriteToClosed),
     'POST /files/mv': (req, res) => move(req, res),
     'POST /files/permissions': (req, res) => permissions(req, res),
     'GET /files/search': (req, res, url) => search(res, url),

@@ -17,7 +17,8 @@
 //   commandTailMs: how long a /command stream stays open after its final event (execd's graceful-shutdown tail);
 //   self: where this execd listens ({ socketPath } or { host, port }), for /proxy/44772 to reach execd itself;
 //   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
-//   (e.g. code contexts) before answering "no such session".
+//   (e.g. code contexts) before answering "no such session";
+//   relaySignal(sig): hands a signal execd received to the foreground command (signalForwarding; set by commands.js).
 import http from 'node:http';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -66,6 +67,7 @@ const ctx = {
   interrupters: [],
 };
 const commands = commandRoutes(ctx);
+ctx.relaySignal = commands.relaySignal;
 const modules = [commands, sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx), metricsRoutes(ctx)];
 
 function authorized(req) {

@@ -15,11 +15,13 @@ import { goJson } from './http.js';
 const PING_MS = 30_000;
 const READ_TIMEOUT_MS = 60_000;
 const RACE_HOLD_MS = 250;
+/** signalForwarding: the exit frame of a run killed by DELETE /pty waits this long (see clientGone). */
+const KILLED_EXIT_HOLD_MS = 200;
 const HIGH_WATER = 8 * 1024 * 1024;
 const LOW_WATER = 1024 * 1024;
 
 export class PtyConnection {
-  constructor(ws, session, { exitRace = false, closeLinger = false } = {}) {
+  constructor(ws, session, { exitRace = false, closeLinger = false, onWriteToClosed = null } = {}) {
     this.ws = ws;
     this.session = session;
     this.exitRace = exitRace;
@@ -28,6 +30,7 @@ export class PtyConnection {
     this.live = false;    // output goes to the socket only after replay + connected were sent
     this.done = false;
     this.closing = false; // set when we close: any other ws.close() is the library's answer to the client's close
+    this.onWriteToClosed = onWriteToClosed;
     this.pinger = setInterval(() => ws.ping(), PING_MS);
     this.reader = setTimeout(() => ws.terminate(), READ_TIMEOUT_MS);
     ws.on('message', (data, isBinary) => {
@@ -35,8 +38,8 @@ export class PtyConnection {
       this.onMessage(data, isBinary);
     });
     ws.on('pong', () => this.reader.refresh());
-    ws.on('close', () => this.detach());
-    ws.on('error', () => this.detach());
+    ws.on('close', () => this.clientGone());
+    ws.on('error', () => this.clientGone());
     // the library answers a client's close frame by echoing its code and reason; execd answers with no reason.
     // closeLinger (execd --pty-close-linger) reproduces what the real execd does next: it never closes the TCP
     // connection (the client has to drop it); the session is free for the next client at once.
@@ -98,7 +101,11 @@ export class PtyConnection {
 
   onRunEvent(run, what, code) {
     if (this.done || !this.live || run !== this.run) return;
-    if (what === (this.exitRace ? 'processExit' : 'exit')) this.exited(code);
+    if (what !== (this.exitRace ? 'processExit' : 'exit')) return;
+    // strict form of upstream's race after DELETE /pty: a client that closes as soon as the DELETE answered always
+    // closes before the exit frame is written (then clientGone relays SIGPIPE)
+    if (this.onWriteToClosed && this.session.closed) setTimeout(() => this.done || this.exited(code), KILLED_EXIT_HOLD_MS);
+    else this.exited(code);
   }
 
   exited(code) {
@@ -183,6 +190,21 @@ export class PtyConnection {
     this.ws.close(code, reason);
     // a client that never answers the close handshake is cut off
     setTimeout(() => this.ws.terminate(), 5000).unref();
+  }
+
+  /**
+   * The client closed the connection before we closed it. Upstream's exit watcher still writes the exit and close
+   * frames once a process that is already exiting (killed by DELETE /pty, or exited) is gone: to a closed socket,
+   * EPIPE, and the SIGPIPE goes to execd's foreground command. onWriteToClosed (execd --signal-forwarding) reproduces
+   * that write (strict form: every such close relays).
+   */
+  clientGone() {
+    const run = this.run;
+    const pending = !this.done && !this.closing && this.live && run && (this.session.closed || run.exitCode !== null);
+    this.detach();
+    if (!pending || !this.onWriteToClosed) return;
+    if (run.exitCode !== null) this.onWriteToClosed();
+    else run.onProcessGone(this.onWriteToClosed);
   }
 
   detach() {

@@ -180,11 +180,18 @@ class Run {
     }
   }
 
+  /** Calls fn once the process is gone (now when it is). */
+  onProcessGone(fn) {
+    if (this.exitCode !== null) fn();
+    else (this.goneListeners ??= []).push(fn);
+  }
+
   onProcessExit(code) {
     if (this.exitCode !== null) return;
     this.startSettled = true;
     this.exitCode = code ?? -1;
     this.pid = 0;
+    for (const fn of this.goneListeners?.splice(0) ?? []) fn();
     this.drainTimer = setTimeout(() => this.onDrained(), DRAIN_MS);
     this.session.runEvent(this, 'processExit', this.exitCode);
   }

@@ -109,7 +109,10 @@ export function createRoutes(ctx) {
         return;
       }
       if (previous && !previous.pending) previous.evict();
-      const conn = new PtyConnection(ws, session, { exitRace: Boolean(ctx.ptyExitRace), closeLinger: Boolean(ctx.ptyCloseLinger) });
+      const conn = new PtyConnection(ws, session, {
+        exitRace: Boolean(ctx.ptyExitRace), closeLinger: Boolean(ctx.ptyCloseLinger),
+        onWriteToClosed: ctx.signalForwarding ? () => ctx.relaySignal('SIGPIPE') : null,
+      });
       session.holder = conn;
       const since = Number.parseInt(url.searchParams.get('since') ?? '0', 10);
       conn.attach({ pipeMode: url.searchParams.get('pty') === '0', since: Number.isFinite(since) ? since : 0 })
