@@ -146,8 +146,11 @@ describe('native API (C core) against the local server', function () {
       await assert.rejects(lc.createSnapshot(sb.id, { name: '' }), { name: 'TypeError', message: 'snapshot name must not be empty' });
       await assert.rejects(lc.getSnapshot(''), { name: 'TypeError', message: 'snapshot id must be a non-empty string' });
       // the id travels escaped in the path: the server sees it whole
-      const odd = await rejection(lc.getSnapshot('s 1/2?x=#'));
-      assert.deepEqual([odd.status, odd.code, odd.message], [404, 'SNAPSHOT::NOT_FOUND', 'Snapshot s 1/2?x=# not found']);
+      // the id is percent-encoded whole (a '/' in it too; the server refuses an encoded separator with 400)
+      const odd = await rejection(lc.getSnapshot('s 1?x=#&%'));
+      assert.deepEqual([odd.status, odd.code, odd.message], [404, 'SNAPSHOT::NOT_FOUND', 'Snapshot s 1?x=#&% not found']);
+      const slash = await rejection(lc.getSnapshot('s 1/2'));
+      assert.deepEqual([slash.status, slash.code], [400, 'GENERAL::BAD_REQUEST']);
     });
 
     it('onServerDate reports the HTTP Date header of answers, success and error, with the local instants', async () => {
