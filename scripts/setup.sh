@@ -15,7 +15,8 @@ DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-d
   libssl-dev openssl cmake ninja-build dpkg-dev # these five: the prebuilt addon (scripts/prebuild.sh) and its test
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user # the linux-arm64 prebuilt addon: cross build, check under qemu
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)
-  slirp4netns) # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
+  slirp4netns # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
+  busybox-static) # test/c/test_wrapper.c: the process wrapper with a minimal image's tools
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
