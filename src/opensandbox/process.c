@@ -162,28 +162,22 @@ static int is_ident(const char *s) {
 }
 
 /* The command's stdin (see process.h): user bytes arrive as frames "D<n>\n" + n raw bytes and end of input as "E\n";
- * a decoder subshell (POSIX sh + dd of coreutils or busybox) writes them into a FIFO that is the command's stdin and
- * exits (closing it) at "E". The shell reads a frame's header line (it reads a pipe byte by byte, so nothing past the
- * line is consumed) and dd copies the frame's bytes in blocks: with iflag=fullblock and one block of exactly n bytes
- * it reads no byte past the frame (head -c would do for GNU head but busybox's head reads ahead through stdio).
- * The wrapper's own protocol lines after the command (ack) thus stay unread; the decoder is stopped before the
- * markers (its TERM trap stops a dd in the middle of a frame too). Without a FIFO (read-only TMPDIR) the command gets
- * /dev/null and a note on stderr; a dd that fails for another reason than the command's end says why on stderr. */
+ * a decoder (a process substitution of the wrapper's bash: a pipe, no FIFO to create and remove) writes them into
+ * the command's stdin and exits (closing it) at "E". The decoder's shell reads a frame's header line (a shell reads a
+ * pipe byte by byte, so nothing past the line is consumed) and dd (coreutils or busybox) copies the frame's bytes in
+ * blocks: with iflag=fullblock and one block of exactly n bytes it reads no byte past the frame (head -c would do for
+ * GNU head, but busybox's head reads ahead through stdio). The wrapper's own protocol lines after the command (ack)
+ * thus stay unread; the decoder is stopped before the markers (its TERM trap stops a dd in the middle of a frame
+ * too). dd's errors (one without iflag=fullblock or status=none) reach the command's stderr. $! of a process
+ * substitution needs bash >= 4.4. */
 #define STDIN_DECODER                                                                                   \
-  "  p=\"$f.in\"; rm -f \"$p\"; d=\n"                                                                  \
-  "  if mkfifo -m 600 \"$p\" 2>/dev/null; then\n"                                                      \
-  "    exec 3<&0\n"                                                                                   \
-  "    ( h=; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"                             \
-  "      while IFS= read -r l; do case $l in\n"                                                        \
-  "        D0) ;;\n"                                                                                    \
-  "        D*) dd bs=\"${l#D}\" count=1 iflag=fullblock <&3 2>\"$f.dd\" & h=$!; wait \"$h\"; c=$?; h=\n"   \
-  "            if [ \"$c\" -ne 0 ]; then [ \"$c\" -gt 128 ] || case $(cat \"$f.dd\") in\n"                \
-  "              *\"roken pipe\"*) ;; *) cat \"$f.dd\" >&2;; esac; exit 0; fi;;\n"                          \
-  "        E) exit 0;; esac; done ) <&3 >\"$p\" &\n"                                                    \
-  "    d=$!\n"                                                                                        \
-  "  else\n"                                                                                         \
-  "    p=/dev/null; echo \"cannot create a FIFO in ${TMPDIR:-/tmp}: the process gets no stdin\" >&2\n"  \
-  "  fi\n"
+  "  exec 3<&0\n"                                                                                     \
+  "  exec 4< <( h=; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"                     \
+  "    while IFS= read -r l; do case $l in\n"                                                          \
+  "      D0) ;;\n"                                                                                      \
+  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
+  "      E) exit 0;; esac; done <&3 )\n"                                                                \
+  "  d=$!\n"
 
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
   if (!o->command || !*o->command) {
@@ -209,6 +203,10 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "%s"
                          "  (\n",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
+  /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
+   * one more start per process): its stdin first, the wrapper's variables gone, then its environment and cwd. */
+  bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
+                                                : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
   for (size_t i = 0; i < o->nenv; i++) {
     bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
     bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
@@ -219,13 +217,13 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
     bad |= shq(&b, o->cwd);
     bad |= osb_buf_append_str(&b, " || exit 1\n");
   }
-  bad |= osb_buf_append_str(&b, "  exec bash -c ");
+  bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
-  bad |= osb_buf_append_str(&b, o->stdin_ignore ? " </dev/null\n" : " <\"$p\" 3<&-\n");
+  bad |= osb_buf_append_str(&b, "\n");
   bad |= osb_buf_appendf(&b,
                          "  )\n"
                          "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
-                         "  [ -n \"$d\" ] && { kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }; rm -f \"$f.in\" \"$f.dd\"\n"
+                         "  [ -n \"$d\" ] && { exec 3<&- 4<&-; kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }\n"
                          "else\n"
                          "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
                          "fi\n"
