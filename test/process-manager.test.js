@@ -156,6 +156,14 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.stdout, `${createHash('sha256').update(data).digest('hex')}  -\n0\n`);
   });
 
+  it("env named like the wrapper's variables (p, f, n, d, l) reaches the command and leaves its stdin alone", async () => {
+    const h = await pm.spawn('cat; echo "$p|$f|$n|$d|$l"', { env: { p: '/etc/hostname', f: 'F', n: 'N', d: 'D', l: 'L' } });
+    await h.sendStdin('from stdin\n');
+    await h.closeStdin();
+    const r = await h.wait();
+    assert.deepEqual([r.exitCode, r.stdout], [0, 'from stdin\n/etc/hostname|F|N|D|L\n']);
+  });
+
   it('an LSP-style message written as header then body (two sendStdin calls) reaches cat whole, message after message', async () => {
     let out = '';
     const h = await pm.spawn('cat', { onStdout: (d) => { out += d; } });
