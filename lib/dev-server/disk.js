@@ -48,7 +48,7 @@ export function loopDevices() {
 /** Which tools are missing for the disk bound, or null when it can be given (root, mkfs.ext4, mount, loop devices). */
 export function detectDisk() {
   if (process.getuid?.() !== 0) return { tools: null, why: 'the server does not run as root (loop-mounted images need it)' };
-  const names = { mkfs: 'mkfs.ext4', mount: 'mount', umount: 'umount', cp: 'cp' };
+  const names = { mkfs: 'mkfs.ext4', mount: 'mount', umount: 'umount', cp: 'cp', sync: 'sync' };
   const tools = Object.fromEntries(Object.entries(names).map(([k, name]) => [k, findExecutable(name, SBIN)]));
   const missing = Object.keys(names).filter((k) => !tools[k]).map((k) => names[k]);
   if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount, coreutils)` };
@@ -120,10 +120,17 @@ export class Disks {
   }
 
   /**
-   * Makes `mountPoint` the mount of a new `bytes`-sized image, owned by `identity` ({ uid, gid }, or root), mode 0700.
-   * Resolves { release() } (unmount, delete the image; idempotent).
+   * Makes `mountPoint` the mount of a new `bytes`-sized image, owned by `identity` ({ uid, gid }, or root), mode 0700:
+   * a sparse copy of the template, or of `from` ({ image, bytes, owner }: a snapshot's image, see copyTo) when that
+   * has the same size and owner — a restore that costs a copy of the image's allocated blocks, whatever the number of
+   * files. Resolves { image, bytes, owner, restored (whether `from` was used), copyTo(dst), release() }: copyTo
+   * writes a sparse copy of the mounted image to dst after a syncfs (the caller stops the sandbox's processes first:
+   * the copy is crash-consistent, its journal replayed when it is mounted); release unmounts and deletes the image
+   * (idempotent).
    */
-  async mount(id, mountPoint, bytes, identity) {
+  async mount(id, mountPoint, bytes, identity, from = null) {
+    const owner = ownerOf(identity);
+    const restored = Boolean(from && from.bytes === bytes && from.owner === owner && fs.existsSync(from.image));
     const image = path.join(this.dir, `${id}.img`);
     const fd = fs.openSync(image, 'wx', 0o600);
     fs.closeSync(fd);
@@ -143,7 +150,7 @@ export class Disks {
     };
     try {
       // a sparse copy: only the few MiB of metadata are written (cp finds the holes)
-      await run(this.tools.cp, ['--sparse=always', await this.template(bytes, ownerOf(identity)), image]);
+      await run(this.tools.cp, ['--sparse=always', restored ? from.image : await this.template(bytes, owner), image]);
       fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
       // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
       await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noinit_itable', image, mountPoint]);
@@ -153,7 +160,11 @@ export class Disks {
       await release().catch(() => {});
       throw new Error(`cannot make the sandbox's disk (${bytes} bytes): ${err.message}`);
     }
-    return { image, release };
+    const copyTo = async (dst) => {
+      await run(this.tools.sync, ['-f', mountPoint]);
+      await run(this.tools.cp, ['--sparse=always', image, dst]);
+    };
+    return { image, bytes, owner, restored, copyTo, release };
   }
 
   /** Removes this instance's image directory (every sandbox already released; templates in the making awaited). */
