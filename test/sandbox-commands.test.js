@@ -100,6 +100,26 @@ describe('OpenSandboxSandbox.executeCommand', function () {
     assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '/tmp' })).stdout, '/tmp\n');
   });
 
+  it('start creates a missing workingDirectory (mode 755, spaces and all); one that cannot be made fails start naming it', async () => {
+    const made = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/workspace/a b/c' });
+    try {
+      await made._start();
+      assert.equal((await made.executeCommand('pwd; stat -c %a .')).stdout, '/workspace/a b/c\n755\n');
+    } finally {
+      await made._destroy();
+    }
+    const bad = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/etc/hostname/sub' });
+    try {
+      await assert.rejects(bad._start(), err => {
+        assert.equal(err.code, 'WORKING_DIRECTORY');
+        assert.match(err.message, /cannot create the working directory \/etc\/hostname\/sub: .*not a directory/);
+        return true;
+      });
+    } finally {
+      await bad._destroy().catch(() => {});
+    }
+  });
+
   it('rejects a missing cwd with the server message', async () => {
     await assert.rejects(sandbox.executeCommand('pwd', [], { cwd: '/does/not/exist' }), err => {
       assert.ok(err instanceof OpenSandboxApiError, String(err));
