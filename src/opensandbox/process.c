@@ -162,6 +162,8 @@ static int is_ident(const char *s) {
 }
 
 /* The command's stdin (see process.h): user bytes arrive as frames "D<n>\n" + n raw bytes and end of input as "E\n";
+ * a small frame without NUL bytes (an LSP message, a line for a REPL) comes as "T<n>\n" + n bytes instead and is
+ * read and written by the shell itself (read -N of bash with LC_ALL=C: n bytes; no dd started);
  * a decoder (a process substitution of the wrapper's bash: a pipe, no FIFO to create and remove) writes them into
  * the command's stdin and exits (closing it) at "E". The decoder's shell reads a frame's header line (a shell reads a
  * pipe byte by byte, so nothing past the line is consumed) and dd (coreutils or busybox) copies the frame's bytes in
@@ -172,9 +174,10 @@ static int is_ident(const char *s) {
  * substitution needs bash >= 4.4. */
 #define STDIN_DECODER                                                                                   \
   "  exec 3<&0\n"                                                                                     \
-  "  exec 4< <( h=; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"                     \
+  "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
   "    while IFS= read -r l; do case $l in\n"                                                          \
-  "      D0) ;;\n"                                                                                      \
+  "      D0|T0) ;;\n"                                                                                   \
+  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\";;\n"                             \
   "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
   "      E) exit 0;; esac; done <&3 )\n"                                                                \
   "  d=$!\n"
@@ -415,6 +418,7 @@ static void try_finish(osb_proc *p) {
 /* ---------------------------------------------------------------- stdin */
 
 #define STDIN_FRAME_MAX ((size_t)1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
 
 /* Pops the queue's head up to and including last, reporting rc to each piece's done. */
 static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
@@ -437,7 +441,8 @@ static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
 }
 
 /* Sends the queue: a protocol line as it is; a run of user bytes (consecutive writes, at most STDIN_FRAME_MAX) as one
- * frame "D<n>\n" + bytes, followed in the same message by "E\n" when closeStdin comes next. */
+ * frame "D<n>\n" + bytes ("T<n>\n" when small and without NUL), followed in the same message by "E\n" when closeStdin
+ * comes next. */
 static void flush_stdin(osb_proc *p) {
   if (!p->conn || !p->connected) return;
   while (p->qhead) {
@@ -454,8 +459,10 @@ static void flush_stdin(osb_proc *p) {
     }
     int end = e && e->kind == M_END;
     if (end) last = e;
+    int text = total <= STDIN_TEXT_MAX;
+    for (stdin_msg *x = m; text && x && x->kind == M_DATA && x != e; x = x->next) text = !memchr(x->data, 0, x->n);
     char head[32];
-    int hn = total ? snprintf(head, sizeof head, "D%zu\n", total) : 0;
+    int hn = total ? snprintf(head, sizeof head, "%c%zu\n", text ? 'T' : 'D', total) : 0;
     size_t len = 1 + (size_t)hn + total + (end ? 2 : 0);
     char *msg = len > 1 ? malloc(len) : NULL;
     int rc = 0;

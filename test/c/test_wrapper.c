@@ -41,11 +41,15 @@ static int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
-static int frame(int fd, const unsigned char *p, size_t n) {
+static int frame_as(int fd, char kind, const unsigned char *p, size_t n) {
   char head[32];
-  int hn = snprintf(head, sizeof head, "D%zu\n", n);
+  int hn = snprintf(head, sizeof head, "%c%zu\n", kind, n);
   return write_all(fd, head, (size_t)hn) || write_all(fd, p, n);
 }
+/* A frame copied by dd. */
+static int frame(int fd, const unsigned char *p, size_t n) { return frame_as(fd, 'D', p, n); }
+/* A frame read by the shell (the client sends small ones without NUL so). */
+static int tframe(int fd, const unsigned char *p, size_t n) { return frame_as(fd, 'T', p, n); }
 
 typedef struct {
   pid_t pid;
@@ -150,14 +154,26 @@ static void remove_dir(const char *dir) {
 }
 
 /* Every byte value, single bytes, a lone newline, an empty frame, 2.5 MiB in frames of up to 1 MiB (the client's
- * maximum) and one larger than a pipe's buffer: out.bin must be their exact concatenation, and cat must see EOF. */
+ * maximum) and one larger than a pipe's buffer, and text frames between them (every byte value but NUL, a lone
+ * newline, CR LF, 4 KiB): out.bin must be their exact concatenation, and cat must see EOF. */
 static void case_exact(const char *shell, const char *path) {
   wrap w;
   CHECK(wrap_start(&w, shell, path, "cat > out.bin; echo done >> status") == 0);
-  size_t total = 256 + 1 + 1 + 0 + 5 * 512 * 1024 + 200000;
+  size_t total = 255 + 1 + 2 + 4096 + 256 + 1 + 1 + 0 + 5 * 512 * 1024 + 200000;
   unsigned char *all = malloc(total), *o = all;
-  for (int i = 0; i < 256; i++) *o++ = (unsigned char)i;
-  CHECK(frame(w.in, all, 256) == 0);
+  for (int i = 1; i < 256; i++) *o++ = (unsigned char)i;
+  CHECK(tframe(w.in, all, 255) == 0);
+  *o = '\n';
+  CHECK(tframe(w.in, o++, 1) == 0);
+  memcpy(o, "\r\n", 2);
+  CHECK(tframe(w.in, o, 2) == 0);
+  o += 2;
+  for (int i = 0; i < 4096; i++) o[i] = (unsigned char)(1 + i % 255);
+  CHECK(tframe(w.in, o, 4096) == 0);
+  o += 4096;
+  for (int i = 0; i < 256; i++) o[i] = (unsigned char)i;
+  CHECK(frame(w.in, o, 256) == 0);
+  o += 256;
   *o = 0;
   CHECK(frame(w.in, o++, 1) == 0);
   *o = '\n';
@@ -189,7 +205,7 @@ static void case_exact(const char *shell, const char *path) {
 static void case_early_exit(const char *shell, const char *path) {
   wrap w;
   CHECK(wrap_start(&w, shell, path, "head -c 5 > out.bin; exit 3") == 0);
-  CHECK(frame(w.in, (const unsigned char *)"0123456789", 10) == 0);
+  CHECK(tframe(w.in, (const unsigned char *)"0123456789", 10) == 0);
   size_t big = 150000;
   unsigned char *b = malloc(big);
   memset(b, 'x', big);
