@@ -5,10 +5,9 @@
 // ports.js (port URLs), keepalive.js, files.js, recovery.js, checkpoints.js, template.js, handle.js (the raw handle).
 import { setTimeout as delay } from 'node:timers/promises';
 import { MastraSandbox, SandboxAbortError, SandboxNotReadyError } from '@mastra/core/workspace';
-import { Lifecycle, Execd } from './native.js';
+import { Lifecycle, Execd, binding } from './native.js';
 import { OpenSandboxProcessManager } from './process-manager.js';
 import { normalizeOptions, normalizeCommandCall } from './options.js';
-import { shellQuote } from './shell.js';
 import { LOGICAL_ID_LABEL, encodeLogicalId } from './labels.js';
 import { fromNative, OpenSandboxError, OpenSandboxNotFoundError, OpenSandboxSandboxGoneError, OpenSandboxTimeoutError, OpenSandboxTransportError } from './errors.js';
 import { parseResources, resourceWarnings } from './resources.js';
@@ -859,11 +858,17 @@ export class OpenSandboxSandbox extends MastraSandbox {
     } catch (e) {
       throw this.#map(e, `wait for execd of sandbox ${id} (readyTimeoutMs ${cfg.readyTimeoutMs})`);
     }
-    const mk = await this.#execdRun(execd, `mkdir -p ${shellQuote(this.workingDirectory)}`, '/', `create working directory in sandbox ${id}`);
-    if (mk.exitCode !== 0) {
-      throw new OpenSandboxError(
-        `start sandbox ${id}: cannot create the working directory ${this.workingDirectory}: ${(mk.stderr || mk.errorText || '').trim()}`,
-        'WORKING_DIRECTORY', { kind: 'internal', operation: 'start' });
+    // mkdir -p through execd's files API (POST /directories): one request, no shell started in the sandbox
+    const kv = Object.entries(headers).flatMap(([k, v]) => [k, String(v)]);
+    const files = new binding.FilesClient(baseUrl, kv, cfg.requestTimeoutMs, 10000, cfg.caFile ?? null);
+    try {
+      await files.op('mkdir', [this.workingDirectory], null, null, 755, -1, -1, 0, 0).result;
+    } catch (e) {
+      if (e?.kind === 'api') {
+        throw new OpenSandboxError(`start sandbox ${id}: cannot create the working directory ${this.workingDirectory}: ${e.message}`,
+          'WORKING_DIRECTORY', { kind: 'internal', operation: 'start' });
+      }
+      throw this.#map(e, `create working directory in sandbox ${id}`);
     }
     this.#remote = remote;
     this.#remoteId = id;

@@ -9,47 +9,31 @@
 // Every result is verified byte for byte. Reported: wall time, JS-thread time (event-loop active time from
 // performance.eventLoopUtilization: what the operation cost the application's thread), process CPU (all threads),
 // and the largest RSS seen. Options: --small N (1000), --big-mb N (100), --shell-mb N (8), --grep-files N (10000),
-// --parts small,big,grep (which parts to run). The grep part first warms the sandbox's file cache with one
+// --parts small,big,grep (which parts to run), --smoke (tiny sizes: seconds). The grep part first warms the sandbox's file cache with one
 // unmeasured grep, so no path pays for a cold cache the others do not.
-import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { OpenSandboxSandbox, OpenSandboxFilesystem } from '../lib/index.js';
+import { profile as measure, startChildServer, officialSandbox, reportFigure } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
-    small: { type: 'string', default: '1000' },
-    'big-mb': { type: 'string', default: '100' },
-    'shell-mb': { type: 'string', default: '8' },
-    'grep-files': { type: 'string', default: '10000' },
+    small: { type: 'string' },
+    'big-mb': { type: 'string' },
+    'shell-mb': { type: 'string' },
+    'grep-files': { type: 'string' },
     parts: { type: 'string', default: 'small,big,grep' },
+    smoke: { type: 'boolean', default: false },
   },
 });
-const SMALL = Number(args.small);
-const BIG_MB = Number(args['big-mb']);
-const SHELL_MB = Number(args['shell-mb']);
-const GREP_FILES = Number(args['grep-files']);
+const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const SMALL = size('small', 1000, 20);
+const BIG_MB = size('big-mb', 100, 2);
+const SHELL_MB = size('shell-mb', 8, 1);
+const GREP_FILES = size('grep-files', 10000, 500);
 const PARTS = new Set(args.parts.split(','));
 const CONCURRENCY = 16;
 const BASE = '/workspace/bench';
-
-/** Runs fn and measures it: wall ms, JS-thread (event loop active) ms, process CPU ms, max RSS MiB. */
-async function measure(fn) {
-  let maxRss = process.memoryUsage.rss();
-  const sampler = setInterval(() => (maxRss = Math.max(maxRss, process.memoryUsage.rss())), 20);
-  const elu0 = performance.eventLoopUtilization();
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  const value = await fn();
-  const wall = performance.now() - t0;
-  const elu = performance.eventLoopUtilization(elu0);
-  const cpu = process.cpuUsage(cpu0);
-  clearInterval(sampler);
-  maxRss = Math.max(maxRss, process.memoryUsage.rss());
-  return { wall, js: elu.active, cpu: (cpu.user + cpu.system) / 1000, rss: maxRss / 1048576, value };
-}
 
 /** Runs fn(i) for i < n, `limit` at a time. */
 async function pool(n, limit, fn) {
@@ -63,42 +47,6 @@ const smallContent = i => Buffer.from(`${String(i).padStart(6, '0')} `.repeat(12
 const check = (ok, what) => {
   if (!ok) throw new Error(`verification failed: ${what}`);
 };
-
-/** The local server's CLI in a child process: { domain, close() }. */
-async function startChildServer() {
-  const cli = fileURLToPath(new URL('../lib/dev-server/cli.js', import.meta.url));
-  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const domain = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the dev server did not start: ${out}`)), 30000);
-    child.stdout.on('data', d => {
-      out += d;
-      const m = /^(\S+:\d+)\n/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    child.on('exit', code => reject(new Error(`the dev server exited (${code}): ${out}`)));
-  });
-  return {
-    domain,
-    close: () => new Promise(resolve => {
-      child.once('exit', resolve);
-      child.kill('SIGTERM');
-    }),
-  };
-}
-
-async function official(domain, sandboxId) {
-  try {
-    const mod = await import('@alibaba-group/opensandbox');
-    process.env.OPENSANDBOX_DISABLE_METRICS = '1';
-    return await mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', disableMetrics: true } });
-  } catch {
-    return null;
-  }
-}
 
 const shq = s => `'${s.replace(/'/g, "'\\''")}'`;
 
@@ -138,24 +86,28 @@ const row = (what, path, m, note = '') => {
 
 async function main() {
   const server = await startChildServer();
-  const sandbox = new OpenSandboxSandbox({ domain: server.domain, requestTimeoutMs: 300000 });
+  const sandbox = new OpenSandboxSandbox({ domain: server.domain, apiKey: server.apiKey, requestTimeoutMs: 300000 });
   const fs = new OpenSandboxFilesystem({ sandbox, basePath: BASE, maxReadBytes: 512 * 1024 * 1024 });
   try {
     await fs.init();
-    const sbx = await official(server.domain, sandbox.opensandbox.sandboxId);
+    const sbx = await officialSandbox(server.domain, server.apiKey, sandbox.opensandbox.sandboxId);
     console.log(`server ${server.domain} (child process), sandbox ${sandbox.opensandbox.sandboxId}${sbx ? '' : ' (official client not installed: skipped)'}\n`);
     console.log('operation'.padEnd(30), 'path'.padEnd(26), 'wall ms'.padStart(9), 'JS ms'.padStart(9), 'CPU ms'.padStart(9), 'RSS MiB'.padStart(8));
 
     // 1. small files
     if (PARTS.has('small')) {
       const small = Array.from({ length: SMALL }, (_, i) => smallContent(i));
-      row(`${SMALL} x 1 KiB write`, 'ours (filesystem)', await measure(() => pool(SMALL, CONCURRENCY, i => fs.writeFile(`ours/f${i}.txt`, small[i]))));
-      let m = await measure(() => pool(SMALL, CONCURRENCY, async i => check((await fs.readFile(`ours/f${i}.txt`)).equals(small[i]), `ours f${i}`)));
-      row(`${SMALL} x 1 KiB read`, 'ours (filesystem)', m);
+      const ow = await measure(() => pool(SMALL, CONCURRENCY, i => fs.writeFile(`ours/f${i}.txt`, small[i])));
+      row(`${SMALL} x 1 KiB write`, 'ours (filesystem)', ow);
+      const or = await measure(() => pool(SMALL, CONCURRENCY, async i => check((await fs.readFile(`ours/f${i}.txt`)).equals(small[i]), `ours f${i}`)));
+      row(`${SMALL} x 1 KiB read`, 'ours (filesystem)', or);
       if (sbx) {
-        row(`${SMALL} x 1 KiB write`, 'official files API', await measure(() => pool(SMALL, CONCURRENCY, i => sbx.files.writeFiles([{ path: `${BASE}/off/f${i}.txt`, data: small[i], mode: 644 }]))));
-        m = await measure(() => pool(SMALL, CONCURRENCY, async i => check(Buffer.from(await sbx.files.readBytes(`${BASE}/off/f${i}.txt`)).equals(small[i]), `official f${i}`)));
-        row(`${SMALL} x 1 KiB read`, 'official files API', m);
+        const fw = await measure(() => pool(SMALL, CONCURRENCY, i => sbx.files.writeFiles([{ path: `${BASE}/off/f${i}.txt`, data: small[i], mode: 644 }])));
+        row(`${SMALL} x 1 KiB write`, 'official files API', fw);
+        const fr = await measure(() => pool(SMALL, CONCURRENCY, async i => check(Buffer.from(await sbx.files.readBytes(`${BASE}/off/f${i}.txt`)).equals(small[i]), `official f${i}`)));
+        row(`${SMALL} x 1 KiB read`, 'official files API', fr);
+        reportFigure(`${SMALL} x 1 KiB reads: wall, ours / official`, or.wall / fr.wall, 'x', '<= 0.7', `${fmt(or.wall)} vs ${fmt(fr.wall)} ms`);
+        reportFigure(`${SMALL} x 1 KiB writes: wall, ours / official`, ow.wall / fw.wall, 'x', '<= 0.7', `${fmt(ow.wall)} vs ${fmt(fw.wall)} ms`);
       }
       await sandbox.executeCommand(`mkdir -p ${BASE}/sh`);
       row(`${SMALL} x 1 KiB write`, 'executeCommand + shell', await measure(() => pool(SMALL, CONCURRENCY, async i => {

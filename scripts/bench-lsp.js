@@ -12,19 +12,25 @@
 //     "Language servers (LSP)".)
 // The server runs in this process (its relay shares the event loop: a slight overcount for ours).
 // Options: --runs R (edits per row, default 20), --no-python (skip pylsp), --cpu C (the sandbox's cpu limit, default
-// OpenSandboxSandbox's '1'; LocalSandbox has the whole machine).
+// OpenSandboxSandbox's '1'; LocalSandbox has the whole machine), --smoke (what the test command runs through
+// scripts/bench-all.js: one edit, pylsp only where installed — typescript-language-server's cold start alone is
+// 10-20 s, and test/lsp.test.js runs it through a real Agent). Run by `npm run bench` (bench-all.js), which prints
+// the edit -> diagnostics ratios against LocalSandbox in its summary.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { now, quantiles, reportFigure } from './lib/bench-util.js';
 import { Workspace, LocalSandbox, LocalFilesystem } from '@mastra/core/workspace';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, openSandboxLspServers } from '../lib/index.js';
 
-const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '20' }, 'no-python': { type: 'boolean', default: false }, cpu: { type: 'string' } } });
-const RUNS = Number(args.runs);
+const { values: args } = parseArgs({
+  options: { runs: { type: 'string', default: '20' }, 'no-python': { type: 'boolean', default: false }, cpu: { type: 'string' }, smoke: { type: 'boolean', default: false } },
+});
+const RUNS = args.smoke ? 1 : Number(args.runs);
 if (!Number.isInteger(RUNS) || RUNS < 1) throw new Error('--runs must be a positive integer');
 process.env.MASTRA_TELEMETRY_DISABLED = '1';
 
@@ -39,13 +45,7 @@ const havePylsp = !args['no-python'] && (() => {
   }
 })();
 
-const now = () => Number(process.hrtime.bigint()) / 1e6;
 const f = (n) => n.toFixed(1);
-function quantiles(samples) {
-  const s = [...samples].sort((a, b) => a - b);
-  const at = (q) => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
-  return { median: at(0.5), p95: at(0.95) };
-}
 
 const LANGS = {
   typescript: {
@@ -82,7 +82,7 @@ async function measure(workspace, root, lang) {
 }
 
 async function main() {
-  const langs = ['typescript', ...(havePylsp ? ['python'] : [])];
+  const langs = [...(args.smoke ? [] : ['typescript']), ...(havePylsp ? ['python'] : [])];
   const results = [];
   const server = await startServer({ port: 0, allowedHostPaths: [nodeModules] });
   const local = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-bench-lsp-'));
@@ -125,6 +125,13 @@ async function main() {
   for (const r of results) {
     const server = r.lang === 'typescript' ? 'typescript-language-server' : 'pylsp';
     console.log(`  ${r.name.padEnd(20)} ${server.padEnd(28)} ${f(r.first).padStart(21)} ${f(r.median).padStart(31)} ${f(r.p95).padStart(7)}`);
+  }
+  for (const lang of langs) {
+    const ours = results.find((r) => r.lang === lang && r.name === 'OpenSandboxSandbox');
+    const local = results.find((r) => r.lang === lang && r.name === 'LocalSandbox');
+    const server = lang === 'typescript' ? 'typescript-language-server' : 'pylsp';
+    reportFigure(`LSP edit -> diagnostics, ${server}: OpenSandboxSandbox / LocalSandbox`, ours.median / local.median, 'x', undefined,
+      `${f(ours.median)} vs ${f(local.median)} ms median`);
   }
 }
 

@@ -9,58 +9,35 @@
 // (POST /command background:true) and log polling (GET /command/{id}/logs?cursor=, every --poll-ms); the official
 // client has no stdin API, so row 3 has no counterpart.
 // The server runs in a child process so that the JS-thread and RSS numbers are the client's alone.
+//   4. stdin throughput: --stdin-mb MB of random bytes through sendStdin into `wc -c`, then closeStdin (the count
+//      verified).
 // Options: --processes N, --lines L, --runs R (latency samples, default 30), --poll-ms P (default 50),
-//          --no-official (skip the official client).
-import { spawn } from 'node:child_process';
+//          --stdin-mb M (default 20), --no-official (skip the official client), --smoke (tiny sizes: seconds).
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { performance } from 'node:perf_hooks';
 import { OpenSandboxSandbox } from '../lib/index.js';
+import { now, quantiles, profile, startChildServer, officialSandbox, reportFigure } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
-    processes: { type: 'string', default: '500' },
-    lines: { type: 'string', default: '1000' },
-    runs: { type: 'string', default: '30' },
+    processes: { type: 'string' },
+    lines: { type: 'string' },
+    runs: { type: 'string' },
     'poll-ms': { type: 'string', default: '50' },
+    'stdin-mb': { type: 'string' },
     'no-official': { type: 'boolean', default: false },
+    smoke: { type: 'boolean', default: false },
   },
 });
-const N = Number(args.processes);
-const L = Number(args.lines);
-const RUNS = Number(args.runs);
+const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const N = size('processes', 500, 5);
+const L = size('lines', 1000, 20);
+const RUNS = size('runs', 30, 3);
 const POLL_MS = Number(args['poll-ms']);
-
-const now = () => Number(process.hrtime.bigint()) / 1e6;
+const STDIN_MB = size('stdin-mb', 20, 1);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const cmdFor = (i) => `seq 1 ${L} | sed 's/^/p${i}-/'`;
 const expected = (i) => Array.from({ length: L }, (_, j) => `p${i}-${j + 1}\n`).join('');
-
-function quantiles(samples) {
-  const s = [...samples].sort((a, b) => a - b);
-  const at = (q) => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
-  return { n: s.length, median: at(0.5), p95: at(0.95) };
-}
-
-/** Runs fn while measuring wall time, JS-thread busy time, process CPU and peak RSS. */
-async function profile(fn) {
-  const elu0 = performance.eventLoopUtilization();
-  const cpu0 = process.cpuUsage();
-  let peak = process.memoryUsage().rss;
-  const rss0 = peak;
-  const sampler = setInterval(() => { peak = Math.max(peak, process.memoryUsage().rss); }, 50);
-  const t = now();
-  try {
-    const value = await fn();
-    const elu = performance.eventLoopUtilization(elu0);
-    const cpu = process.cpuUsage(cpu0);
-    return { value, wallMs: now() - t, jsBusyMs: elu.active, cpuMs: (cpu.user + cpu.system) / 1000, rssStartMb: rss0 / 2 ** 20, rssPeakMb: peak / 2 ** 20 };
-  } finally {
-    clearInterval(sampler);
-  }
-}
 
 // ---------------------------------------------------------------- ours
 
@@ -111,13 +88,23 @@ async function oursStdinRoundTrip(pm) {
   return quantiles(samples);
 }
 
-// ---------------------------------------------------------------- the official client (background + log polling)
-
-async function officialSandbox(domain, sandboxId) {
-  process.env.OPENSANDBOX_DISABLE_METRICS = '1';
-  const mod = await import('@alibaba-group/opensandbox');
-  return mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', disableMetrics: true } });
+/** STDIN_MB of random bytes through sendStdin (1 MiB writes, all in flight) into `wc -c`, then closeStdin: MB/s. */
+async function oursStdinThroughput(pm) {
+  const data = randomBytes(STDIN_MB * 1048576);
+  const t = now();
+  const h = await pm.spawn('wc -c');
+  const writes = [];
+  for (let o = 0; o < data.length; o += 1048576) writes.push(h.sendStdin(data.subarray(o, o + 1048576)));
+  await Promise.all(writes);
+  await h.closeStdin();
+  const r = await h.wait();
+  const ms = now() - t;
+  pm.release(h.pid);
+  if (r.exitCode !== 0 || r.stdout.trim() !== String(data.length)) throw new Error(`stdin: wc -c counted ${JSON.stringify(r.stdout)} of ${data.length} bytes`);
+  return { ms, mbps: data.length / 1048576 / (ms / 1000) };
 }
+
+// ---------------------------------------------------------------- the official client (background + log polling)
 
 /** Starts a background command and polls its log until done(content) or the command ended. */
 async function officialRun(sbx, command, { until } = {}) {
@@ -157,41 +144,12 @@ async function officialFirstOutput(sbx) {
   return quantiles(samples);
 }
 
-// ---------------------------------------------------------------- the server, in a child process
-
-async function startServerProcess() {
-  const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'dev-server', 'cli.js');
-  const apiKey = randomBytes(24).toString('hex');
-  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey } });
-  const domain = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error('the dev-server did not start within 30 s')), 30000);
-    child.stdout.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => /^\S+:\d+$/.test(l.trim()));
-      if (line) {
-        clearTimeout(timer);
-        resolve(line.trim());
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`the dev-server exited (${code})`)));
-  });
-  return {
-    domain,
-    apiKey,
-    close: () => new Promise((resolve) => {
-      child.once('exit', resolve);
-      child.kill('SIGTERM');
-    }),
-  };
-}
-
 // ---------------------------------------------------------------- report
 
 const f = (n) => (n === undefined ? '-' : n.toFixed(1));
 
 async function main() {
-  const server = await startServerProcess();
+  const server = await startChildServer();
   const sandbox = new OpenSandboxSandbox({ domain: server.domain, apiKey: server.apiKey });
   try {
     await sandbox._start();
@@ -199,42 +157,42 @@ async function main() {
     console.log(`server ${server.domain}, sandbox ${sandbox.opensandbox.sandboxId}; ${N} processes x ${L} lines, ${RUNS} latency samples\n`);
 
     const lines = N * L;
-    const header = () => {
-      console.log(`${N} concurrent processes x ${L} lines (${lines} lines)`);
-      console.log('  client                       lines ok   wall ms  JS-thread busy ms  process CPU ms  RSS start -> peak MB');
-    };
-    const row = (name, p, bad) => console.log(`  ${name.padEnd(28)} ${String(lines - bad * L).padStart(8)} ${f(p.wallMs).padStart(9)} ${f(p.jsBusyMs).padStart(18)} ${f(p.cpuMs).padStart(15)}   ${f(p.rssStartMb)} -> ${f(p.rssPeakMb)}`);
+    const row = (name, p, bad) => console.log(`  ${name.padEnd(28)} ${String(lines - bad * L).padStart(8)} ${f(p.wall).padStart(9)} ${f(p.js).padStart(18)} ${f(p.cpu).padStart(15)}   ${f(p.rssStart)} -> ${f(p.rss)}`);
     const lat = (name, q) => console.log(`  ${name.padEnd(32)} ${f(q.median).padStart(7)} ${f(q.p95).padStart(7)}`);
 
     const bulk = await profile(() => oursBulk(pm));
-    header();
+    console.log(`${N} concurrent processes x ${L} lines (${lines} lines)`);
+    console.log('  client                       lines ok   wall ms  JS-thread busy ms  process CPU ms  RSS start -> peak MB');
     row('ours (PTY WebSocket, C)', bulk, bulk.value.bad);
     console.log(`  ours: ${bulk.value.chunks} output batches reached JS for ${lines} lines`);
     const first = await oursFirstOutput(pm);
     const stdin = await oursStdinRoundTrip(pm);
+    const through = await oursStdinThroughput(pm);
 
     let failed = bulk.value.bad !== 0;
     let oFirst = null;
-    if (!args['no-official']) {
-      const sbx = await officialSandbox(server.domain, sandbox.opensandbox.sandboxId);
-      try {
-        const oBulk = await profile(() => officialBulk(sbx));
-        row(`official (logs every ${POLL_MS} ms)`, oBulk, oBulk.value.bad);
-        failed ||= oBulk.value.bad !== 0;
-      } catch (err) {
-        console.log(`  official (logs every ${POLL_MS} ms)  failed: ${err.message}`);
-      }
-      try {
-        oFirst = await officialFirstOutput(sbx);
-      } catch (err) {
-        console.log(`  official spawn -> first output failed: ${err.message}`);
-      }
+    let oBulk = null;
+    const sbx = args['no-official'] ? null : await officialSandbox(server.domain, server.apiKey, sandbox.opensandbox.sandboxId);
+    if (sbx) {
+      oBulk = await profile(() => officialBulk(sbx));
+      row(`official (logs every ${POLL_MS} ms)`, oBulk, oBulk.value.bad);
+      failed ||= oBulk.value.bad !== 0;
+      oFirst = await officialFirstOutput(sbx);
     }
     console.log('\nlatency (ms)                        median     p95');
     lat('spawn -> first output, ours', first);
     if (oFirst) lat('spawn -> first output, official', oFirst);
     lat('stdin round trip, ours', stdin);
     console.log('  stdin round trip, official             -       -   (no stdin API)');
+    console.log(`\nstdin: ${STDIN_MB} MB of random bytes into wc -c in ${f(through.ms)} ms: ${f(through.mbps)} MB/s (count verified)`);
+    const what = `${N} x ${L} process lines`;
+    if (oBulk) {
+      reportFigure(`${what}: wall, ours / official`, bulk.wall / oBulk.wall, 'x', '<= 0.5', `${f(bulk.wall)} vs ${f(oBulk.wall)} ms`);
+      reportFigure(`${what}: JS-thread busy, ours / official`, bulk.js / oBulk.js, 'x', '<= 0.2', `${f(bulk.js)} vs ${f(oBulk.js)} ms`);
+    }
+    reportFigure(`stdin into wc -c (${STDIN_MB} MB, binary, closeStdin)`, through.mbps, 'MB/s', '>= 20');
+    reportFigure('stdin round trip into cat, median', stdin.median, 'ms', '', `p95 ${f(stdin.p95)} ms`);
+    if (oFirst) reportFigure('spawn -> first output, ours / official (median)', first.median / oFirst.median, 'x', '', `${f(first.median)} vs ${f(oFirst.median)} ms`);
     if (failed) {
       console.log('\nFAILED: lines missing');
       process.exitCode = 1;

@@ -9,36 +9,35 @@
 // for the ratio. "node reader" is one keep-alive http.request per run that stops at the terminal event (the protocol
 // floor in Node). The official client waits for execd's 1 s stream tail,
 // which is what its users get. Then templates: time to a ready sandbox created from a template's snapshot vs a fresh
-// sandbox that runs the same steps itself. Options: --runs N (default 200), --official-runs N (default 5),
-// --template-runs N (default 5).
+// sandbox that runs the same steps itself. Also the resident memory of an idle sandbox (execd and its helpers).
+// Options: --runs N (default 200), --official-runs N (default 5), --template-runs N (default 5), --template-files N
+// (default 3000), --smoke (tiny sizes: seconds).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, Template } from '../lib/index.js';
+import { now, quantiles as stats, sandboxRss, officialSandbox, reportFigure } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
-    runs: { type: 'string', default: '200' },
-    'official-runs': { type: 'string', default: '5' },
-    concurrent: { type: 'string', default: '200' },
-    'template-runs': { type: 'string', default: '5' },
+    runs: { type: 'string' },
+    'official-runs': { type: 'string' },
+    concurrent: { type: 'string' },
+    'template-runs': { type: 'string' },
+    'template-files': { type: 'string' },
+    smoke: { type: 'boolean', default: false },
   },
 });
-const RUNS = Number(args.runs);
-const OFFICIAL_RUNS = Number(args['official-runs']);
-const CONCURRENT = Number(args.concurrent);
-const TEMPLATE_RUNS = Number(args['template-runs']);
+const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const RUNS = size('runs', 200, 5);
+const OFFICIAL_RUNS = size('official-runs', 5, 1);
+const CONCURRENT = size('concurrent', 200, 10);
+const TEMPLATE_RUNS = size('template-runs', 5, 1);
+const TEMPLATE_FILES = size('template-files', 3000, 30);
+const BUILD_LOOP = args.smoke ? 1e5 : 1e8;
 const BODY = JSON.stringify({ command: 'true', cwd: '/workspace' });
 const TERMINAL = /"type":"(execution_complete|error)"/;
-
-const now = () => Number(process.hrtime.bigint()) / 1e6;
-
-function stats(samples) {
-  const s = [...samples].sort((a, b) => a - b);
-  const at = q => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
-  return { n: s.length, median: at(0.5), p95: at(0.95) };
-}
 
 async function measure(runs, fn, warmup = Math.min(10, runs)) {
   for (let i = 0; i < warmup; i++) await fn();
@@ -102,14 +101,8 @@ function nodeReaderOnce(baseUrl, headers, agent) {
 }
 
 async function officialClient(domain, sandboxId) {
-  let mod;
-  try {
-    mod = await import('@alibaba-group/opensandbox');
-  } catch {
-    return null;
-  }
-  process.env.OPENSANDBOX_DISABLE_METRICS = '1';
-  const sbx = await mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', disableMetrics: true } });
+  const sbx = await officialSandbox(domain, undefined, sandboxId); // the in-process server needs no API key
+  if (!sbx) return null;
   try {
     return await measure(OFFICIAL_RUNS, () => sbx.commands.run('true'), 1);
   } finally {
@@ -132,15 +125,15 @@ async function concurrentRun(sandbox) {
 }
 
 /**
- * A template whose steps work on the local server (no network, host system read-only): a dependency tree of 3,000
- * small files and a CPU-bound build step. Fresh = start + the same commands; template = start from its snapshot.
+ * A template whose steps work on the local server (no network, host system read-only): a dependency tree of
+ * TEMPLATE_FILES small files (300 directories) and a CPU-bound build step. Fresh = start + the same commands; template = start from its snapshot.
  */
 async function templateBench(domain) {
   const template = Template()
     .setWorkdir('/workspace/app')
     .setEnvs({ BUILD_MODE: 'release' })
-    .runCmd('mkdir -p node_modules/pkg{0..299} && for i in $(seq 1 3000); do echo "module.exports = $i" > node_modules/pkg$((i % 300))/f$i.js; done')
-    .runCmd(`node -e "let h = 0; for (let i = 0; i < 1e8; i++) h = (h * 31 + i) | 0; require('fs').writeFileSync('build.out', process.env.BUILD_MODE + ' ' + h)"`)
+    .runCmd(`mkdir -p node_modules/pkg{0..299} && for i in $(seq 1 ${TEMPLATE_FILES}); do echo "module.exports = $i" > node_modules/pkg$((i % 300))/f$i.js; done`)
+    .runCmd(`node -e "let h = 0; for (let i = 0; i < ${BUILD_LOOP}; i++) h = (h * 31 + i) | 0; require('fs').writeFileSync('build.out', process.env.BUILD_MODE + ' ' + h)"`)
     .withFamily('bench');
   const plan = template.buildPlan();
   const check = async s => {
@@ -211,6 +204,10 @@ async function main() {
       await s._destroy();
     }
     const firstCommand = stats(firstSamples);
+    // an idle sandbox's processes (execd and its helpers), after one command and a second of rest
+    await sandbox.executeCommand('true');
+    await new Promise(r => setTimeout(r, 1000));
+    const idle = sandboxRss(sandboxId);
 
     const ours = await measure(RUNS, () => sandbox.executeCommand('true'));
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
@@ -241,17 +238,23 @@ async function main() {
     if (official) console.log(`official / ours            (median): ours ${(official.median / ours.median).toFixed(1)}x faster   (target >= 20x)`);
     else console.log('official client: not installed, skipped');
 
+    if (idle) console.log(`idle sandbox: ${idle.mb.toFixed(1)} MiB resident (${idle.processes.map(p => `${p.comm} ${p.mb.toFixed(1)}`).join(', ')})`);
+    reportFigure('sandbox create -> first command result, median', firstCommand.median, 'ms', '<= 150', `p95 ${fmt(firstCommand.p95)} ms`);
+    if (idle) reportFigure('idle sandbox resident memory (summed RSS of its processes)', idle.mb, 'MiB', '<= 15', idle.processes.map(p => p.comm).join(', '));
+    reportFigure("executeCommand('true'): ours / keep-alive node reader (median)", ours.median / reader.median, 'x', '<= 1.1', `${fmt(ours.median)} vs ${fmt(reader.median)} ms`);
+
     const c = await concurrentRun(sandbox);
     console.log(`\n${CONCURRENT} concurrent executeCommands (20 numbered lines each, ${c.bytes} bytes): ${c.ms.toFixed(0)} ms total, ` +
       `${c.bad === 0 ? 'every byte verified in order' : `${c.bad} WRONG`}`);
     if (c.bad) process.exitCode = 1;
 
     const t = await templateBench(server.domain);
-    console.log(`\ntemplate (3,000-file tree + CPU build step), ${TEMPLATE_RUNS} runs each, built once in ${t.buildMs.toFixed(0)} ms; ms:`);
+    console.log(`\ntemplate (${TEMPLATE_FILES}-file tree + CPU build step), ${TEMPLATE_RUNS} runs each, built once in ${t.buildMs.toFixed(0)} ms; ms:`);
     console.log('  ready sandbox from the template snapshot'.padEnd(54), fmt(t.fromTemplate.median).padStart(11), fmt(t.fromTemplate.p95).padStart(10));
     console.log('  fresh sandbox + the same steps'.padEnd(54), fmt(t.fresh.median).padStart(11), fmt(t.fresh.p95).padStart(10));
     console.log('  (fresh sandbox alone, no steps)'.padEnd(54), fmt(t.bare.median).padStart(11), fmt(t.bare.p95).padStart(10));
     console.log(`  template / fresh (median): ${(t.fromTemplate.median / t.fresh.median).toFixed(2)}x`);
+    reportFigure(`ready from a template snapshot (${TEMPLATE_FILES} files) minus a bare create, median`, t.fromTemplate.median - t.bare.median, 'ms', '<= 50', `${fmt(t.fromTemplate.median)} vs ${fmt(t.bare.median)} ms`);
   } finally {
     await sandbox._destroy().catch(() => {});
     await server.close();

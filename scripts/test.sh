@@ -5,7 +5,8 @@
 # under qemu-user), then mocha runs
 # every JS test against the local OpenSandbox-compatible server — loading that prebuilt .node
 # (MASTRA_OPENSANDBOX_ADDON), so the binary that ships is the one the whole suite exercises; the source build is
-# exercised by the C tests and compiled here. The last line sums everything up as "N passed, N failed, N skipped".
+# exercised by the C tests and compiled here. Every benchmark then runs at smoke size (`scripts/bench-all.js --smoke`,
+# seconds) so that none breaks unnoticed. The last line sums everything up as "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MASTRA_TELEMETRY_DISABLED=1
@@ -35,8 +36,11 @@ js_pass=$(sed -n 's/^ *\([0-9][0-9]*\) passing.*/\1/p' "$log" | tail -1)
 js_fail=$(sed -n 's/^ *\([0-9][0-9]*\) failing.*/\1/p' "$log" | tail -1)
 js_skip=$(sed -n 's/^ *\([0-9][0-9]*\) pending.*/\1/p' "$log" | tail -1)
 
-passed=$(( ${c_pass:-0} + ${js_pass:-0} + (ts_rc == 0 ? 1 : 0) + (packed_rc == 0 ? 1 : 0) ))
-failed=$(( ${c_fail:-0} + ${js_fail:-0} + ts_rc + packed_rc ))
+bench_rc=0
+node scripts/bench-all.js --smoke || { echo "the benchmarks at smoke size (scripts/bench-all.js --smoke) failed"; bench_rc=1; }
+
+passed=$(( ${c_pass:-0} + ${js_pass:-0} + (ts_rc == 0 ? 1 : 0) + (packed_rc == 0 ? 1 : 0) + (bench_rc == 0 ? 1 : 0) ))
+failed=$(( ${c_fail:-0} + ${js_fail:-0} + ts_rc + packed_rc + bench_rc ))
 # a runner that died without its own count still fails the suite
 [ "$c_rc" -ne 0 ] && [ "${c_fail:-0}" -eq 0 ] && failed=$((failed + 1))
 [ "$js_rc" -ne 0 ] && [ "${js_fail:-0}" -eq 0 ] && failed=$((failed + 1))

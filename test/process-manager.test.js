@@ -3,7 +3,7 @@
 // reader/writer, abort, timeout), stdin round trips (head -1, a read loop, a python REPL), binary-safe output, and
 // 10 MB through a small maxRetainedBytes.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { stats } from '../lib/native.js';
@@ -135,6 +135,50 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     const r = await h.wait();
     assert.equal(r.exitCode, 0);
     assert.equal(r.stdout, bytes.toString('hex'));
+  });
+
+  it('stdin in bulk: 5 MiB of every byte value in writes of every size, all in flight at once, arrive exactly; closeStdin right after them ends it', async () => {
+    const pattern = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const data = Buffer.concat([pattern, randomBytes(5 * 1048576), pattern]);
+    const h = await pm.spawn('sha256sum; wc -c < /dev/null');
+    const sizes = [1, 0, 255, 1048576, 1048577, 3, 2 * 1048576 + 7, 65536];
+    const writes = [];
+    let o = 0;
+    for (let i = 0; o < data.length; i++) {
+      const n = Math.min(sizes[i % sizes.length], data.length - o);
+      writes.push(h.sendStdin(data.subarray(o, o + n)));
+      o += n;
+    }
+    writes.push(h.closeStdin()); // no await between: writes and the end travel together
+    await Promise.all(writes);
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, `${createHash('sha256').update(data).digest('hex')}  -\n0\n`);
+  });
+
+  it("env named like the wrapper's variables (p, f, n, d, l) reaches the command and leaves its stdin alone", async () => {
+    const h = await pm.spawn('cat; echo "$p|$f|$n|$d|$l"', { env: { p: '/etc/hostname', f: 'F', n: 'N', d: 'D', l: 'L' } });
+    await h.sendStdin('from stdin\n');
+    await h.closeStdin();
+    const r = await h.wait();
+    assert.deepEqual([r.exitCode, r.stdout], [0, 'from stdin\n/etc/hostname|F|N|D|L\n']);
+  });
+
+  it('an LSP-style message written as header then body (two sendStdin calls) reaches cat whole, message after message', async () => {
+    let out = '';
+    const h = await pm.spawn('cat', { onStdout: (d) => { out += d; } });
+    const messages = [];
+    for (let i = 0; i < 20; i++) {
+      const body = JSON.stringify({ jsonrpc: '2.0', id: i, method: 'textDocument/hover', params: { text: 'x'.repeat(i * 50) } });
+      const header = `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+      messages.push(header + body);
+      const before = out.length;
+      await Promise.all([h.sendStdin(header), h.sendStdin(body)]);
+      await waitFor(() => out.length >= before + header.length + body.length, { timeoutMs: 15000, intervalMs: 1, message: `message ${i} echoed` });
+    }
+    assert.equal(out, messages.join(''));
+    await h.closeStdin();
+    assert.equal((await h.wait()).exitCode, 0);
   });
 
   it('stdin into a line-reading loop keeps order, including text with quotes, tabs and UTF-8', async () => {

@@ -112,6 +112,23 @@ describe('OpenSandboxSandbox.executeCommand', function () {
         assert.match(err.message, /contains "\$": execd expands environment variables in a command cwd/);
         return true;
       });
+  it('start creates a missing workingDirectory (mode 755, spaces and all); one that cannot be made fails start naming it', async () => {
+    const made = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/workspace/a b/c' });
+    try {
+      await made._start();
+      assert.equal((await made.executeCommand('pwd; stat -c %a .')).stdout, '/workspace/a b/c\n755\n');
+    } finally {
+      await made._destroy();
+    }
+    const bad = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/etc/hostname/sub' });
+    try {
+      await assert.rejects(bad._start(), err => {
+        assert.equal(err.code, 'WORKING_DIRECTORY');
+        assert.match(err.message, /cannot create the working directory \/etc\/hostname\/sub: .*not a directory/);
+        return true;
+      });
+    } finally {
+      await bad._destroy().catch(() => {});
     }
   });
 

@@ -36,7 +36,8 @@ async function deadPort() {
 }
 
 /**
- * Raw TCP execd peer: answers GET /ping with 200 and DELETE /command with 200; POST /command gets the
+ * Raw TCP execd peer: answers GET /ping, POST /directories (the working directory at start) and DELETE /command with
+ * 200; POST /command gets the
  * current mode: 'ok' = init + execution_complete (used while the sandbox starts); 'cut' = init + one stdout event, then the connection is dropped;
  * 'malformed' = init + a line that is not JSON, connection left open.
  */
@@ -75,7 +76,7 @@ async function startExecdPeer() {
           }
           return;
         }
-        const ok = (method === 'GET' && path === '/ping') || (method === 'DELETE' && path === '/command');
+        const ok = (method === 'GET' && path === '/ping') || (method === 'POST' && path === '/directories') || (method === 'DELETE' && path === '/command');
         sock.write(ok ? 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n'
           : 'HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}');
       }

@@ -178,8 +178,8 @@ describe('dev-server resource limits (cgroups) and disk bound', function () {
     const dirs = cgroupDirs(sb.id);
     assert.ok(dirs.length >= 1);
     assert.deepEqual(mountsUnder(dataDir), [path.join(dataDir, 'sb', sb.id)]);
-    // per sandbox one image; the never-mounted templates (one per size and owner) stay until the server closes
-    const images = () => fs.readdirSync(path.join(dataDir, 'disks')).flatMap((inst) => fs.readdirSync(path.join(dataDir, 'disks', inst))).filter((n) => !n.startsWith('template-'));
+    // per sandbox one image; the never-mounted templates and their copies made ahead (one each per size and owner) stay until the server closes
+    const images = () => fs.readdirSync(path.join(dataDir, 'disks')).flatMap((inst) => fs.readdirSync(path.join(dataDir, 'disks', inst))).filter((n) => !n.startsWith('template-') && !n.startsWith('spare-'));
     assert.deepEqual(images(), [`${sb.id}.img`]);
     await remove(sb);
     assert.deepEqual(dirs.filter((d) => fs.existsSync(d)), []);

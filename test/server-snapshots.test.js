@@ -178,6 +178,31 @@ describe('dev-server snapshots API', function () {
     assert.equal(fs.existsSync(path.join(dataDir, 'snapshots', 'cut-delete')), false);
   });
 
+  it('with a disk bound a snapshot keeps the disk image: a restore of the same size mounts a copy of it, another size copies the files; both exact', async () => {
+    assert.equal(process.getuid(), 0, 'the disk bound needs root (loop-mounted images); CI runs as root');
+    const sb = await createSandbox();
+    const make = 'mkdir -p /workspace/m/d{0..49} && for i in $(seq 1 2000); do echo "f$i" > /workspace/m/d$((i % 50))/f$i; done; '
+      + 'printf "\\000\\377x" > /workspace/bin; chmod 640 /workspace/bin; ln -s m/d7 /workspace/link; echo t > /tmp/t; echo r > /root/r';
+    await sh(sb.id, make);
+    const probe = 'find /workspace/m -type f | wc -l; cat /workspace/m/d7/f1007; od -An -tx1 /workspace/bin; stat -c %a /workspace/bin; '
+      + 'readlink /workspace/link; cat /tmp/t /root/r; ls /workspace/link | wc -l';
+    const expected = await sh(sb.id, probe);
+    assert.equal(expected, '2000\nf1007\n 00 ff 78\n640\nm/d7\nt\nr\n40');
+    const snap = await ready((await snapshot(sb.id)).json.id);
+    assert.ok(fs.existsSync(path.join(dataDir, 'snapshots', snap.id, 'disk.img')), 'the snapshot has no disk image');
+    const inodes = 'stat -c %i /workspace/bin /workspace/m/d7/f1007 /root/r';
+    const sourceInodes = await sh(sb.id, inodes);
+    await sh(sb.id, 'rm -rf /workspace/m'); // later changes of the source are not restored
+    for (const resourceLimits of [{ cpu: '1' }, { cpu: '1', 'ephemeral-storage': '3Gi' }]) {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snap.id, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits } });
+      assert.equal(r.status, 202, r.text);
+      assert.equal(await sh(r.json.id, probe), expected, JSON.stringify(resourceLimits)); // execd listens: its run dir is fresh
+      // the same size restores the image itself (the same inodes), another size a copy of the files
+      if (!resourceLimits['ephemeral-storage']) assert.equal(await sh(r.json.id, inodes), sourceInodes);
+      assert.equal(await sh(r.json.id, 'echo new > /workspace/n && cat /workspace/n'), 'new');
+    }
+  });
+
   it('a capture over the snapshot disk limit fails (Failed, reason and message); the sandbox keeps running', async () => {
     await server.close();
     server = await start({ maxSnapshotBytes: 64 * 1024 });

@@ -109,7 +109,7 @@ export async function startRelay(socketPath, { ingressId = null, host = '127.0.0
       proxyUpgrade(req, socket, head, { socketPath }, d.target, { drop: TOKEN_HEADERS });
     }));
     apps.keepAliveTimeout = 30_000;
-    server = net.createServer((client) => {
+    server = net.createServer({ noDelay: true }, (client) => {
       sockets.add(client);
       let up = null;
       const drop = () => {

@@ -140,20 +140,37 @@ export class Sandboxes {
       createdAt: now, containerCreatedAt: Date.now(), exitCode: null, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
+    // the snapshot stays until the restore is done; 404/409 as the spec gives them
+    let restore = null;
+    try {
+      restore = req.snapshotId ? this.snapshots.acquire(req.snapshotId) : null;
+    } catch (err) {
+      await this.dispose(sb);
+      throw err;
+    }
     if (plan.disk) {
       try {
-        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity);
+        // from the snapshot's disk image when it has one of this size: no file-by-file copy
+        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity, restore?.image);
       } catch (err) {
+        restore?.release();
         proc.removeDirs();
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
       }
     }
-    if (req.snapshotId) {
+    if (restore) {
       try {
-        await this.snapshots.restoreInto(req.snapshotId, proc.dirs, identity); // 404/409 as the spec gives them
+        if (sb.disk?.restored) {
+          // what the server, not the sandbox, kept in the source's directory: its execd socket, its resolv.conf
+          fs.rmSync(proc.dirs.run, { recursive: true, force: true });
+          fs.rmSync(path.join(proc.dir, 'resolv.conf'), { force: true });
+        } else {
+          await restore.restoreInto(proc.dirs, identity);
+        }
         // Docker: the image's labels (the source's metadata at capture) under the create's own
         if (this.profile.snapshotLabels) sb.metadata = { ...this.snapshots.labelsOf(req.snapshotId), ...req.metadata };
       } catch (err) {
+        restore.release();
         await this.dispose(sb);
         if (err instanceof ApiError) throw err;
         if (/No space left on device/.test(err.message)) {
@@ -162,6 +179,7 @@ export class Sandboxes {
         }
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${req.snapshotId}: ${err.message}`);
       }
+      restore.release();
     }
     if (this.closing) {
       await this.dispose(sb); // closeAll() did not see it yet: its disk must not outlive the server

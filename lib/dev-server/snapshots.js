@@ -12,6 +12,7 @@ import { ApiError } from './validate.js';
 /** The sandbox directories a snapshot holds (names under a sandbox's dir and under a snapshot's data dir). */
 export const SNAPSHOT_DIRS = ['workspace', 'tmp', 'home'];
 const RECORD = 'snapshot.json';
+const IMAGE = 'disk.img'; // the sandbox's disk image, when it had a disk bound
 const COPY_TIMEOUT_MS = 10 * 60 * 1000;
 
 function iso(ms) {
@@ -177,8 +178,21 @@ export class Snapshots {
         }
       }
       for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
+      // with a disk bound, also the sandbox's whole image: a restore into a disk of the same size mounts a copy of
+      // it instead of copying files one by one (Disks.mount). It is kept only where the snapshot disk limit has room
+      // for it as well (its file system's metadata alone is a few MiB).
+      if (sb.disk) {
+        const image = path.join(this.dir, rec.id, IMAGE);
+        await sb.disk.copyTo(image);
+        const room = this.maxBytes === undefined
+          || this.bytesUsed() + diskBytes(data) + fs.statSync(image).blocks * 512 <= this.maxBytes;
+        if (room) rec.disk = { bytes: sb.disk.bytes };
+        else fs.rmSync(image, { force: true });
+      }
     } catch (err) {
       fs.rmSync(data, { recursive: true, force: true });
+      fs.rmSync(path.join(this.dir, rec.id, IMAGE), { force: true });
+      delete rec.disk;
       if (this.items.has(rec.id)) this.transition(rec, 'Failed', 'snapshot_runtime_failed', `Capture failed: ${err.message}`);
       this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} failed: ${err.message}`);
       return;
@@ -186,7 +200,7 @@ export class Snapshots {
       // a pause requested through the API meanwhile wins; a deleted sandbox has nothing to continue
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
     }
-    rec.sizeBytes = diskBytes(data);
+    rec.sizeBytes = diskBytes(data) + (rec.disk ? fs.statSync(path.join(this.dir, rec.id, IMAGE)).blocks * 512 : 0);
     if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
     if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', this.profile.snapshotReadyMessage);
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
@@ -227,11 +241,12 @@ export class Snapshots {
   }
 
   /**
-   * For a create with snapshotId: copies the snapshot's directories into a new sandbox's dirs ({ workspace, tmp,
-   * home } paths), owned by `owner` ({ uid, gid } or null: as captured). 404 unknown, 409 not Ready; the snapshot
-   * cannot be deleted while this runs.
+   * For a create with snapshotId: 404 unknown, 409 not Ready. Resolves { image, restoreInto(dirs, owner), release() }:
+   * image is { image, bytes } of the snapshot's disk image (for Disks.mount) or null; restoreInto copies the
+   * snapshot's directories into a new sandbox's dirs ({ workspace, tmp, home } paths), owned by `owner` ({ uid, gid }
+   * or null: as captured). The snapshot cannot be deleted until release().
    */
-  async restoreInto(id, dirs, owner = null) {
+  acquire(id) {
     const rec = this.items.get(id);
     if (!rec || rec.status.state === 'Deleting') throw snapshotNotFound(id);
     if (rec.status.state !== 'Ready') {
@@ -239,11 +254,17 @@ export class Snapshots {
     }
     const data = path.join(this.dir, id, 'data');
     rec.restoring = (rec.restoring ?? 0) + 1;
-    try {
-      for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
-    } finally {
-      rec.restoring--;
-    }
+    let released = false;
+    return {
+      image: rec.disk ? { image: path.join(this.dir, id, IMAGE), bytes: rec.disk.bytes } : null,
+      restoreInto: async (dirs, owner = null) => {
+        for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
+      },
+      release: () => {
+        if (!released) rec.restoring--;
+        released = true;
+      },
+    };
   }
 
   /** The metadata a sandbox restored from snapshot `id` inherits ({} where the runtime keeps none). */

@@ -18,6 +18,8 @@ void osb_batch_flush(osb_batch *b) {
   uv_timer_stop(&b->timer);
   osb_buf *o = &b->buf[0], *e = &b->buf[1];
   if (!o->len && !e->len) return;
+  b->flushed = 1;
+  b->last_flush = uv_now(b->timer.loop);
   b->on_flush(b->ud, o->data ? o->data : "", o->len, e->data ? e->data : "", e->len);
   osb_buf_reset(o);
   osb_buf_reset(e);
@@ -27,7 +29,10 @@ static void on_timer(uv_timer_t *t) { osb_batch_flush(t->data); }
 
 void osb_batch_kick(osb_batch *b) {
   if (b->buf[0].len + b->buf[1].len >= OSB_BATCH_BYTES) osb_batch_flush(b);
-  else if (!uv_is_active((uv_handle_t *)&b->timer)) uv_timer_start(&b->timer, on_timer, OSB_BATCH_DELAY_MS, 0);
+  else if (!uv_is_active((uv_handle_t *)&b->timer)) {
+    int quiet = !b->flushed || uv_now(b->timer.loop) - b->last_flush >= OSB_BATCH_DELAY_MS;
+    uv_timer_start(&b->timer, on_timer, quiet ? 0 : OSB_BATCH_DELAY_MS, 0);
+  }
 }
 
 static void on_handle_closed(uv_handle_t *h) {

@@ -1,6 +1,9 @@
 /* Output batching of the engine thread: the stdout and stderr bytes of one streamed run (a /command stream, a /code
  * cell, a process's WebSocket) are gathered in two buffers and handed to the owner in one call, when they reach
- * OSB_BATCH_BYTES together or OSB_BATCH_DELAY_MS after the first byte of a batch, whichever comes first.
+ * OSB_BATCH_BYTES together or OSB_BATCH_DELAY_MS after the first byte of a batch, whichever comes first — except a
+ * batch that starts OSB_BATCH_DELAY_MS or more after the previous flush (after a quiet spell: an answer to input, the
+ * first output), which is handed over at the end of the loop turn, so interactive round trips wait for no timer while
+ * continuous output still comes at most once per OSB_BATCH_DELAY_MS plus that leading batch.
  *
  * Ownership: an osb_batch is embedded in its owner (zero-initialised, e.g. by calloc) and owns its two buffers and
  * its uv timer; the owner keeps the memory alive until the close callback has run, then calls osb_batch_free. Every
@@ -10,6 +13,7 @@
 #ifndef OSB_BATCH_H
 #define OSB_BATCH_H
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 #include "core/buf.h"
 
@@ -28,6 +32,8 @@ typedef struct {
   osb_batch_closed_fn on_closed;
   void *ud;
   int closing; /* handles still to be closed */
+  int flushed;  /* a flush happened, at last_flush (loop time, ms) */
+  uint64_t last_flush;
 } osb_batch;
 
 /* Engine thread: initialises the timer on loop. Before it only osb_batch_append and osb_batch_free are valid. */
@@ -36,7 +42,8 @@ void osb_batch_start(osb_batch *b, uv_loop_t *loop, osb_batch_flush_fn on_flush,
 /* Adds n bytes to stream which (0 stdout, 1 stderr) without flushing. Returns 0, or -1 when out of memory (the
  * batch unchanged). */
 int osb_batch_append(osb_batch *b, int which, const char *p, size_t n);
-/* After appends: flushes now when the batch holds OSB_BATCH_BYTES or more, else arms the timer (when not armed). */
+/* After appends: flushes now when the batch holds OSB_BATCH_BYTES or more, else arms the timer (when not armed):
+ * 0 ms after a quiet spell (see above), else OSB_BATCH_DELAY_MS. */
 void osb_batch_kick(osb_batch *b);
 /* Hands what is batched to on_flush now (nothing when empty) and disarms the timer. */
 void osb_batch_flush(osb_batch *b);

@@ -36,12 +36,17 @@ static long g_paused; /* atomic: processes whose socket is paused by flow contro
 long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
 long osb_proc_paused_count(void) { return __atomic_load_n(&g_paused, __ATOMIC_RELAXED); }
 
+/* What waits to go to the wrapper's stdin: our own protocol lines (go, ack: a whole execd message), user bytes and
+ * the end of input. User bytes and the end are framed at flush time, so writes queued together (an LSP header and
+ * its body, a write and closeStdin) travel as one frame in one message. */
+enum { M_LINE, M_DATA, M_END };
 typedef struct stdin_msg {
   struct stdin_msg *next;
-  osb_proc_done_fn done; /* NULL for our own lines (go, ack) */
+  int kind;
+  osb_proc_done_fn done; /* NULL for our own lines (go, ack) and all but the last piece of a write */
   void *ud;
   size_t n;
-  char data[]; /* 0x00 + bytes */
+  char data[]; /* M_LINE: 0x00 + bytes; M_DATA: the user's bytes; M_END: nothing */
 } stdin_msg;
 
 typedef struct waiter {
@@ -93,6 +98,7 @@ struct osb_proc {
   int fifo_step;        /* stdin FIFO removal after a kill: 0 not yet, 1 "$TMPDIR/…" asked, 2 "/tmp/…" asked */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
+  int flush_posted; /* a flush of the stdin queue is posted to the engine */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
   char last_close[200]; /* why the last WebSocket ended (for error texts) */
@@ -163,21 +169,26 @@ static int is_ident(const char *s) {
   return 1;
 }
 
-/* The command's stdin (see process.h): user bytes arrive as "D<base64>\n" lines and end of input as "E\n"; a
- * decoder subshell (POSIX sh, base64 -d of coreutils or busybox) writes them into a FIFO that is the command's
- * stdin and exits (closing it) at "E". Only whole lines are read (the shell reads a pipe byte by byte), so the
- * wrapper's own protocol lines after the command (ack) stay unread; the decoder is stopped before the markers. Without
- * a FIFO (read-only TMPDIR) the command gets /dev/null and a note on stderr. */
+/* The command's stdin (see process.h): user bytes arrive as frames "D<n>\n" + n raw bytes and end of input as "E\n";
+ * a small frame without NUL bytes (an LSP message, a line for a REPL) comes as "T<n>\n" + n bytes instead and is
+ * read and written by the shell itself (read -N of bash with LC_ALL=C: n bytes; no dd started);
+ * a decoder (a process substitution of the wrapper's bash: a pipe, no FIFO to create and remove) writes them into
+ * the command's stdin and exits (closing it) at "E". The decoder's shell reads a frame's header line (a shell reads a
+ * pipe byte by byte, so nothing past the line is consumed) and dd (coreutils or busybox) copies the frame's bytes in
+ * blocks: with iflag=fullblock and one block of exactly n bytes it reads no byte past the frame (head -c would do for
+ * GNU head, but busybox's head reads ahead through stdio). The wrapper's own protocol lines after the command (ack)
+ * thus stay unread; the decoder is stopped before the markers (its TERM trap stops a dd in the middle of a frame
+ * too). dd's errors (one without iflag=fullblock or status=none) reach the command's stderr. $! of a process
+ * substitution needs bash >= 4.4. */
 #define STDIN_DECODER                                                                                   \
-  "  p=\"$f.in\"; rm -f \"$p\"; d=\n"                                                                  \
-  "  if mkfifo -m 600 \"$p\" 2>/dev/null; then\n"                                                      \
-  "    exec 3<&0\n"                                                                                   \
-  "    ( while IFS= read -r l; do case $l in D*) printf '%s\\n' \"${l#D}\" | base64 -d || exit;; E) exit;; esac; done"\
-  " ) <&3 3<&- >\"$p\" &\n"                                                                           \
-  "    d=$!\n"                                                                                        \
-  "  else\n"                                                                                         \
-  "    p=/dev/null; echo \"cannot create a FIFO in ${TMPDIR:-/tmp}: the process gets no stdin\" >&2\n"  \
-  "  fi\n"
+  "  exec 3<&0\n"                                                                                     \
+  "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
+  "    while IFS= read -r l; do case $l in\n"                                                          \
+  "      D0|T0) ;;\n"                                                                                   \
+  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\";;\n"                             \
+  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
+  "      E) exit 0;; esac; done <&3 )\n"                                                                \
+  "  d=$!\n"
 
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
   if (!o->command || !*o->command) {
@@ -203,6 +214,10 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "%s"
                          "  (\n",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
+  /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
+   * one more start per process): its stdin first, the wrapper's variables gone, then its environment and cwd. */
+  bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
+                                                : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
   for (size_t i = 0; i < o->nenv; i++) {
     bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
     bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
@@ -213,13 +228,13 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
     bad |= shq(&b, o->cwd);
     bad |= osb_buf_append_str(&b, " || exit 1\n");
   }
-  bad |= osb_buf_append_str(&b, "  exec bash -c ");
+  bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
-  bad |= osb_buf_append_str(&b, o->stdin_ignore ? " </dev/null\n" : " <\"$p\" 3<&-\n");
+  bad |= osb_buf_append_str(&b, "\n");
   bad |= osb_buf_appendf(&b,
                          "  )\n"
                          "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
-                         "  [ -n \"$d\" ] && { kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }; rm -f \"$f.in\"\n"
+                         "  [ -n \"$d\" ] && { exec 3<&- 4<&-; kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }\n"
                          "else\n"
                          "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
                          "fi\n"
@@ -299,7 +314,7 @@ static void settle_waiters(osb_proc *p, int flag) {
   }
 }
 
-/* Fails queued user writes; keeps our own protocol lines unless all is set. */
+/* Fails queued user writes (and a queued end of input); keeps our own protocol lines unless all is set. */
 static void fail_stdin(osb_proc *p, int all) {
   osb_error err;
   osb_error_set(&err, OSB_KIND_API, "PROCESS_EXITED", "the process has exited: stdin is closed");
@@ -307,7 +322,7 @@ static void fail_stdin(osb_proc *p, int all) {
   p->qhead = p->qtail = NULL;
   while (m) {
     stdin_msg *n = m->next;
-    if (m->done || all) {
+    if (m->kind != M_LINE || all) {
       if (m->done) m->done(m->ud, &err, 0);
       free(m);
     } else {
@@ -461,13 +476,15 @@ static void try_finish(osb_proc *p) {
 
 /* ---------------------------------------------------------------- stdin */
 
-static void flush_stdin(osb_proc *p) {
-  if (!p->conn || !p->connected) return;
-  while (p->qhead) {
+#define STDIN_FRAME_MAX ((size_t)1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
+
+/* Pops the queue's head up to and including last, reporting rc to each piece's done. */
+static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
+  for (;;) {
     stdin_msg *m = p->qhead;
     p->qhead = m->next;
     if (!p->qhead) p->qtail = NULL;
-    int rc = osb_ws_send(p->conn, 1, m->data, m->n);
     if (m->done) {
       if (rc == 0) m->done(m->ud, NULL, 0);
       else {
@@ -476,56 +493,100 @@ static void flush_stdin(osb_proc *p) {
         m->done(m->ud, &err, 0);
       }
     }
+    int was_last = m == last;
     free(m);
+    if (was_last) return;
   }
 }
 
-/* An execd stdin message (0x00 + n bytes); data NULL leaves the bytes to the caller. */
-static stdin_msg *new_msg(const void *data, size_t n) {
-  stdin_msg *m = malloc(sizeof *m + n + 1);
+/* Sends the queue: a protocol line as it is; a run of user bytes (consecutive writes, at most STDIN_FRAME_MAX) as one
+ * frame "D<n>\n" + bytes ("T<n>\n" when small and without NUL), followed in the same message by "E\n" when closeStdin
+ * comes next. */
+static void flush_stdin(osb_proc *p) {
+  if (!p->conn || !p->connected) return;
+  while (p->qhead) {
+    stdin_msg *m = p->qhead;
+    if (m->kind == M_LINE) {
+      pop_sent(p, m, osb_ws_send(p->conn, 1, m->data, m->n));
+      continue;
+    }
+    size_t total = 0;
+    stdin_msg *last = NULL, *e = m;
+    for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
+      total += e->n;
+      last = e;
+    }
+    int end = e && e->kind == M_END;
+    if (end) last = e;
+    int text = total <= STDIN_TEXT_MAX;
+    for (stdin_msg *x = m; text && x && x->kind == M_DATA && x != e; x = x->next) text = !memchr(x->data, 0, x->n);
+    char head[32];
+    int hn = total ? snprintf(head, sizeof head, "%c%zu\n", text ? 'T' : 'D', total) : 0;
+    size_t len = 1 + (size_t)hn + total + (end ? 2 : 0);
+    char *msg = len > 1 ? malloc(len) : NULL;
+    int rc = 0;
+    if (len > 1 && !msg) {
+      rc = -1;
+    } else if (msg) {
+      char *o = msg;
+      *o++ = 0x00;
+      memcpy(o, head, (size_t)hn);
+      o += hn;
+      for (stdin_msg *x = m; x && x->kind == M_DATA && x != e; x = x->next) {
+        memcpy(o, x->data, x->n);
+        o += x->n;
+      }
+      if (end) memcpy(o, "E\n", 2);
+      rc = osb_ws_send(p->conn, 1, msg, len);
+      free(msg);
+    }
+    pop_sent(p, last, rc); /* len == 1: only empty writes, nothing to send */
+  }
+}
+
+static void flush_job(osb_engine *e, void *arg, int shutdown) {
+  (void)e;
+  osb_proc *p = arg;
+  p->flush_posted = 0;
+  if (!shutdown) flush_stdin(p);
+  osb_proc_release(p);
+}
+
+/* Flushes after the jobs already posted: writes made together (one after the other on the JS thread) are framed
+ * together. */
+static void schedule_flush(osb_proc *p) {
+  if (p->flush_posted) return;
+  p->flush_posted = 1;
+  proc_ref(p);
+  if (osb_engine_post(p->e, flush_job, p) != 0) {
+    p->flush_posted = 0;
+    osb_proc_release(p);
+    flush_stdin(p);
+  }
+}
+
+static stdin_msg *new_msg(int kind, const void *data, size_t n) {
+  stdin_msg *m = malloc(sizeof *m + n);
   if (!m) return NULL;
   m->next = NULL;
+  m->kind = kind;
   m->done = NULL;
   m->ud = NULL;
-  m->n = n + 1;
-  m->data[0] = 0x00;
-  if (n && data) memcpy(m->data + 1, data, n);
+  m->n = n;
+  if (n) memcpy(m->data, data, n);
   return m;
 }
 
 static void enqueue(osb_proc *p, stdin_msg *m, int front);
 
-/* One stdin frame of the wrapper's decoder: "D" + base64(data) + "\n" (n <= STDIN_FRAME_MAX), or "E\n" (data NULL). */
-#define STDIN_FRAME_MAX ((size_t)48 * 1024)
-static stdin_msg *new_frame(const unsigned char *data, size_t n) {
-  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t len = data ? 1 + 4 * ((n + 2) / 3) + 1 : 2;
-  stdin_msg *m = new_msg(NULL, len);
-  if (!m) return NULL;
-  char *o = m->data + 1;
-  if (!data) {
-    memcpy(o, "E\n", 2);
-    return m;
-  }
-  *o++ = 'D';
-  for (size_t i = 0; i < n; i += 3) {
-    unsigned v = (unsigned)data[i] << 16 | (i + 1 < n ? (unsigned)data[i + 1] << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
-    *o++ = b64[v >> 18 & 63];
-    *o++ = b64[v >> 12 & 63];
-    *o++ = i + 1 < n ? b64[v >> 6 & 63] : '=';
-    *o++ = i + 2 < n ? b64[v & 63] : '=';
-  }
-  *o = '\n';
-  return m;
-}
-
-/* Queues user stdin as frames (the last one carries done); 0, or -1 when out of memory (nothing queued). */
+/* Queues user stdin (data NULL: the end of input) in pieces of at most STDIN_FRAME_MAX, the last one carrying done;
+ * 0, or -1 when out of memory (nothing queued). */
 static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_proc_done_fn done, void *ud) {
   stdin_msg *head = NULL, **tail = &head, *last = NULL;
   size_t off = 0;
   do {
     size_t k = n - off < STDIN_FRAME_MAX ? n - off : STDIN_FRAME_MAX;
-    stdin_msg *m = new_frame(data ? data + off : NULL, k);
+    stdin_msg *m = data ? new_msg(M_DATA, data + off, k) : new_msg(M_END, NULL, 0);
     if (!m) {
       while (head) {
         stdin_msg *nx = head->next;
@@ -546,7 +607,7 @@ static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_p
     enqueue(p, head, 0);
     head = nx;
   }
-  flush_stdin(p);
+  schedule_flush(p);
   return 0;
 }
 
@@ -566,8 +627,9 @@ static void enqueue(osb_proc *p, stdin_msg *m, int front) {
  * not connected. */
 static void send_line(osb_proc *p, const char *fmt) {
   char line[96];
-  int n = snprintf(line, sizeof line, fmt, p->nonce);
-  stdin_msg *m = new_msg(line, (size_t)n);
+  line[0] = 0x00; /* execd's stdin message type */
+  int n = snprintf(line + 1, sizeof line - 1, fmt, p->nonce);
+  stdin_msg *m = new_msg(M_LINE, line, (size_t)n + 1);
   if (!m) return;
   if (p->conn && p->connected) {
     osb_ws_send(p->conn, 1, m->data, m->n);

@@ -9,9 +9,11 @@
  *    written before them has been received), sends the ack, and the session exits only then.
  *  - re-run on reconnect (connecting to an exited session starts the command again): the wrapper keeps a guard
  *    file named after the nonce; a second run finds it and only reprints the recorded exit status.
- * stdin: the user's bytes travel as "D<base64>\n" frames and end of input as "E\n" (osb_proc_close_stdin); a
- *    decoder in the wrapper (POSIX sh + base64 of coreutils or busybox) feeds them through a FIFO to the command
- *    and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe, no round trip.
+ * stdin: the user's bytes travel as frames "D<n>\n" + n raw bytes (writes queued together share one frame and one
+ *    message, at most 1 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
+ *    wrapper (POSIX sh reads the header line, dd of coreutils or busybox copies the frame) feeds them through a FIFO
+ *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe, no
+ *    round trip.
  * The wrapper waits for a "go" line before starting the user command, so no output can end up in the merged
  * replay buffer before the client is attached. The pid is "<session id>.<nonce>": enough for a new process
  * (after a restart) to reattach, replay from a byte offset, send stdin and kill.

@@ -77,6 +77,33 @@ static void test_timer_flush(void) {
   fx_done(&fx);
 }
 
+/* A batch after a quiet spell (the first, or one OSB_BATCH_DELAY_MS after the last flush) goes at the end of the loop
+ * turn; one right after a flush waits for the delay. */
+static void test_quiet_batch_next_turn(void) {
+  fixture fx;
+  fx_init(&fx);
+  CHECK(osb_batch_append(&fx.b, 0, "answer", 6) == 0);
+  osb_batch_kick(&fx.b);
+  CHECK(fx.k.flushes == 0);
+  uv_run(&fx.loop, UV_RUN_NOWAIT); /* one turn: the 0 ms timer */
+  CHECK(fx.k.flushes == 1);
+  CHECK_STR(fx.k.out.data, "answer");
+  CHECK(osb_batch_append(&fx.b, 0, "more", 4) == 0);
+  osb_batch_kick(&fx.b);
+  uv_run(&fx.loop, UV_RUN_NOWAIT); /* within the delay of the last flush: still held */
+  CHECK(fx.k.flushes == 1);
+  uv_run(&fx.loop, UV_RUN_DEFAULT);
+  CHECK(fx.k.flushes == 2);
+  CHECK_STR(fx.k.out.data, "answermore");
+  uv_sleep(OSB_BATCH_DELAY_MS + 2); /* quiet again */
+  uv_update_time(&fx.loop);
+  CHECK(osb_batch_append(&fx.b, 1, "late", 4) == 0);
+  osb_batch_kick(&fx.b);
+  uv_run(&fx.loop, UV_RUN_NOWAIT);
+  CHECK(fx.k.flushes == 3);
+  fx_done(&fx);
+}
+
 static void test_threshold_flush(void) {
   fixture fx;
   fx_init(&fx);
@@ -155,6 +182,7 @@ static void test_free_unstarted(void) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   RUN(test_timer_flush);
+  RUN(test_quiet_batch_next_turn);
   RUN(test_threshold_flush);
   RUN(test_explicit_flush);
   RUN(test_close_with_owner_timers);

@@ -7,11 +7,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import busboy from 'busboy';
+import { createRequire } from 'node:module';
 import { HttpError } from './http.js';
 import { expandAbsPath } from './files-paths.js';
 import { applyOwnership, applyPermission, osMessage, parseMode } from './files-info.js';
 import { mkdirp } from './mkdirp.js';
+const require = createRequire(import.meta.url); // busboy (CommonJS) loaded at the first upload, not at start
 
 const METADATA_LIMIT = 1024 * 1024;
 /** Go's multipart reader (ReadForm) refuses a form of more than 1,000 parts; execd then answers "multipart form is empty". */
@@ -28,7 +29,7 @@ function receiveForm(req) {
     }
     let bb;
     try {
-      bb = busboy({ headers: req.headers, limits: { fieldSize: METADATA_LIMIT, parts: MAX_PARTS + 1 } }); // partsLimit: at the 1,001st
+      bb = require('busboy')({ headers: req.headers, limits: { fieldSize: METADATA_LIMIT, parts: MAX_PARTS + 1 } }); // partsLimit: at the 1,001st
     } catch (err) {
       reject(new HttpError(400, 'INVALID_FILE', `multipart form is empty: ${err.message}`));
       req.resume();

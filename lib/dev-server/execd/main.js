@@ -19,7 +19,7 @@
 //   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
 //   (e.g. code contexts) before answering "no such session";
 //   relaySignal(sig): hands a signal execd received to the foreground command (signalForwarding; set by commands.js).
-import http from 'node:http';
+import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { answerBadRequest, parseTarget, sendBadRequest, sendEmpty, sendError, sendJson, sendNotFound } from './http.js';
@@ -30,6 +30,8 @@ import { createRoutes as proxyRoutes } from './proxy.js';
 import { createRoutes as sessionRoutes } from './sessions.js';
 import { createRoutes as metricsRoutes } from './metrics.js';
 import { createRoutes as codeRoutes } from './code.js';
+// CommonJS require for node:http: an ESM import of it builds its whole namespace, which loads undici (~25 ms of start)
+const http = createRequire(import.meta.url)('node:http');
 
 const { values: opts } = parseArgs({
   options: {

@@ -2,9 +2,10 @@
 // WebSocket), as execd's own proxy that Docker bridge endpoints use (`…/proxy/44772`). /proxy/44772 reaches this
 // execd itself wherever it listens. The HTTP and upgrade forwarding helpers are also used on the host by the
 // lifecycle server (server proxy route, header-checking relay).
-import http from 'node:http';
+import { createRequire } from 'node:module';
 import net from 'node:net';
 import { sendJson } from './http.js';
+const http = createRequire(import.meta.url)('node:http'); // not an ESM import: see main.js
 
 export const EXECD_PORT = 44772;
 /**

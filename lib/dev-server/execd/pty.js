@@ -8,12 +8,14 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { WebSocketServer } from 'ws';
+import { createRequire } from 'node:module';
 import { HttpError, goJson, guard, readJson, sendEmpty, sendJson } from './http.js';
 import { expandPath } from './files-paths.js';
 import { PtySession } from './pty-session.js';
 import { PtyConnection } from './pty-conn.js';
 import { mkdirpSync } from './mkdirp.js';
+// ws through require: importing a CommonJS package from ESM runs Node's CommonJS export lexer (~30 ms of start)
+const { WebSocketServer } = createRequire(import.meta.url)('ws');
 
 /** decodeURIComponent that never throws (a malformed escape just stays as it is). */
 function decode(s) {

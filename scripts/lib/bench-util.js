@@ -1,0 +1,136 @@
+// What the benchmarks (scripts/bench*.js) share: quantiles, a profiler of one operation (wall, JS-thread busy time,
+// process CPU, peak RSS), the local server's CLI in a child process (with its API key, which every client — ours and
+// the official one — must send), the resident memory of one sandbox's process tree, and the figures each bench hands
+// to scripts/bench-all.js for its summary table (one JSON line per figure in the file named by $BENCH_SUMMARY).
+import fs from 'node:fs';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+import { descendants } from '../../lib/dev-server/proctree.js';
+
+export const now = () => performance.now();
+
+/** { n, median, p95 } of a list of samples. */
+export function quantiles(samples) {
+  const s = [...samples].sort((a, b) => a - b);
+  const at = (q) => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
+  return { n: s.length, median: at(0.5), p95: at(0.95) };
+}
+
+/** Runs fn and measures it: { value, wall, js (event-loop active ms), cpu (all threads, ms), rssStart, rss (peak, MiB) }. */
+export async function profile(fn) {
+  const rssStart = process.memoryUsage.rss();
+  let peak = rssStart;
+  const sampler = setInterval(() => { peak = Math.max(peak, process.memoryUsage.rss()); }, 20);
+  const elu0 = performance.eventLoopUtilization();
+  const cpu0 = process.cpuUsage();
+  const t0 = now();
+  try {
+    const value = await fn();
+    const wall = now() - t0;
+    const elu = performance.eventLoopUtilization(elu0);
+    const cpu = process.cpuUsage(cpu0);
+    peak = Math.max(peak, process.memoryUsage.rss());
+    return { value, wall, js: elu.active, cpu: (cpu.user + cpu.system) / 1000, rssStart: rssStart / 2 ** 20, rss: peak / 2 ** 20 };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
+/**
+ * The local server's CLI in a child process (so that the JS-thread and RSS figures are the client's alone), with a
+ * fresh API key: { domain, apiKey, close() }.
+ */
+export async function startChildServer() {
+  const cli = fileURLToPath(new URL('../../lib/dev-server/cli.js', import.meta.url));
+  const apiKey = randomBytes(24).toString('hex');
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, OPENSANDBOX_SERVER_API_KEY: apiKey },
+  });
+  let out = '';
+  const domain = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the dev server did not start within 30 s: ${out}`)), 30000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      const line = out.split('\n').find((l) => /^\S+:\d+$/.test(l.trim()));
+      if (line) {
+        clearTimeout(timer);
+        resolve(line.trim());
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the dev server exited (${code}): ${out}`));
+    });
+  });
+  return {
+    domain,
+    apiKey,
+    close: () => new Promise((resolve) => {
+      if (child.exitCode !== null) return resolve();
+      child.once('exit', resolve);
+      child.kill('SIGTERM');
+    }),
+  };
+}
+
+/** The official client connected to a sandbox, or null when it is not installed. */
+export async function officialSandbox(domain, apiKey, sandboxId) {
+  let mod;
+  try {
+    mod = await import('@alibaba-group/opensandbox');
+  } catch {
+    return null;
+  }
+  process.env.OPENSANDBOX_DISABLE_METRICS = '1';
+  return mod.Sandbox.connect({ sandboxId, connectionConfig: { domain, protocol: 'http', apiKey, disableMetrics: true } });
+}
+
+const pageKb = 4;
+function rssKb(pid) {
+  try {
+    return Number(fs.readFileSync(`/proc/${pid}/statm`, 'utf8').split(' ')[1]) * pageKb;
+  } catch {
+    return 0; // gone meanwhile
+  }
+}
+
+/**
+ * Resident memory (MiB, summed RSS: shared pages count once per process) of the processes of one sandbox of a server
+ * running in this process: bubblewrap's tree whose hostname is the sandbox id's (lib/dev-server/runner.js), bwrap
+ * itself left out. { mb, processes: [{ pid, comm, mb }] }, or null when no such tree is found.
+ */
+export function sandboxRss(sandboxId) {
+  const host = sandboxId.replace(/-/g, '').slice(0, 12);
+  for (const pid of descendants(process.pid)) {
+    let argv;
+    try {
+      argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue;
+    }
+    const i = argv.indexOf('--hostname');
+    if (!argv[0].endsWith('bwrap') || i < 0 || argv[i + 1] !== host) continue;
+    const processes = descendants(pid).map((p) => {
+      let comm = '?';
+      try {
+        comm = fs.readFileSync(`/proc/${p}/comm`, 'utf8').trim();
+      } catch { /* gone */ }
+      return { pid: p, comm, mb: rssKb(p) / 1024 };
+    });
+    return { mb: processes.reduce((n, p) => n + p.mb, 0), processes };
+  }
+  return null;
+}
+
+/**
+ * One figure for the summary table of scripts/bench-all.js (a no-op when the bench runs alone): what, the measured
+ * value, its unit, the target (`<= x` or `>= x`) and a note.
+ */
+export function reportFigure(figure, value, unit, target, note = '') {
+  const file = process.env.BENCH_SUMMARY;
+  if (!file || value === undefined || value === null || Number.isNaN(value)) return;
+  fs.appendFileSync(file, `${JSON.stringify({ figure, value, unit, target, note })}\n`);
+}

@@ -1,0 +1,259 @@
+/* The process wrapper (process.c's osb_proc_wrapper) run by real shells over a pipe, as execd's pipe mode runs it:
+ * the go line, stdin frames ("D<n>\n" + n bytes, "E\n"), the exit marker, the ack. Each case runs under bash (what
+ * execd's PTY API runs) with the tools of the machine (coreutils), then with busybox's applets first on PATH (a
+ * minimal image: busybox's head reads ahead, so the decoder must not rely on it). Checked: every byte value and
+ * payloads larger than one frame arrive exactly, the end frame gives the command its EOF, and a command that exits
+ * in the middle of the input leaves a wrapper that still takes its ack and exits. No network, no execd. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "harness.h"
+#include "opensandbox/process.h"
+
+#define NONCE "0123456789abcdef0123456789abcdef"
+
+static char g_bbdir[64]; /* a directory of busybox applet links, "" without busybox */
+
+static long ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int frame_as(int fd, char kind, const unsigned char *p, size_t n) {
+  char head[32];
+  int hn = snprintf(head, sizeof head, "%c%zu\n", kind, n);
+  return write_all(fd, head, (size_t)hn) || write_all(fd, p, n);
+}
+/* A frame copied by dd. */
+static int frame(int fd, const unsigned char *p, size_t n) { return frame_as(fd, 'D', p, n); }
+/* A frame read by the shell (the client sends small ones without NUL so). */
+static int tframe(int fd, const unsigned char *p, size_t n) { return frame_as(fd, 'T', p, n); }
+
+typedef struct {
+  pid_t pid;
+  int in, out;
+  char dir[64];
+} wrap;
+
+/* Starts shell -c <wrapper of command> in a fresh TMPDIR (also the cwd), PATH = path. */
+static int wrap_start(wrap *w, const char *shell, const char *path, const char *command) {
+  osb_proc_opts o;
+  memset(&o, 0, sizeof o);
+  o.command = command;
+  char err[200];
+  snprintf(w->dir, sizeof w->dir, "/tmp/osb-wrapper-XXXXXX");
+  if (!mkdtemp(w->dir)) return -1;
+  o.cwd = w->dir;
+  char *script = osb_proc_wrapper(&o, NONCE, err, sizeof err);
+  if (!script) return -1;
+  int in[2], out[2];
+  if (pipe(in) || pipe(out)) return -1;
+  w->pid = fork();
+  if (w->pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    char ep[96];
+    snprintf(ep, sizeof ep, "%s/stderr", w->dir);
+    int e = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(e, 2);
+    for (int fd = 3; fd < 64; fd++) close(fd);
+    setenv("TMPDIR", w->dir, 1);
+    setenv("PATH", path, 1);
+    execl(shell, shell, "-c", script, (char *)NULL);
+    _exit(127);
+  }
+  free(script);
+  close(in[0]);
+  close(out[1]);
+  w->in = in[1];
+  w->out = out[0];
+  return w->pid > 0 ? write_all(w->in, "OSB-GO:" NONCE "\n", strlen(NONCE) + 8) : -1;
+}
+
+/* Reads the wrapper's stdout until the exit marker (deadline 30 s); the command's status, or -1000. */
+static int wrap_exit_code(wrap *w) {
+  static const char mark[] = "\037OSB-EXIT:" NONCE ":";
+  char buf[4096];
+  size_t len = 0;
+  long deadline = ms_now() + 30000;
+  for (;;) {
+    char *m = memmem(buf, len, mark, sizeof mark - 1);
+    if (m && memchr(m + sizeof mark - 1, '\037', len - (size_t)(m - buf) - (sizeof mark - 1)))
+      return atoi(m + sizeof mark - 1);
+    long left = deadline - ms_now();
+    struct pollfd pf = {.fd = w->out, .events = POLLIN};
+    if (left <= 0 || poll(&pf, 1, (int)left) <= 0 || len == sizeof buf) return -1000;
+    ssize_t k = read(w->out, buf + len, sizeof buf - len);
+    if (k <= 0) return -1000;
+    len += (size_t)k;
+  }
+}
+
+/* Sends the ack and waits (deadline 30 s) for the wrapper's exit; its status, or -1. */
+static int wrap_finish(wrap *w) {
+  int rc = write_all(w->in, "OSB-ACK:" NONCE "\n", strlen(NONCE) + 9) ? -1 : 0;
+  long deadline = ms_now() + 30000;
+  int st = 0;
+  pid_t r = 0;
+  while ((r = waitpid(w->pid, &st, WNOHANG)) == 0 && ms_now() < deadline) usleep(5000);
+  if (r == 0) {
+    kill(w->pid, SIGKILL);
+    waitpid(w->pid, &st, 0);
+    rc = -1;
+  }
+  close(w->in);
+  close(w->out);
+  return rc == 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static unsigned char *read_file(const char *dir, const char *name, size_t *n) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *p = malloc(len > 0 ? (size_t)len : 1);
+  *n = fread(p, 1, (size_t)len, f);
+  fclose(f);
+  return p;
+}
+
+/* Prints what the wrapper wrote on stderr when the current test failed, then removes its directory. */
+static void remove_dir(const char *dir) {
+  char cmd[160];
+  if (t_cur_failed) {
+    snprintf(cmd, sizeof cmd, "sed 's/^/    stderr: /' '%s/stderr' 2>/dev/null | cat -v | head -20", dir);
+    if (system(cmd) != 0) printf("  (no stderr)\n");
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) printf("  (could not remove %s)\n", dir);
+}
+
+/* Every byte value, single bytes, a lone newline, an empty frame, 2.5 MiB in frames of up to 1 MiB (the client's
+ * maximum) and one larger than a pipe's buffer, and text frames between them (every byte value but NUL, a lone
+ * newline, CR LF, 4 KiB): out.bin must be their exact concatenation, and cat must see EOF. */
+static void case_exact(const char *shell, const char *path) {
+  wrap w;
+  CHECK(wrap_start(&w, shell, path, "cat > out.bin; echo done >> status") == 0);
+  size_t total = 255 + 1 + 2 + 4096 + 256 + 1 + 1 + 0 + 5 * 512 * 1024 + 200000;
+  unsigned char *all = malloc(total), *o = all;
+  for (int i = 1; i < 256; i++) *o++ = (unsigned char)i;
+  CHECK(tframe(w.in, all, 255) == 0);
+  *o = '\n';
+  CHECK(tframe(w.in, o++, 1) == 0);
+  memcpy(o, "\r\n", 2);
+  CHECK(tframe(w.in, o, 2) == 0);
+  o += 2;
+  for (int i = 0; i < 4096; i++) o[i] = (unsigned char)(1 + i % 255);
+  CHECK(tframe(w.in, o, 4096) == 0);
+  o += 4096;
+  for (int i = 0; i < 256; i++) o[i] = (unsigned char)i;
+  CHECK(frame(w.in, o, 256) == 0);
+  o += 256;
+  *o = 0;
+  CHECK(frame(w.in, o++, 1) == 0);
+  *o = '\n';
+  CHECK(frame(w.in, o++, 1) == 0);
+  CHECK(frame(w.in, o, 0) == 0);
+  unsigned v = 12345;
+  for (size_t i = 0; i < 5 * 512 * 1024 + 200000; i++) o[i] = (unsigned char)((v = v * 1103515245u + 12345u) >> 16);
+  CHECK(frame(w.in, o, 1024 * 1024) == 0);
+  CHECK(frame(w.in, o + 1024 * 1024, 1024 * 1024) == 0);
+  CHECK(frame(w.in, o + 2 * 1024 * 1024, 512 * 1024 + 200000) == 0);
+  CHECK(write_all(w.in, "E\n", 2) == 0);
+  CHECK(wrap_exit_code(&w) == 0);
+  CHECK(wrap_finish(&w) == 0);
+  size_t n = 0;
+  unsigned char *got = read_file(w.dir, "out.bin", &n);
+  CHECK(got && n == total && memcmp(got, all, total) == 0);
+  if (got && n != total) printf("  %s: %zu of %zu bytes\n", shell, n, total);
+  size_t sn = 0;
+  unsigned char *st = read_file(w.dir, "status", &sn);
+  CHECK(st && sn == 5 && memcmp(st, "done\n", 5) == 0);
+  free(st);
+  free(got);
+  free(all);
+  remove_dir(w.dir);
+}
+
+/* A command that stops reading after 5 bytes while more frames follow (one of them being copied when the command
+ * ends): its status arrives, the wrapper takes its ack (reading past what is left of the input) and exits 0. */
+static void case_early_exit(const char *shell, const char *path) {
+  wrap w;
+  CHECK(wrap_start(&w, shell, path, "head -c 5 > out.bin; exit 3") == 0);
+  CHECK(tframe(w.in, (const unsigned char *)"0123456789", 10) == 0);
+  size_t big = 150000;
+  unsigned char *b = malloc(big);
+  memset(b, 'x', big);
+  CHECK(frame(w.in, b, big) == 0);
+  CHECK(write_all(w.in, "D100000\n", 8) == 0); /* a frame whose bytes never come */
+  CHECK(wrap_exit_code(&w) == 3);
+  CHECK(wrap_finish(&w) == 0);
+  size_t n = 0;
+  unsigned char *got = read_file(w.dir, "out.bin", &n);
+  CHECK(got && n == 5 && memcmp(got, "01234", 5) == 0);
+  free(got);
+  free(b);
+  remove_dir(w.dir);
+}
+
+static void each(void (*fn)(const char *, const char *)) {
+  char bbpath[128];
+  snprintf(bbpath, sizeof bbpath, "%s:/usr/bin:/bin", g_bbdir);
+  fn("/bin/bash", "/usr/bin:/bin");
+  if (*g_bbdir) fn("/bin/bash", bbpath);
+}
+
+static void test_wrapper_stdin_exact(void) { each(case_exact); }
+static void test_wrapper_early_exit(void) { each(case_early_exit); }
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  /* busybox's applets the wrapper uses, ahead of coreutils on PATH (bash itself stays: execd runs it) */
+  const char *bb = access("/usr/bin/busybox", X_OK) == 0 ? "/usr/bin/busybox" : access("/bin/busybox", X_OK) == 0 ? "/bin/busybox" : NULL;
+  if (bb) {
+    snprintf(g_bbdir, sizeof g_bbdir, "/tmp/osb-busybox-XXXXXX");
+    if (!mkdtemp(g_bbdir)) {
+      *g_bbdir = 0;
+    } else {
+      static const char *const applets[] = {"cat", "dd", "head", "sed", "sleep"};
+      for (size_t i = 0; i < sizeof applets / sizeof *applets; i++) {
+        char l[128];
+        snprintf(l, sizeof l, "%s/%s", g_bbdir, applets[i]);
+        if (symlink(bb, l) != 0) printf("  cannot link %s\n", l);
+      }
+    }
+  } else {
+    printf("  busybox is not installed (scripts/setup.sh installs busybox-static): the minimal-image cases fail\n");
+    t_failed++;
+  }
+  RUN(test_wrapper_stdin_exact);
+  RUN(test_wrapper_early_exit);
+  t_cur_failed = 0;
+  if (*g_bbdir) remove_dir(g_bbdir);
+  return t_summary();
+}
