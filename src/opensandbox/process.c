@@ -95,7 +95,6 @@ struct osb_proc {
   int kill_requested, timed_out, draining;
   int lingering;        /* cleanup waits for execd's close of the socket (LINGER_MS, timeout_timer) */
   int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
-  int fifo_step;        /* stdin FIFO removal after a kill: 0 not yet, 1 "$TMPDIR/…" asked, 2 "/tmp/…" asked */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   int flush_posted; /* a flush of the stdin queue is posted to the engine */
@@ -379,33 +378,10 @@ static void settle_failed(osb_proc *p, const char *code, const char *fmt, const 
   cleanup(p);
 }
 
-static int remove_fifo(osb_proc *p);
-
-static void on_fifo_removed(void *ud, const osb_http_result *res) {
-  osb_proc *p = ud;
-  p->req = NULL;
-  /* execd expands $TMPDIR in the path; without it in execd's environment the wrapper used /tmp (and this failed) */
-  int ok = res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300;
-  if (ok || p->fifo_step != 1 || p->aborting || !remove_fifo(p)) cleanup(p);
-}
-
-/* A process killed (DELETE /pty: SIGKILL to the wrapper's whole group) or ended without its markers never reached
- * the wrapper's own `rm -f "$f.in"`: remove its stdin FIFO (${TMPDIR:-/tmp}/.osb-proc-<nonce>.in) through the files
- * API (a missing file is no error). 1 when a request started (its on_done continues the cleanup). */
-static int remove_fifo(osb_proc *p) {
-  if (p->fifo_step >= 2 || p->mk.got_err || !(p->mk.got_run || p->attach)) return 0;
-  char path[160];
-  snprintf(path, sizeof path, "/files?path=%s%%2F.osb-proc-%s.in", p->fifo_step == 0 ? "%24TMPDIR" : "%2Ftmp", p->nonce);
-  p->fifo_step++;
-  p->req = http(p, "DELETE", path, NULL, on_fifo_removed);
-  return p->req != NULL;
-}
-
 static void on_cleanup_delete(void *ud, const osb_http_result *res) {
   (void)res;
   osb_proc *p = ud;
   p->req = NULL;
-  if (!p->aborting && remove_fifo(p)) return;
   cleanup(p);
 }
 
@@ -925,7 +901,6 @@ static void on_kill_done(void *ud, const osb_http_result *res) {
     else settle(p, KILLED_EXIT, 1, 0, NULL);
   }
   settle_waiters(p, 0);
-  if (!p->aborting && !p->req && remove_fifo(p)) return;
   cleanup(p);
 }
 
