@@ -16,7 +16,7 @@ DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-d
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user # the linux-arm64 prebuilt addon: cross build, check under qemu
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)
   slirp4netns # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
-  python3-pylsp python3-pyflakes) # the Python language server (with pyflakes diagnostics) of test/lsp.test.js
+  python3-pylsp python3-pyflakes # the Python language server (with pyflakes diagnostics) of test/lsp.test.js
   busybox-static) # test/c/test_wrapper.c: the process wrapper with a minimal image's tools
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
