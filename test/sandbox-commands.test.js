@@ -112,6 +112,9 @@ describe('OpenSandboxSandbox.executeCommand', function () {
         assert.match(err.message, /contains "\$": execd expands environment variables in a command cwd/);
         return true;
       });
+    }
+  });
+
   it('start creates a missing workingDirectory (mode 755, spaces and all); one that cannot be made fails start naming it', async () => {
     const made = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/workspace/a b/c' });
     try {
