@@ -78,6 +78,7 @@ export function mountPathConflict(dest) {
   if (dest === '/') return '/';
   return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules].find((d) => d && overlap(dest, d)) ?? null;
 }
+
 /** "<sandbox gid>:<dir>" of node's and the package's directories the sandbox group was given read access to. */
 const readable = new Set();
 
