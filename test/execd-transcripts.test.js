@@ -311,4 +311,17 @@ describe('golden transcripts of the real execd replayed against the local execd'
       if (!a.racy) assert.ok(used.has(a.id), `allow-list entry ${a.id} matched no difference: remove it`);
     }
   });
+
+  it('the tail is measured from when the server wrote the final event, not from when a stalled client read it', () => {
+    // regression: under load the test read the final event late and execd's 1 s tail looked like none
+    const epochMs = 1_700_000_000_000;
+    const chunk = (t, ev) => ({ t_ms: t, data: `${JSON.stringify({ ...ev, timestamp: epochMs + ev.at })}\n\n` });
+    const res = {
+      status: 200, headers: { 'content-type': 'text/event-stream' }, framing: 'chunked', end_ms: 1105, eof_ms: null, epochMs,
+      chunks: [chunk(5, { type: 'init', text: 'x', at: 4 }), chunk(700, { type: 'execution_complete', at: 100 })], // read 600 ms late
+    };
+    assert.equal(httpView(res).tail, 'ends ~1 s after the final event');
+    const { epochMs: _, ...recorded } = res; // a recording: only when the recorder read it
+    assert.equal(httpView(recorded).tail, 'ends right after the final event');
+  });
 });

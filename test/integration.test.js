@@ -4,6 +4,7 @@
 // idle expiry renewed while busy, and clone().
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -13,6 +14,15 @@ import { OpenSandboxSandbox, OpenSandboxApiError, OpenSandboxOptionError, MOUNTS
 import { waitFor } from './helpers/poll.js';
 import { stats } from '../lib/native.js';
 import { uploadBatches } from '../lib/files.js';
+import { descendants } from '../lib/dev-server/proctree.js';
+
+const cmdline = (pid) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return []; // exited meanwhile
+  }
+};
 
 describe('OpenSandboxSandbox Mastra integration', function () {
   this.timeout(30000);
@@ -122,8 +132,13 @@ describe('OpenSandboxSandbox Mastra integration', function () {
   describe('writeFiles into a sandbox that dies mid-upload', () => {
     it('an upload cut by the sandbox\'s deletion (not a refused connect) runs again on a new sandbox', async () => {
       const s = make();
+      const before = new Set(descendants(process.pid));
       await s._start();
       const first = s.opensandbox.sandboxId;
+      // this sandbox's execd, stopped: the upload cannot finish before the DELETE lands, however fast the machine
+      const execd = descendants(process.pid).filter((p) => !before.has(p) && cmdline(p)[1]?.endsWith('execd/main.js'));
+      assert.equal(execd.length, 1, `one new execd: ${execd}`);
+      process.kill(execd[0], 'SIGSTOP');
       const big = Buffer.alloc(96 * 1024 * 1024, 5);
       const p = s.writeFiles([{ path: 'big.bin', content: big }]);
       await waitFor(() => stats().requestsInFlight > 0, { timeoutMs: 5000, intervalMs: 1, message: 'upload in flight' });

@@ -41,12 +41,14 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp
     await server?.close();
   });
 
-  async function workspaceWith(servers, diagnosticTimeout = 60000) {
+  async function workspaceWith(servers, diagnosticTimeout = 60000, initTimeout = 60000) {
     const sandbox = new OpenSandboxSandbox({
       domain: server.domain,
       volumes: [{ name: 'lsp-tools', host: { path: nodeModules }, mountPath: TOOLS, readOnly: true }],
     });
-    const workspace = new Workspace({ sandbox, filesystem: new OpenSandboxFilesystem({ sandbox }), lsp: { root: '/workspace', servers, diagnosticTimeout } });
+    // initTimeout: a cold server start (node loading typescript in a one-core sandbox) gets as long as the first
+    // diagnostics; Mastra's 15 s default would be a timed assertion on a loaded machine
+    const workspace = new Workspace({ sandbox, filesystem: new OpenSandboxFilesystem({ sandbox }), lsp: { root: '/workspace', servers, diagnosticTimeout, initTimeout } });
     made.push(workspace);
     // the project's marker: Mastra walks up from the file to the first tsconfig.json/package.json, and a walk past
     // the filesystem's basePath is refused (contained mode, as with LocalFilesystem)
@@ -167,7 +169,7 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp
   it('without the wrapper the same server exits at its first watchdog check (the host pid is not in the sandbox)', async () => {
     const servers = openSandboxLspServers({ python: false });
     servers.typescript.command = `node ${TSLS} --stdio`;
-    const { sandbox, workspace } = await workspaceWith(servers, 5000);
+    const { sandbox, workspace } = await workspaceWith(servers, 5000, 15000); // Mastra's default initTimeout
     await workspace.init();
     const diagnostics = workspace.lsp.getDiagnostics('/workspace/src/answer.ts', BAD);
     const started = await waitFor(async () => ((await serverProcs(sandbox)).length === 1 ? true : undefined), { timeoutMs: 30000, intervalMs: 200, message: 'the unwrapped server to start' });

@@ -123,6 +123,17 @@ function chunkEvent(c, numbers) {
   }
 }
 
+/** When the server wrote the event of chunk c, in the response's t_ms (Infinity when it cannot be told). */
+function writtenAt(res, c) {
+  if (res.epochMs === undefined) return Infinity;
+  try {
+    const stamp = JSON.parse(c.data).timestamp;
+    return Number.isInteger(stamp) ? stamp - res.epochMs : Infinity;
+  } catch {
+    return Infinity;
+  }
+}
+
 /** Output events in a run of stdout/stderr events are compared per stream (their interleaving is racy). */
 function partitionOutput(events) {
   const out = [];
@@ -176,7 +187,9 @@ export function httpView(res, { numbers = false } = {}) {
     v.pings = events.filter((e) => e?.type === 'ping').length;
     if (res.end_ms === null) v.tail = 'client closed before the end';
     else if (res.chunks.length) {
-      const gap = res.end_ms - res.chunks.at(-1).t_ms;
+      // from when the server wrote the final event (its own timestamp, when known: a client that reads the event late,
+      // on a loaded machine, must not shorten the tail the server kept) to the terminating chunk
+      const gap = res.end_ms - Math.min(res.chunks.at(-1).t_ms, writtenAt(res, res.chunks.at(-1)));
       v.tail = gap >= 800 ? 'ends ~1 s after the final event' : 'ends right after the final event';
     }
   } else if (ctype.startsWith('application/json') && body) {

@@ -87,7 +87,8 @@ export class WireConnection {
     this.socket.write(req.body ? Buffer.concat([Buffer.from(head, 'latin1'), req.body]) : Buffer.from(head, 'latin1'));
     const deadline = t0 + timeoutMs;
     const left = () => Math.max(0, deadline - performance.now());
-    const res = { status: null, status_text: '', headers: {}, header_order: [], framing: null, chunks: [], first_byte_ms: null, end_ms: null, eof_ms: null };
+    // epochMs: the wall clock at t0, so that an event's own `timestamp` (the server's clock when it wrote the event) maps onto t_ms
+    const res = { status: null, status_text: '', headers: {}, header_order: [], framing: null, chunks: [], first_byte_ms: null, end_ms: null, eof_ms: null, epochMs: Date.now() - (performance.now() - t0) };
     await this.until(() => this.buf.indexOf('\r\n\r\n') >= 0, left());
     const hEnd = this.buf.indexOf('\r\n\r\n');
     if (hEnd < 0) {
