@@ -177,7 +177,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (stateOf(remote) !== 'Paused') return { sandboxId: id };
     await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
     await this.#waitForState(id, s => s === 'Running', 'resume');
-    return { sandboxId: id, release: () => this.#lcCall(`pause sandbox ${id}`, lc => lc.pause(id)) };
+    // paused again like stop() does it: every upstream answer, and the wait through Pausing (Kubernetes) for Paused
+    return { sandboxId: id, release: () => this.#pauseRemote(id) };
   }
 
   /**
