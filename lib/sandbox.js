@@ -321,6 +321,15 @@ export class OpenSandboxSandbox extends MastraSandbox {
         this.#forget();
         if (this.status === 'running') this.status = 'stopped';
       },
+      pausedElsewhere: async id => {
+        const remote = await this.#lc().get(id).catch(() => null);
+        if (this.#remoteId !== id || !['Pausing', 'Paused'].includes(stateOf(remote))) return false;
+        // like a stop() of this handle: the next start resumes the same sandbox (and asks for its endpoint again)
+        this.#keepAlive.stop();
+        this.#execd = undefined;
+        if (this.status === 'running') this.status = 'stopped';
+        return true;
+      },
       ensureRunning: () => this.ensureRunning(),
       aborted,
     }, attempt, { anyTransport });
