@@ -1,14 +1,14 @@
 // KeepAlive (lib/keepalive.js): expiry times come from the server clock anchored on server timestamps, renewals
 // happen while busy and once when activity ends, and nothing is renewed while idle. The renew function here
 // records what it is asked (the real renew-expiration call is exercised in test/integration.test.js). Then a sandbox
-// with idleTimeoutMinutes against the local server and against it emulating upstream's Docker and Kubernetes runtimes
+// with idleTimeoutMinutes against the local server emulating upstream's Docker and Kubernetes runtimes
 // (test/helpers/profiles.js), whose lastTransitionAt is not the time of the last transition (issue 20).
 import assert from 'node:assert/strict';
 import { KeepAlive } from '../lib/keepalive.js';
 import { waitFor } from './helpers/poll.js';
 import { quietPeriod } from './helpers/raw.js';
 import { sandboxes, warnings } from './helpers/sandboxes.js';
-import { LOCAL, PROFILES, startProfileServer } from './helpers/profiles.js';
+import { PROFILES, startProfileServer } from './helpers/profiles.js';
 
 describe('KeepAlive', () => {
   const make = (busyRef, renewals, idleMs = 3000) => new KeepAlive({
@@ -100,7 +100,9 @@ describe('KeepAlive', () => {
   });
 });
 
-for (const profile of [LOCAL, ...PROFILES]) describe(`KeepAlive of a sandbox${profile.title}`, function () {
+// upstream's profiles only: the local server's lastTransitionAt is the time of the last transition, the case the unit
+// tests above cover
+for (const profile of PROFILES) describe(`KeepAlive of a sandbox${profile.title}`, function () {
   this.timeout(60000);
   let server;
   const sb = sandboxes(() => server);

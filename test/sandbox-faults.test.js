@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { startServer } from '../lib/dev-server/index.js';
-import { LOCAL, PROFILES, startProfileServer } from './helpers/profiles.js';
+import { LOCAL, PROFILES, startProfileServer, clientOnly } from './helpers/profiles.js';
 import { waitFor } from './helpers/poll.js';
 import {
   OpenSandboxSandbox,
@@ -267,7 +267,7 @@ describe('OpenSandboxSandbox faults', function () {
       await s._destroy();
     });
 
-    it('run_code of the code interpreter tools right after the delete: provisioned again, a new default context', async () => {
+    clientOnly(profile)('run_code of the code interpreter tools right after the delete: provisioned again, a new default context', async () => {
       const { s, first } = await started();
       const tools = createCodeInterpreterTools(s, { languages: ['bash'], defaultLanguage: 'bash' });
       assert.match((await tools.run_code.execute({ code: 'echo one' }, {})).stdout, /^one\n?$/);

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
-import { LOCAL, PROFILES, startProfileServer } from './helpers/profiles.js';
+import { LOCAL, PROFILES, startProfileServer, clientOnly } from './helpers/profiles.js';
 import { waitFor } from './helpers/poll.js';
 import { OpenSandboxSandbox, OpenSandboxNotFoundError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
 
@@ -66,14 +66,14 @@ for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox lifecyc
     assert.equal((await byLabel(s.id)).length, 1);
   });
 
-  it('starts lazily on the first command', async () => {
+  clientOnly(profile)('starts lazily on the first command', async () => {
     const s = make();
     const r = await s.executeCommand('echo lazy');
     assert.equal(r.stdout, 'lazy\n');
     assert.equal(s.status, 'running');
   });
 
-  it('a command aborted while its lazy start runs does not run', async () => {
+  clientOnly(profile)('a command aborted while its lazy start runs does not run', async () => {
     const controller = new AbortController();
     const s = make({ onStart: () => controller.abort() });
     const r = await s.executeCommand('touch /workspace/osb-not-run', [], { abortSignal: controller.signal });
@@ -204,12 +204,12 @@ for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox lifecyc
     assert.equal(b.opensandbox.sandboxId, newer);
   });
 
-  it('accepts the server as a full URL domain', async () => {
+  clientOnly(profile)('accepts the server as a full URL domain', async () => {
     const s = make({ domain: `${server.baseUrl}/` });
     assert.equal((await s.executeCommand('echo url-domain')).stdout, 'url-domain\n');
   });
 
-  it('reconnects by logical id to a sandbox created by another process', async function () {
+  clientOnly(profile)('reconnects by logical id to a sandbox created by another process', async function () {
     this.timeout(60000);
     const id = `cross-process-${randomUUID()}`;
     const script = `
@@ -275,7 +275,7 @@ for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox lifecyc
     assert.equal(s.status, 'destroyed');
   });
 
-  it('calls onStart/onStop/onDestroy with the outcome, in order', async () => {
+  clientOnly(profile)('calls onStart/onStop/onDestroy with the outcome, in order', async () => {
     const events = [];
     const s = make({
       onStart: ({ sandbox, outcome }) => events.push(`start:${outcome}:${sandbox === s}`),
@@ -289,7 +289,7 @@ for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox lifecyc
     assert.deepEqual(events, ['start:created:true', 'stop:true', 'start:connected:true', 'destroy:true']);
   });
 
-  it('an onStart hook that throws fails the start', async () => {
+  clientOnly(profile)('an onStart hook that throws fails the start', async () => {
     const s = make({
       onStart: () => {
         throw new Error('hook says no');

@@ -6,7 +6,7 @@
 // (0.1.13) a template is a typed unsupported error.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { LOCAL, PROFILES, NO_SNAPSHOTS, startProfileServer } from './helpers/profiles.js';
+import { LOCAL, PROFILES, NO_SNAPSHOTS, startProfileServer, clientOnly } from './helpers/profiles.js';
 import {
   OpenSandboxOptionError, OpenSandboxTemplateBuildError, Template, TEMPLATE_BUILD_LABEL,
   validateStoredConfig, openSandboxProvider, OpenSandboxUnsupportedError,
@@ -125,7 +125,7 @@ for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox templat
     assert.equal(snaps.items.filter(x => x.name.endsWith(tpl.templateId)).length, 0);
   });
 
-  it('on the local server, package-manager steps fail saying they need the image\'s package manager; other steps work', async () => {
+  clientOnly(profile)('on the local server, package-manager steps fail saying they need the image\'s package manager; other steps work', async () => {
     for (const [tpl, method] of [
       [Template().runCmd('echo ok > ok.txt').aptInstall(['jq']), 'aptInstall'],
       [Template().pipInstall('requests==2.32.3'), 'pipInstall'],

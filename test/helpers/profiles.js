@@ -23,7 +23,7 @@ export const PROFILES = [
     ...LOCAL,
     name: 'docker',
     title: " (emulate: 'docker')",
-    options: { emulate: 'docker', emulateDelays: { create: 100, snapshot: 100 } },
+    options: { emulate: 'docker', emulateDelays: { create: 50, snapshot: 100 } },
     // `docker pause` of a paused container: Docker's 409 wrapped in a 500
     pauseAgain: { status: 500, code: 'DOCKER::SANDBOX_PAUSE_FAILED' },
   },
@@ -31,7 +31,7 @@ export const PROFILES = [
     ...LOCAL,
     name: 'kubernetes',
     title: " (emulate: 'kubernetes')",
-    options: { emulate: 'kubernetes', emulateDelays: { create: 100, ready: 100, endpoint: 100, pause: 200, resume: 200, snapshot: 200 } },
+    options: { emulate: 'kubernetes', emulateDelays: { create: 50, ready: 50, endpoint: 50, pause: 100, resume: 100, snapshot: 100 } },
     notFoundCode: 'KUBERNETES::SANDBOX_NOT_FOUND',
     // BatchSandbox pause commits the root filesystem and deletes the pod: files survive, processes do not
     keepsProcesses: false,
@@ -47,6 +47,14 @@ export const NO_SNAPSHOTS = PROFILES.map(p => ({
   options: { ...p.options, serverVersion: '0.1.12' },
   snapshotsApi: false,
 }));
+
+/**
+ * `it` for a test whose subject is the client alone (option parsing, hooks, aborts, a child process): it runs against
+ * the local server only, where it costs least; every test about what the server answers runs against every profile.
+ */
+export function clientOnly(profile) {
+  return profile === LOCAL ? it : () => {};
+}
 
 /** startServer for `profile`, with the suite's own `options` (port 0 unless given). */
 export function startProfileServer(profile, options = {}) {
