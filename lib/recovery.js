@@ -6,7 +6,8 @@
 // transport failures all come before anything runs, e.g. a command stream cut before its init event) any transport
 // failure — and the lifecycle API confirms the sandbox is gone. A request that may have run something, on a sandbox
 // that is gone, rejects with OpenSandboxSandboxGoneError (the handle is reset: the next call provisions again);
-// every other failure rejects with its own typed error.
+// every other failure rejects with its own typed error. A sandbox another process paused (Kubernetes deletes the pod:
+// its execd refuses connections) is resumed and the request retried once, under the same "never started" rule.
 
 const REFUSED = /couldn't connect|could not connect|connection refused|failed to connect/i;
 
@@ -36,6 +37,8 @@ export function neverStarted(err, anyTransport = false) {
  *   host.goneError(id, err)  resolves to an OpenSandboxSandboxGoneError when the lifecycle API says `id` is gone
  *                            (404, or no longer Running/Paused/Pending), else null
  *   host.reset(id)           forgets `id` (only if it is still the current one) and marks the handle stopped
+ *   host.pausedElsewhere(id) true when the lifecycle API says `id` is Pausing or Paused (not by this handle); the
+ *                            handle is then marked stopped, `id` kept, so that ensureRunning() resumes it
  *   host.ensureRunning()     provisions again
  *   host.aborted()           true when the caller gave up (never retried)
  */
@@ -47,9 +50,13 @@ export async function withRecovery(host, attempt, { anyTransport = false } = {})
     } catch (err) {
       if (!id || !suspicious(err)) throw err;
       const gone = await host.goneError(id, err);
-      if (!gone) throw err;
-      host.reset(id);
-      if (retried || !neverStarted(err, anyTransport) || host.aborted?.()) throw gone;
+      const retry = !retried && neverStarted(err, anyTransport) && !host.aborted?.();
+      if (gone) {
+        host.reset(id);
+        if (!retry) throw gone;
+      } else if (!retry || !(await host.pausedElsewhere(id))) {
+        throw err;
+      }
     }
     await host.ensureRunning();
   }

@@ -176,7 +176,8 @@ export class OpenSandboxSandbox extends MastraSandbox {
     if (stateOf(remote) !== 'Paused') return { sandboxId: id };
     await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
     await this.#waitForState(id, s => s === 'Running', 'resume');
-    return { sandboxId: id, release: () => this.#lcCall(`pause sandbox ${id}`, lc => lc.pause(id)) };
+    // paused again like stop() does it: every upstream answer, and the wait through Pausing (Kubernetes) for Paused
+    return { sandboxId: id, release: () => this.#pauseRemote(id) };
   }
 
   /**
@@ -318,6 +319,15 @@ export class OpenSandboxSandbox extends MastraSandbox {
         if (this.#remoteId !== id) return; // another call re-provisioned meanwhile
         this.#forget();
         if (this.status === 'running') this.status = 'stopped';
+      },
+      pausedElsewhere: async id => {
+        const remote = await this.#lc().get(id).catch(() => null);
+        if (this.#remoteId !== id || !['Pausing', 'Paused'].includes(stateOf(remote))) return false;
+        // like a stop() of this handle: the next start resumes the same sandbox (and asks for its endpoint again)
+        this.#keepAlive.stop();
+        this.#execd = undefined;
+        if (this.status === 'running') this.status = 'stopped';
+        return true;
       },
       ensureRunning: () => this.ensureRunning(),
       aborted,

@@ -3,7 +3,8 @@
 // Against the real local server (with an API key): unreachable server, 401, 404 / sandbox deleted behind our back,
 // 5xx. A stream cut mid-command and a malformed event cannot be produced by a real server, so for those two only
 // a tiny raw TCP execd peer is used; the lifecycle calls still go to the real server through a forwarder that
-// points the execd endpoint at the peer.
+// points the execd endpoint at the peer. The recovery cases (a sandbox deleted or paused behind our back) run against
+// the local server and against it emulating upstream's Docker and Kubernetes runtimes (test/helpers/profiles.js).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -12,6 +13,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { startServer } from '../lib/dev-server/index.js';
+import { LOCAL, PROFILES, startProfileServer, clientOnly } from './helpers/profiles.js';
+import { waitFor } from './helpers/poll.js';
 import {
   OpenSandboxSandbox,
   OpenSandboxApiError,
@@ -201,14 +204,23 @@ describe('OpenSandboxSandbox faults', function () {
     await assert.rejects(s._start(), err => err instanceof OpenSandboxApiError && err.status >= 400 && err.status < 500 && err.message.length > 0);
   });
 
-  describe('sandbox deleted behind our back (dead-sandbox recovery, lib/recovery.js)', () => {
+  for (const profile of [LOCAL, ...PROFILES]) describe(`sandbox deleted behind our back (dead-sandbox recovery, lib/recovery.js)${profile.title}`, () => {
+    let target; // this profile's server (the suite's own for the local profile)
+    before(async function () {
+      this.timeout(60000);
+      target = profile === LOCAL ? server : await startProfileServer(profile, { apiKey: API_KEY });
+    });
+    after(async function () {
+      this.timeout(60000);
+      if (target !== server) await target?.close();
+    });
     const deleteRemote = async s => {
-      const del = await fetch(`${server.baseUrl}/v1/sandboxes/${s.opensandbox.sandboxId}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
+      const del = await fetch(`${target.baseUrl}/v1/sandboxes/${s.opensandbox.sandboxId}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
       assert.equal(del.status, 204);
     };
     const started = async (options = {}) => {
       const outcomes = [];
-      const s = make({ id: `gone-${randomUUID()}`, onStart: ({ outcome }) => outcomes.push(outcome), ...options });
+      const s = make({ domain: target.domain, id: `gone-${randomUUID()}`, onStart: ({ outcome }) => outcomes.push(outcome), ...options });
       await s._start();
       return { s, outcomes, first: s.opensandbox.sandboxId };
     };
@@ -256,7 +268,7 @@ describe('OpenSandboxSandbox faults', function () {
       await s._destroy();
     });
 
-    it('run_code of the code interpreter tools right after the delete: provisioned again, a new default context', async () => {
+    clientOnly(profile)('run_code of the code interpreter tools right after the delete: provisioned again, a new default context', async () => {
       const { s, first } = await started();
       const tools = createCodeInterpreterTools(s, { languages: ['bash'], defaultLanguage: 'bash' });
       assert.match((await tools.run_code.execute({ code: 'echo one' }, {})).stdout, /^one\n?$/);
@@ -283,6 +295,23 @@ describe('OpenSandboxSandbox faults', function () {
       assert.equal((await s.executeCommand('echo again')).stdout, 'again\n');
       await s._destroy();
     });
+
+    // a pause that freezes (local, Docker) keeps execd's connection open and silent: the frozen case below
+    if (!profile.keepsProcesses) {
+      it('paused behind our back (the pod is gone, execd refuses connections): resumed, the command runs once', async () => {
+        const { s, outcomes, first } = await started();
+        const state = async () => (await s.opensandbox.get()).status.state;
+        await s.opensandbox.pause(); // another process pauses it: this handle still thinks it runs
+        await waitFor(async () => (await state()) === 'Paused', { timeoutMs: 20000, intervalMs: 50, message: 'Paused' });
+        const r = await s.executeCommand('echo resumed >> /workspace/runs; cat /workspace/runs');
+        assert.deepEqual([r.exitCode, r.stdout], [0, 'resumed\n']);
+        assert.equal(s.status, 'running');
+        assert.equal(s.opensandbox.sandboxId, first);
+        assert.equal(await state(), 'Running');
+        assert.deepEqual(outcomes, ['created', 'connected']);
+        await s._destroy();
+      });
+    }
   });
 
   it('a sandbox frozen behind our back: the silent stream times out (typed), no hang', async () => {

@@ -1,17 +1,19 @@
 // OpenSandboxSandbox lifecycle against the local OpenSandbox-compatible server: start outcomes, lazy start,
 // stop = pause (files and processes survive), restart, reconnect by logical id (same process and a new process),
-// sandboxId reattach, destroy, hooks, getInfo, and the raw `opensandbox` handle.
+// sandboxId reattach, destroy, hooks, getInfo, and the raw `opensandbox` handle. Run against the local server and against
+// it emulating upstream's Docker and Kubernetes runtimes (test/helpers/profiles.js).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { SandboxNotReadyError } from '@mastra/core/workspace';
-import { startServer } from '../lib/dev-server/index.js';
+import { LOCAL, PROFILES, startProfileServer, clientOnly } from './helpers/profiles.js';
+import { waitFor } from './helpers/poll.js';
 import { OpenSandboxSandbox, OpenSandboxNotFoundError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
 
 const INDEX_URL = new URL('../lib/index.js', import.meta.url).href;
 
-describe('OpenSandboxSandbox lifecycle', function () {
+for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox lifecycle${profile.title}`, function () {
   this.timeout(30000);
   let server;
   const cleanup = [];
@@ -34,7 +36,7 @@ describe('OpenSandboxSandbox lifecycle', function () {
 
   before(async function () {
     this.timeout(60000);
-    server = await startServer({ port: 0 });
+    server = await startProfileServer(profile);
   });
 
   after(async function () {
@@ -64,14 +66,14 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal((await byLabel(s.id)).length, 1);
   });
 
-  it('starts lazily on the first command', async () => {
+  clientOnly(profile)('starts lazily on the first command', async () => {
     const s = make();
     const r = await s.executeCommand('echo lazy');
     assert.equal(r.stdout, 'lazy\n');
     assert.equal(s.status, 'running');
   });
 
-  it('a command aborted while its lazy start runs does not run', async () => {
+  clientOnly(profile)('a command aborted while its lazy start runs does not run', async () => {
     const controller = new AbortController();
     const s = make({ onStart: () => controller.abort() });
     const r = await s.executeCommand('touch /workspace/osb-not-run', [], { abortSignal: controller.signal });
@@ -82,12 +84,14 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal((await s.executeCommand('test -e /workspace/osb-not-run')).exitCode, 1);
   });
 
-  it('stop pauses (files and processes survive); start resumes it as connected', async () => {
+  it(`stop pauses (files ${profile.keepsProcesses ? 'and processes survive' : 'survive, processes do not'}); start resumes it as connected`, async () => {
     const s = make();
     await s._start();
     const id = s.opensandbox.sandboxId;
-    await s.executeCommand('echo kept > /tmp/osb-keep.txt; nohup sleep 600 > /dev/null 2>&1 & echo $! > /tmp/osb-bg.pid');
-    const pid = (await s.executeCommand('cat /tmp/osb-bg.pid')).stdout.trim();
+    await s.executeCommand('echo kept > /tmp/osb-keep.txt; nohup sleep 601 > /dev/null 2>&1 &');
+    // processes by command line, not pid: a resumed Kubernetes pod is a fresh pid namespace that reuses pids
+    const sleepers = async () => (await s.executeCommand("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 601 $'")).stdout;
+    assert.equal(await sleepers(), '1\n');
     await s._stop();
     assert.equal(s.status, 'stopped');
     assert.equal(await remoteState(id), 'Paused');
@@ -96,7 +100,7 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal(s.opensandbox.sandboxId, id);
     assert.equal(await remoteState(id), 'Running');
     assert.equal((await s.executeCommand('cat /tmp/osb-keep.txt')).stdout, 'kept\n');
-    assert.equal((await s.executeCommand(`kill -0 ${pid} && echo alive`)).stdout, 'alive\n');
+    assert.equal(await sleepers(), profile.keepsProcesses ? '1\n' : '0\n');
   });
 
   it('a direct stop() (not through Mastra\'s _stop) leaves the status stopped: the next command resumes the sandbox', async () => {
@@ -200,12 +204,12 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal(b.opensandbox.sandboxId, newer);
   });
 
-  it('accepts the server as a full URL domain', async () => {
+  clientOnly(profile)('accepts the server as a full URL domain', async () => {
     const s = make({ domain: `${server.baseUrl}/` });
     assert.equal((await s.executeCommand('echo url-domain')).stdout, 'url-domain\n');
   });
 
-  it('reconnects by logical id to a sandbox created by another process', async function () {
+  clientOnly(profile)('reconnects by logical id to a sandbox created by another process', async function () {
     this.timeout(60000);
     const id = `cross-process-${randomUUID()}`;
     const script = `
@@ -245,7 +249,7 @@ describe('OpenSandboxSandbox lifecycle', function () {
     await assert.rejects(missing._start(), err => {
       assert.ok(err instanceof OpenSandboxNotFoundError, String(err));
       assert.equal(err.status, 404);
-      assert.equal(err.code, 'DOCKER::SANDBOX_NOT_FOUND');
+      assert.equal(err.code, profile.notFoundCode);
       return true;
     });
     assert.equal(missing.status, 'error');
@@ -271,7 +275,7 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.equal(s.status, 'destroyed');
   });
 
-  it('calls onStart/onStop/onDestroy with the outcome, in order', async () => {
+  clientOnly(profile)('calls onStart/onStop/onDestroy with the outcome, in order', async () => {
     const events = [];
     const s = make({
       onStart: ({ sandbox, outcome }) => events.push(`start:${outcome}:${sandbox === s}`),
@@ -285,7 +289,7 @@ describe('OpenSandboxSandbox lifecycle', function () {
     assert.deepEqual(events, ['start:created:true', 'stop:true', 'start:connected:true', 'destroy:true']);
   });
 
-  it('an onStart hook that throws fails the start', async () => {
+  clientOnly(profile)('an onStart hook that throws fails the start', async () => {
     const s = make({
       onStart: () => {
         throw new Error('hook says no');
@@ -341,12 +345,18 @@ describe('OpenSandboxSandbox lifecycle', function () {
     const patched = await h.patchMetadata({ extra: 'yes' });
     assert.equal(patched.metadata.extra, 'yes');
     assert.equal((await h.get()).metadata.extra, 'yes');
+    // the raw calls do not wait: Kubernetes passes through Pausing / Resuming (immediate elsewhere)
+    const settles = async state => waitFor(async () => (await h.get()).status.state === state,
+      { timeoutMs: 20000, intervalMs: 50, message: `the sandbox is ${state}` });
     await h.pause();
-    assert.equal((await h.get()).status.state, 'Paused');
+    await settles('Paused');
     await h.resume();
-    assert.equal((await h.get()).status.state, 'Running');
-    await assert.rejects(h.pause().then(() => h.pause()), err => err.status === 409 && err.code === 'DOCKER::SANDBOX_NOT_RUNNING');
+    await settles('Running');
+    await assert.rejects(h.pause().then(() => h.pause()),
+      err => err.status === profile.pauseAgain.status && err.code === profile.pauseAgain.code);
+    await settles('Paused');
     await h.resume();
+    await settles('Running');
     await assert.rejects(make().opensandbox.get(), SandboxNotReadyError);
   });
 });

@@ -1,18 +1,22 @@
 // Templates against the local OpenSandbox-compatible server: built once by the first start and reused (the second
 // start runs none of the steps), ephemeral env values out of identity and storage, family fallback while a build
 // runs (in this process, or a labelled builder elsewhere), template.build(), a failed step reported with its output,
-// package-manager steps refused on the local server with a message saying why.
+// package-manager steps refused on the local server with a message saying why. Run against the local server and
+// against it emulating upstream's Docker and Kubernetes runtimes (test/helpers/profiles.js); before the Snapshots API
+// (0.1.13) a template is a typed unsupported error.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { startServer } from '../lib/dev-server/index.js';
+import { LOCAL, PROFILES, NO_SNAPSHOTS, startProfileServer, clientOnly } from './helpers/profiles.js';
 import {
   OpenSandboxOptionError, OpenSandboxTemplateBuildError, Template, TEMPLATE_BUILD_LABEL,
-  validateStoredConfig, openSandboxProvider,
+  validateStoredConfig, openSandboxProvider, OpenSandboxUnsupportedError,
 } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 import { sandboxes } from './helpers/sandboxes.js';
 
-describe('OpenSandboxSandbox templates', function () {
+const family = () => `fam-${randomUUID().slice(0, 8)}`;
+
+for (const profile of [LOCAL, ...PROFILES]) describe(`OpenSandboxSandbox templates${profile.title}`, function () {
   this.timeout(90000);
   let server;
   const { make, sh, track, destroyAll } = sandboxes(() => server);
@@ -23,10 +27,9 @@ describe('OpenSandboxSandbox templates', function () {
   };
   const builders = async templateId =>
     (await api('GET', `/sandboxes?${new URLSearchParams({ metadata: `${TEMPLATE_BUILD_LABEL}=${templateId}` })}`)).items;
-  const family = () => `fam-${randomUUID().slice(0, 8)}`;
 
   before(async () => {
-    server = await startServer({ port: 0, commandTailMs: 50 });
+    server = await startProfileServer(profile, { commandTailMs: 50 });
   });
   after(async function () {
     await destroyAll();
@@ -122,7 +125,7 @@ describe('OpenSandboxSandbox templates', function () {
     assert.equal(snaps.items.filter(x => x.name.endsWith(tpl.templateId)).length, 0);
   });
 
-  it('on the local server, package-manager steps fail saying they need the image\'s package manager; other steps work', async () => {
+  clientOnly(profile)('on the local server, package-manager steps fail saying they need the image\'s package manager; other steps work', async () => {
     for (const [tpl, method] of [
       [Template().runCmd('echo ok > ok.txt').aptInstall(['jq']), 'aptInstall'],
       [Template().pipInstall('requests==2.32.3'), 'pipInstall'],
@@ -137,5 +140,31 @@ describe('OpenSandboxSandbox templates', function () {
     assert.throws(() => Template().setEnvs({ 'BAD-NAME': 'x' }), err => err.option === 'template.setEnvs');
     assert.throws(() => Template().withFamily('Not_Valid'), err => err.option === 'template.withFamily');
     assert.throws(() => make({ template: Template(), image: 'ubuntu:22.04' }), err => err instanceof OpenSandboxOptionError && err.option === 'template');
+  });
+});
+
+for (const profile of NO_SNAPSHOTS) describe(`OpenSandboxSandbox templates${profile.title}`, function () {
+  this.timeout(60000);
+  let server;
+  const { make, destroyAll } = sandboxes(() => server);
+  before(async () => {
+    server = await startProfileServer(profile);
+  });
+  after(async function () {
+    await destroyAll();
+    await server?.close();
+  });
+
+  it('a template start and template.build() are typed errors naming 0.1.13; no builder sandbox is left', async () => {
+    const unsupported = err => {
+      assert.ok(err instanceof OpenSandboxUnsupportedError, String(err));
+      assert.deepEqual([err.code, err.requiredServerVersion], ['UNSUPPORTED_BY_SERVER', '0.1.13']);
+      assert.match(err.message, /templates and the snapshotId option need OpenSandbox server 0\.1\.13 or later/);
+      return true;
+    };
+    const tpl = Template().runCmd('echo built > /tmp/t').withFamily(family());
+    await assert.rejects(make({ template: tpl })._start(), unsupported);
+    await assert.rejects(tpl.build({ domain: server.domain }), unsupported);
+    assert.deepEqual((await fetch(`${server.baseUrl}/v1/sandboxes?pageSize=50`).then(r => r.json())).items, []);
   });
 });

@@ -1,6 +1,8 @@
 // OpenSandboxSandbox against the behaviours of real OpenSandbox deployments (issue 20), reproduced by the local
 // server: `startServer({ emulate: 'docker' | 'kubernetes', serverVersion })` (lib/dev-server/upstream.js) and its
-// server proxy route. Each case is a regression test of a client behaviour that only worked on our own server.
+// server proxy route. Each case is a regression test of a client behaviour that only worked on our own server. (The
+// client's general suites run against every profile too: test/helpers/profiles.js; keep-alive after stop/start is in
+// test/keepalive.test.js.)
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -9,8 +11,7 @@ import { Workspace, LocalFilesystem } from '@mastra/core/workspace';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, Template, OpenSandboxUnsupportedError, OpenSandboxTimeoutError, LOGICAL_ID_LABEL, encodeLogicalId } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
-import { quietPeriod } from './helpers/raw.js';
-import { sandboxes } from './helpers/sandboxes.js';
+import { sandboxes, warnings } from './helpers/sandboxes.js';
 import { portUrl } from '../lib/ports.js';
 
 /** Raw lifecycle call against `server` (the way another process would do it). */
@@ -19,13 +20,6 @@ const api = async (server, method, p) => {
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined };
 };
-
-/** A logger that keeps the warnings (the rest is dropped). */
-function warnings() {
-  const seen = [];
-  const logger = { warn: (m, meta) => seen.push(`${m}${meta?.error ? ` ${meta.error}` : ''}`), debug() {}, info() {}, error() {}, trackException() {} };
-  return { seen, logger };
-}
 
 /** The sandboxes carrying the logical-id label of `id` (every state). */
 async function labelled(server, id) {
@@ -50,32 +44,6 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       await sb.destroyAll();
       await server?.close();
       await fs.rm(hostRoot, { recursive: true, force: true });
-    });
-
-    it('idleTimeoutMinutes after stop() then start(): alive through commands over twice the idle time, every renewal in the future', async () => {
-      const w = warnings();
-      const s = sb.make({ idleTimeoutMinutes: 0.05 }); // 3 s idle expiry
-      s.__setLogger(w.logger);
-      await s._start();
-      const id = s.opensandbox.sandboxId;
-      // older than the idle time before the stop: upstream's lastTransitionAt (the container's creation time) is
-      // then more than idleMs in the past, and an anchor on it asks for expiries in the past
-      assert.equal((await s.executeCommand('sleep 4; echo aged')).stdout, 'aged\n');
-      await s._stop();
-      assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Paused');
-      assert.equal((await s._start()).outcome, 'connected');
-      const until = Date.now() + 6000; // twice the idle time
-      let n = 0;
-      while (Date.now() < until) {
-        assert.equal((await s.executeCommand(`echo ${n}`)).stdout, `${n}\n`);
-        const remote = await api(server, 'GET', `/sandboxes/${id}`);
-        assert.equal(remote.status, 200, `sandbox ${id} gone after ${n} commands`);
-        assert.ok(Date.parse(remote.body.expiresAt) > Date.now(), `expiresAt ${remote.body.expiresAt} is in the past`);
-        await quietPeriod(1000); // idle between commands (a third of the idle time)
-        n++;
-      }
-      assert.equal(s.opensandbox.sandboxId, id);
-      assert.deepEqual(w.seen.filter(m => /keep-alive/.test(m)), []);
     });
 
     it('stop() of a sandbox another process paused resolves (500 DOCKER::SANDBOX_PAUSE_FAILED = already paused)', async () => {

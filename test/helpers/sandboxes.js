@@ -1,5 +1,6 @@
 // Test helper: OpenSandboxSandbox instances against a local server, destroyed after the suite.
 // sandboxes(() => server) -> { make(options), sh(sandbox, command) -> trimmed stdout (asserts exit 0), destroyAll() }
+// warnings() -> { seen, logger }: a logger for sandbox.__setLogger that keeps the warnings.
 import assert from 'node:assert/strict';
 import { OpenSandboxSandbox } from '../../lib/index.js';
 
@@ -24,4 +25,11 @@ export function sandboxes(server) {
       for (const s of made.splice(0)) await s._destroy().catch(() => {});
     },
   };
+}
+
+/** A logger that keeps the warnings (with their error's message); the rest is dropped. */
+export function warnings() {
+  const seen = [];
+  const logger = { warn: (m, meta) => seen.push(`${m}${meta?.error ? ` ${meta.error}` : ''}`), debug() {}, info() {}, error() {}, trackException() {} };
+  return { seen, logger };
 }
