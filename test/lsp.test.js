@@ -83,7 +83,8 @@ describe('Mastra LSP on OpenSandboxSandbox (typescript-language-server and pylsp
     const frame = (m) => `Content-Length: ${Buffer.byteLength(JSON.stringify(m))}\r\n\r\n${JSON.stringify(m)}`;
     const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { processId: process.pid, rootUri: 'file:///workspace', capabilities: {} } };
     const next = frame({ jsonrpc: '2.0', method: 'initialized', params: { processId: process.pid, text: 'é' } });
-    const h = await sandbox.processes.spawn(`echo "wrapper $$" >&2; exec ${withSandboxParent('cat')}`);
+    // $BASHPID: the shell that execs the wrapper (the command runs in a subshell of the process wrapper, whose pid $$ is)
+    const h = await sandbox.processes.spawn(`echo "wrapper $BASHPID" >&2; exec ${withSandboxParent('cat')}`);
     const wire = frame(init) + next;
     // split inside the header, inside the body, and with the next frame glued to the end of the first
     for (const piece of [wire.slice(0, 7), wire.slice(7, 40), wire.slice(40, frame(init).length + 5), wire.slice(frame(init).length + 5)]) await h.sendStdin(piece);
