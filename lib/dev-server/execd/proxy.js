@@ -75,7 +75,31 @@ export function proxyRequest(req, res, target, path, { drop = new Set(), hostHea
   res.on('close', () => {
     if (!up.destroyed && !res.writableFinished) up.destroy();
   });
-  req.pipe(up);
+  forwardBody(req, up);
+}
+
+/**
+ * Streams req's body into up (with backpressure, like pipe) but ends up WITH the last byte of a Content-Length body.
+ * Ending it on req's 'end' (what pipe does) queues an empty write of its own behind the body (e.g. when body and end
+ * came before the connection was made), issued after the body's write: by then the target may have read the whole
+ * body, answered and closed the connection (execd does, as the request says `Connection: close`), the empty write
+ * fails with EPIPE and the answer waiting in the socket is lost for a 502. A chunked body ends with its terminator,
+ * which the target waits for before it answers.
+ */
+function forwardBody(req, up) {
+  const length = req.headers['transfer-encoding'] === undefined ? Number(req.headers['content-length']) : NaN;
+  let left = Number.isSafeInteger(length) && length > 0 ? length : null;
+  req.on('data', (chunk) => {
+    if (up.destroyed || up.writableEnded) return;
+    if (left !== null && (left -= chunk.length) <= 0) return void up.end(chunk);
+    if (!up.write(chunk)) {
+      req.pause();
+      up.once('drain', () => req.resume());
+    }
+  });
+  req.on('end', () => {
+    if (!up.destroyed && !up.writableEnded) up.end();
+  });
 }
 
 function describe(target) {
