@@ -14,7 +14,7 @@
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { OpenSandboxSandbox, OpenSandboxFilesystem } from '../lib/index.js';
-import { profile as measure, startChildServer, officialSandbox, reportFigure } from './lib/bench-util.js';
+import { profile as measure, startChildServer, officialSandbox, reportFigure, sizeOf } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -26,7 +26,7 @@ const { values: args } = parseArgs({
     smoke: { type: 'boolean', default: false },
   },
 });
-const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const size = sizeOf(args);
 const SMALL = size('small', 1000, 20);
 const BIG_MB = size('big-mb', 100, 2);
 const SHELL_MB = size('shell-mb', 8, 1);

@@ -16,7 +16,7 @@
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { OpenSandboxSandbox } from '../lib/index.js';
-import { now, quantiles, profile, startChildServer, officialSandbox, reportFigure } from './lib/bench-util.js';
+import { now, quantiles, profile, startChildServer, officialSandbox, reportFigure, sizeOf } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -29,7 +29,7 @@ const { values: args } = parseArgs({
     smoke: { type: 'boolean', default: false },
   },
 });
-const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const size = sizeOf(args);
 const N = size('processes', 500, 5);
 const L = size('lines', 1000, 20);
 const RUNS = size('runs', 30, 3);

@@ -17,7 +17,7 @@ import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, Template } from '../lib/index.js';
-import { now, quantiles as stats, sandboxRss, officialSandbox, reportFigure } from './lib/bench-util.js';
+import { now, quantiles as stats, sandboxRss, officialSandbox, reportFigure, sizeOf } from './lib/bench-util.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -29,7 +29,7 @@ const { values: args } = parseArgs({
     smoke: { type: 'boolean', default: false },
   },
 });
-const size = (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+const size = sizeOf(args);
 const RUNS = size('runs', 200, 5);
 const OFFICIAL_RUNS = size('official-runs', 5, 1);
 const CONCURRENT = size('concurrent', 200, 10);

@@ -11,6 +11,9 @@ import { descendants } from '../../lib/dev-server/proctree.js';
 
 export const now = () => performance.now();
 
+/** A bench's size option `name`: the value given on the command line, else its `smoke` size under --smoke, else `full`. */
+export const sizeOf = (args) => (name, full, smoke) => Number(args[name] ?? (args.smoke ? smoke : full));
+
 /** { n, median, p95 } of a list of samples. */
 export function quantiles(samples) {
   const s = [...samples].sort((a, b) => a - b);
