@@ -210,7 +210,13 @@ describe('OpenSandboxProcessManager under faults', function () {
       const n = 40;
       const hs = await Promise.all(Array.from({ length: n }, (_, i) => sb.processes.spawn(
         `echo out-${i}; echo err-${i} >&2; echo ${i} >> /tmp/runs; printf tail-${i}`)));
-      const rs = await Promise.all(hs.map((h) => h.wait()));
+      // every exit within a deadline (a process that never settles is named, and the server still closes)
+      const rs = [];
+      hs.forEach((h, i) => h.wait().then((r) => { rs[i] = r; }, (err) => { rs[i] = err; }));
+      await waitFor(() => rs.filter(Boolean).length === n, { timeoutMs: 30000, message: 'every process settles' }).catch((err) => {
+        const unsettled = hs.filter((_, i) => !rs[i]).map((h) => JSON.stringify([h.stdout, h.stderr]));
+        throw new Error(`${err.message}; unsettled (stdout, stderr): ${unsettled.join(', ')}`);
+      });
       rs.forEach((r, i) => {
         assert.equal(r.stdout, `out-${i}\ntail-${i}`);
         assert.equal(r.stderr, `err-${i}\n`);

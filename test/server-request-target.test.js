@@ -379,9 +379,11 @@ describe('a real server: the relay attacks of issue 21 fail, and apps never see 
       + "net.createServer((s)=>s.on('data',()=>s.end('HTTP/1.1 099 X\\r\\nContent-Length: 0\\r\\n\\r\\n'))).listen('/run/execd/execd.sock')";
     await run(sb, `cat > /tmp/evil.js <<'EOF'\n${evil}\nEOF\nnohup node /tmp/evil.js >/dev/null 2>&1 &`);
     const viaProxy = () => rawRequest(plainServer.port, `/v1/sandboxes/${sb.id}/proxy/44772/ping`, { headers: sb.headers });
+    // between the unlink and the listen the socket is missing (502 "cannot reach the sandbox: ENOENT"): wait for the
+    // code's own server to answer
     const r = await waitFor(async () => {
       const a = await viaProxy();
-      return a.status === 502 && a;
+      return a.status === 502 && !/ENOENT/.test(a.text) && a;
     }, { timeoutMs: 20000, message: 'the server proxy route reaches the replaced socket' });
     assert.match(JSON.parse(r.text).message, /^invalid answer from the sandbox: Invalid status code: 99$/);
     const app = await rawRequest(sb.relayPort, '/proxy/8000/');

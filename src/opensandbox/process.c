@@ -177,16 +177,19 @@ static int is_ident(const char *s) {
  * blocks: with iflag=fullblock and one block of exactly n bytes it reads no byte past the frame (head -c would do for
  * GNU head, but busybox's head reads ahead through stdio). The wrapper's own protocol lines after the command (ack)
  * thus stay unread; the decoder is stopped before the markers (its TERM trap stops a dd in the middle of a frame
- * too). dd's errors (one without iflag=fullblock or status=none) reach the command's stderr. $! of a process
- * substitution needs bash >= 4.4. */
+ * too). A TERM that arrives just before the shell enters a blocking read(2) is only noted, not acted on, until
+ * that read returns: so the header read has a 1 s timeout (partial input is kept, bash saves it on a timeout) and
+ * a lost TERM costs at most that second, never a hang. dd's errors (one without iflag=fullblock or status=none)
+ * reach the command's stderr. $! of a process substitution needs bash >= 4.4. */
 #define STDIN_DECODER                                                                                   \
   "  exec 3<&0\n"                                                                                     \
   "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
-  "    while IFS= read -r l; do case $l in\n"                                                          \
+  "    p=; while :; do IFS= read -r -t 1 l <&3; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
+  "      l=$p$l; p=; [ $r -eq 0 ] || exit 0; case $l in\n"                                              \
   "      D0|T0) ;;\n"                                                                                   \
   "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\";;\n"                             \
   "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
-  "      E) exit 0;; esac; done <&3 )\n"                                                                \
+  "      E) exit 0;; esac; done )\n"                                                                    \
   "  d=$!\n"
 
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
