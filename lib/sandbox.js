@@ -18,6 +18,7 @@ import { Checkpoints, checkpointCandidates } from './checkpoints.js';
 import { TEMPLATE_BUILD_LABEL, buildTemplate, templateStart } from './template.js';
 import { BUILD_TEMPLATE, setTemplateSandbox } from './template-standalone.js';
 import { withRecovery } from './recovery.js';
+import { PauseWatch } from './pause-watch.js';
 import { MOUNTS_LABEL, HostMounts } from './mounts.js';
 import { commandLine, commandRequest, abortedResult, toResult, batchDelivery } from './commands.js';
 import { checkPort, portNotExposable, portUrl } from './ports.js';
@@ -74,6 +75,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
   #uploads = 0; // writeFiles calls in flight (activity for the keep-alive)
   #checkpoints; // lib/checkpoints.js, created on first use
   #pause; // the last stop() that could not pause: { paused: false, supported, code, reason }
+  #pauseWatch; // lib/pause-watch.js: a call that waits on a sandbox paused behind our back resumes it
 
   constructor(options = {}) {
     const cfg = normalizeOptions(options);
@@ -105,6 +107,24 @@ export class OpenSandboxSandbox extends MastraSandbox {
     });
     this.#remoteId = cfg.sandboxId;
     this.#explicitId = Boolean(cfg.sandboxId);
+    this.#pauseWatch = new PauseWatch({
+      subject: () => (this.status === 'running' && this.#execd ? this.#remoteId : undefined),
+      state: async id => stateOf(await this.#lcCall(`get sandbox ${id}`, lc => lc.get(id))),
+      snapshotting: async id => {
+        const snaps = this.#snapshotClient();
+        if (!(await snaps.available())) return false;
+        const body = await snaps.list({ sandboxId: id, states: ['Creating'], page: 1, pageSize: 1 });
+        return Array.isArray(body?.items) && body.items.length > 0;
+      },
+      resume: async id => {
+        try {
+          await this.#lcCall(`resume sandbox ${id}`, lc => lc.resume(id));
+        } catch (err) {
+          if (err.status !== 409) throw err; // 409: resumed by someone else meanwhile
+        }
+      },
+      warn: (message, meta) => this.logger.warn(message, meta),
+    });
   }
 
   // ---------------------------------------------------------------- lifecycle (called through _start/_stop/_destroy)
@@ -331,7 +351,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       },
       ensureRunning: () => this.ensureRunning(),
       aborted,
-    }, attempt, { anyTransport });
+    }, () => this.#pauseWatch.track(attempt()), { anyTransport });
   }
 
   /** OpenSandboxSandboxGoneError when the lifecycle API says sandbox `id` is gone (404 or not live), else null. */

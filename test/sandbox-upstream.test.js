@@ -76,6 +76,30 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
       assert.equal((await s.opensandbox.get()).metadata['mastra.ai/mounts'].length, 16);
     });
 
+    it('a sandbox paused behind our back (Docker freezes it: execd accepts and answers nothing): the waiting call resumes it and completes, each command run once', async () => {
+      const w = warnings();
+      const s = sb.make();
+      s.__setLogger(w.logger);
+      await s._start();
+      const id = s.opensandbox.sandboxId;
+      await s.executeCommand('echo ready');
+      assert.equal((await api(server, 'POST', `/sandboxes/${id}/pause`)).status, 202);
+      assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Paused');
+      // without the watch this waited for the 10 s stream-idle timeout, failed, then ran the command a second time
+      const r = await s.executeCommand('echo once >> /tmp/ran; cat /tmp/ran');
+      assert.deepEqual([r.exitCode, r.stdout], [0, 'once\n']);
+      assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Running');
+      assert.deepEqual(w.seen, [`OpenSandboxSandbox: sandbox ${id} was paused by another client while a call waited on it; resumed it`]);
+      assert.equal(s.status, 'running');
+      // paused again: a command and a process spawned at once share one probe and one resume
+      assert.equal((await api(server, 'POST', `/sandboxes/${id}/pause`)).status, 202);
+      const [again, h] = await Promise.all([s.executeCommand('cat /tmp/ran'), s.processes.spawn('echo spawned')]);
+      assert.equal(again.stdout, 'once\n');
+      assert.equal((await h.wait()).stdout, 'spawned\n');
+      assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Running');
+      assert.equal(w.seen.length, 2, w.seen.join('\n'));
+    });
+
     it('resources some runtime cannot apply are warned about once per process', async () => {
       const w = warnings();
       const resources = { cpu: '1', memory: '512Mi', pids: '64' };
