@@ -151,6 +151,11 @@ describe('dev-server emulating upstream deployments', function () {
       const left = (await t.api(`/v1/snapshots/${snap.id}`)).json.status;
       assert.equal(left.state, 'Deleting');
       assert.equal(left.reason, 'snapshot_delete_requested');
+      // listed too, like every record of upstream's repository (with and without a state filter)
+      const listed = async (q) => (await t.api(`/v1/snapshots?sandboxId=${src.id}${q}`)).json.items.map((x) => [x.id, x.status.state]);
+      assert.deepEqual(await listed(''), [[snap.id, 'Deleting']]);
+      assert.deepEqual(await listed('&state=Deleting'), [[snap.id, 'Deleting']]);
+      assert.deepEqual(await listed('&state=Ready'), []);
       await t.api(`/v1/sandboxes/${plain.json.id}`, { method: 'DELETE' });
       assert.equal((await t.api(`/v1/snapshots/${snap.id}`, { method: 'DELETE' })).status, 409); // one restored sandbox left
       await t.api(`/v1/sandboxes/${own.json.id}`, { method: 'DELETE' });

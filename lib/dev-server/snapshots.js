@@ -208,8 +208,7 @@ export class Snapshots {
 
   list({ sandboxId, states, page, pageSize }) {
     const wanted = states.map((s) => s.toLowerCase());
-    const all = [...this.items.values()]
-      .filter((r) => r.status.state !== 'Deleting')
+    const all = [...this.items.values()] // Deleting ones too, as upstream's repository lists every record
       .filter((r) => sandboxId === null || r.sandboxId === sandboxId)
       .filter((r) => wanted.length === 0 || wanted.includes(r.status.state.toLowerCase()))
       .sort((a, b) => b.createdAt - a.createdAt);
