@@ -651,7 +651,7 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
       else q.waiters.forEach(w => w.reject(e));
       return;
     }
-    for (const w of q.waiters) w.resolve(Object.fromEntries(w.paths.map(p => [p, all[p]])));
+    for (const w of q.waiters) w.resolve(Object.fromEntries(w.paths.map(p => [p, all?.[p]])));
   }
 
   /** FileInfo map of the paths that exist (one request when all do; a missing one costs a second). */
