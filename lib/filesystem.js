@@ -38,6 +38,12 @@ const DEFAULT_MAX_READ_BYTES = 1024 * 1024 * 1024;
 const LIST_ALL_DEPTH = 1000; // execd's /directories/list depth for "everything below"
 const FS_OPTIONS = ['sandbox', 'id', 'basePath', 'contained', 'readOnly', 'maxReadBytes', 'instructions', 'onInit', 'onDestroy', 'textExtensions'];
 const GREP_CONCURRENCY = 16;
+/**
+ * The path checks of concurrent operations share one GET /files/info (execd answers many `path`s at once): at most
+ * this many paths and this many bytes of them (URL-encoded) per request, well inside any server's request-line limit.
+ */
+const INFO_BATCH_PATHS = 64;
+const INFO_BATCH_BYTES = 4096;
 
 /** Is `p` (normalized, absolute) `root` or below it? */
 const within = (p, root) => p === root || p.startsWith(root === '/' ? '/' : `${root}/`);
@@ -613,6 +619,41 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     }
   }
 
+  /**
+   * #infos of paths that are expected to exist, in the request shared with the other operations that ask in the same
+   * turn of the event loop (one GET /files/info for all of them, sent at the next setImmediate). execd answers such a
+   * request 404 as a whole when any path is missing: then, as after any answer that is not a success, every operation
+   * of the batch asks again alone (#infos), so each gets exactly the answer and error of its own paths. A transport
+   * failure or deadline reaches every operation of the batch (each would have met it on its own request).
+   */
+  #sharedInfos(c, paths) {
+    const bytes = paths.reduce((n, p) => n + encodeURIComponent(p).length + 6, 0);
+    let q = c.infoBatch;
+    if (q && (q.paths.size + paths.length > INFO_BATCH_PATHS || q.bytes + bytes > INFO_BATCH_BYTES)) q = null;
+    if (!q) {
+      q = c.infoBatch = { paths: new Set(), bytes: 0, waiters: [] };
+      setImmediate(() => this.#flushInfos(c, q));
+    }
+    for (const p of paths) q.paths.add(p);
+    q.bytes += bytes;
+    return new Promise((resolve, reject) => q.waiters.push({ paths, resolve, reject }));
+  }
+
+  async #flushInfos(c, q) {
+    if (c.infoBatch === q) c.infoBatch = null;
+    const alone = w => this.#infos(c, w.paths).then(w.resolve, w.reject);
+    if (q.waiters.length === 1) return alone(q.waiters[0]);
+    let all;
+    try {
+      all = await this.#op(c, 'info', [...q.paths]);
+    } catch (e) {
+      if (e?.kind === 'api') q.waiters.forEach(alone);
+      else q.waiters.forEach(w => w.reject(e));
+      return;
+    }
+    for (const w of q.waiters) w.resolve(Object.fromEntries(w.paths.map(p => [p, all?.[p]])));
+  }
+
   /** FileInfo map of the paths that exist (one request when all do; a missing one costs a second). */
   async #infos(c, paths) {
     try {
@@ -636,11 +677,11 @@ export class OpenSandboxFilesystem extends MastraFilesystem {
     let infos;
     let known = chain.length;
     if (out && chain.length > 1) {
-      const [up, self] = await Promise.all([this.#infos(c, chain.slice(0, -1)), this.#infos(c, [abs])]);
+      const [up, self] = await Promise.all([this.#sharedInfos(c, chain.slice(0, -1)), this.#infos(c, [abs])]);
       known = self && up ? chain.length : chain.length - 1;
       infos = up ? { ...up, ...self } : null;
     } else {
-      infos = await this.#infos(c, chain);
+      infos = await this.#sharedInfos(c, chain);
     }
     while (!infos && known > 1) {
       known--; // something missing: find the longest existing prefix (deepest first)

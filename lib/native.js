@@ -197,7 +197,7 @@ export class Execd {
   }
 }
 
-/** { requestsInFlight, sockets, engineThreads, operations, pendingPromises, pausedStreams } of this addon instance. */
+/** { requestsInFlight, requestsStarted, sockets, engineThreads, operations, pendingPromises, pausedStreams } of this addon instance. */
 export function stats() {
   return binding.stats();
 }

@@ -9,6 +9,7 @@ import { LocalFilesystem, Workspace, WorkspaceReadOnlyError, PermissionError, WO
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox, OpenSandboxFilesystem, OpenSandboxOptionError } from '../lib/index.js';
 import { requiredLiterals } from '../lib/filesystem.js';
+import { stats } from '../lib/native.js';
 
 /** The outcome of a call as comparable data: { ok: value } or { err: class name }. */
 async function outcome(p) {
@@ -235,6 +236,33 @@ describe('OpenSandboxFilesystem', function () {
     assert.deepEqual(entries.find(e => e.name === 'alink'), { name: 'alink', type: 'file', isSymlink: true, symlinkTarget: '/workspace/fs/a.txt' });
     await osfs.deleteFile('alink'); // removes the link, not its target
     assert.equal(await osfs.exists('a.txt'), true);
+  });
+
+  it('the path checks of concurrent operations share one GET /files/info; each operation still gets its own answer', async () => {
+    const names = Array.from({ length: 16 }, (_, i) => `batch/f${i}.txt`);
+    await osfs.mkdir('batch');
+    // 16 writes of new files in one turn: 16 uploads, 16 checks of the (missing) targets, one request for the parents
+    let before = stats().requestsStarted;
+    await Promise.all(names.map((n, i) => osfs.writeFile(n, `file ${i}`)));
+    assert.equal(stats().requestsStarted - before, 2 * names.length + 1);
+    // 16 reads in one turn: 16 downloads and one GET /files/info for every check (the official client's count + 1)
+    before = stats().requestsStarted;
+    assert.deepEqual(await Promise.all(names.map(n => osfs.readFile(n, { encoding: 'utf8' }))), names.map((_, i) => `file ${i}`));
+    assert.equal(stats().requestsStarted - before, names.length + 1);
+    const r = await sandbox.executeCommand('mkdir -p /workspace/secret && echo s > /workspace/secret/k.txt && ln -sfn /workspace/secret /workspace/fs/batch/out');
+    assert.equal(r.exitCode, 0, r.stderr);
+    // every path exists (the shared request succeeds): the symlink leading out is still refused, the others read
+    assert.deepEqual(await Promise.all([outcome(osfs.readFile('batch/out/k.txt')), outcome(osfs.readFile('batch/f1.txt', { encoding: 'utf8' })),
+      outcome(osfs.readFile('batch')), outcome(osfs.exists('batch/f2.txt'))]),
+    [{ err: 'PermissionError' }, { ok: 'file 1' }, { err: 'IsDirectoryError' }, { ok: true }]);
+    // a missing path in the same turn (execd answers the shared request 404): each operation asks again alone
+    assert.deepEqual(await Promise.all([outcome(osfs.readFile('batch/missing.txt')), outcome(osfs.readFile('batch/out/k.txt')),
+      outcome(osfs.readFile('batch/f3.txt', { encoding: 'utf8' })), outcome(osfs.exists('batch/none/x')), outcome(osfs.stat('batch/f4.txt').then(s => s.size)),
+      outcome(osfs.writeFile('batch/out/new.txt', 'x')), outcome(osfs.writeFile('batch/f5.txt', 'five')), outcome(osfs.writeFile('batch/no/dir.txt', 'x', { recursive: false }))]),
+    [{ err: 'FileNotFoundError' }, { err: 'PermissionError' }, { ok: 'file 3' }, { ok: false }, { ok: 6 }, { err: 'PermissionError' }, { ok: undefined }, { err: 'DirectoryNotFoundError' }]);
+    assert.equal(await osfs.readFile('batch/f5.txt', { encoding: 'utf8' }), 'five');
+    assert.equal((await sandbox.executeCommand('ls /workspace/secret')).stdout, 'k.txt\n');
+    await osfs.rmdir('batch', { recursive: true });
   });
 
   it('refuses paths with $ (execd would expand them) naming the path', async () => {

@@ -149,6 +149,7 @@ static Napi::Value Stats(const Napi::CallbackInfo& info) {
   if (a->engine) osb_engine_get_stats(a->engine, &s);
   Napi::Object o = Napi::Object::New(env);
   o.Set("requestsInFlight", Napi::Number::New(env, (double)s.requests_in_flight));
+  o.Set("requestsStarted", Napi::Number::New(env, (double)s.requests_started));
   o.Set("sockets", Napi::Number::New(env, (double)s.sockets));
   o.Set("engineThreads", Napi::Number::New(env, a->engine ? 1 : 0));
   osb_ws_stats w = {0, 0};

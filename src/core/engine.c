@@ -22,7 +22,7 @@ struct osb_engine {
   int stopping;       /* guarded by mu */
   osb_active *actives; /* loop thread only */
   struct osb_http_ctx *http;
-  long counts[3];     /* atomic, indexed by OSB_COUNT_* */
+  long counts[OSB_COUNT_N]; /* atomic, indexed by OSB_COUNT_* */
   long nactives;      /* atomic */
 };
 
@@ -43,6 +43,7 @@ void osb_engine_get_stats(osb_engine *e, osb_engine_stats *out) {
   out->sockets = __atomic_load_n(&e->counts[OSB_COUNT_SOCKETS], __ATOMIC_RELAXED);
   out->actives = __atomic_load_n(&e->nactives, __ATOMIC_RELAXED);
   out->paused = __atomic_load_n(&e->counts[OSB_COUNT_PAUSED], __ATOMIC_RELAXED);
+  out->requests_started = __atomic_load_n(&e->counts[OSB_COUNT_STARTED], __ATOMIC_RELAXED);
 }
 
 void osb_engine_add_active(osb_engine *e, osb_active *a) {

@@ -28,6 +28,7 @@ typedef struct {
   long sockets;            /* sockets currently open (including idle keep-alive connections) */
   long actives;            /* loop-thread objects alive (requests, commands, waits) */
   long paused;             /* transfers paused by flow control (output not yet consumed by JS) */
+  long requests_started;   /* HTTP requests started since the engine started (a retried request counts once) */
 } osb_engine_stats;
 /* Thread-safe snapshot. */
 void osb_engine_get_stats(osb_engine *e, osb_engine_stats *out);
@@ -48,6 +49,6 @@ void osb_engine_remove_active(osb_engine *e, osb_active *a);
 
 /* Counters kept by the HTTP layer (atomic). */
 void osb_engine_count(osb_engine *e, int which, long delta);
-enum { OSB_COUNT_REQUESTS = 0, OSB_COUNT_SOCKETS = 1, OSB_COUNT_PAUSED = 2 };
+enum { OSB_COUNT_REQUESTS = 0, OSB_COUNT_SOCKETS = 1, OSB_COUNT_PAUSED = 2, OSB_COUNT_STARTED = 3, OSB_COUNT_N = 4 };
 
 #endif

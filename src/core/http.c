@@ -597,6 +597,7 @@ osb_http_req *osb_http_start(osb_engine *e, const osb_http_opts *o) {
   r->active.abort = abort_req;
   osb_engine_add_active(e, &r->active);
   osb_engine_count(e, OSB_COUNT_REQUESTS, 1);
+  osb_engine_count(e, OSB_COUNT_STARTED, 1);
   send_attempt(r);
   return r;
 }
