@@ -2,7 +2,9 @@
 // Benchmark of background processes (sandbox.processes), standalone: `node scripts/bench-processes.js`.
 // Rows, against one local OpenSandbox-compatible server and one sandbox:
 //   1. N concurrent background processes (default 500) each printing L lines (default 1000): every line verified,
-//      wall time, JS-thread busy time (event-loop utilisation), process CPU (all threads) and peak RSS;
+//      wall time, JS-thread busy time (event-loop utilisation), process CPU (all threads), the CPU the server's
+//      process tree spent meanwhile (server, execd and the sandbox's processes: on a shared machine the wall time
+//      follows the total CPU, so this column says where the rest of it went) and peak RSS;
 //   2. spawn-to-first-output latency (median / p95);
 //   3. stdin round-trip latency into a running `cat` (median / p95);
 // each next to the official @alibaba-group/opensandbox client doing the same with background commands
@@ -157,12 +159,12 @@ async function main() {
     console.log(`server ${server.domain}, sandbox ${sandbox.opensandbox.sandboxId}; ${N} processes x ${L} lines, ${RUNS} latency samples\n`);
 
     const lines = N * L;
-    const row = (name, p, bad) => console.log(`  ${name.padEnd(28)} ${String(lines - bad * L).padStart(8)} ${f(p.wall).padStart(9)} ${f(p.js).padStart(18)} ${f(p.cpu).padStart(15)}   ${f(p.rssStart)} -> ${f(p.rss)}`);
+    const row = (name, p, bad) => console.log(`  ${name.padEnd(28)} ${String(lines - bad * L).padStart(8)} ${f(p.wall).padStart(9)} ${f(p.js).padStart(18)} ${f(p.cpu).padStart(15)} ${f(p.serverCpu).padStart(14)}   ${f(p.rssStart)} -> ${f(p.rss)}`);
     const lat = (name, q) => console.log(`  ${name.padEnd(32)} ${f(q.median).padStart(7)} ${f(q.p95).padStart(7)}`);
 
-    const bulk = await profile(() => oursBulk(pm));
+    const bulk = await profile(() => oursBulk(pm), server);
     console.log(`${N} concurrent processes x ${L} lines (${lines} lines)`);
-    console.log('  client                       lines ok   wall ms  JS-thread busy ms  process CPU ms  RSS start -> peak MB');
+    console.log('  client                       lines ok   wall ms  JS-thread busy ms  process CPU ms  server CPU ms   RSS start -> peak MB');
     row('ours (PTY WebSocket, C)', bulk, bulk.value.bad);
     console.log(`  ours: ${bulk.value.chunks} output batches reached JS for ${lines} lines`);
     const first = await oursFirstOutput(pm);
@@ -174,11 +176,13 @@ async function main() {
     let oBulk = null;
     const sbx = args['no-official'] ? null : await officialSandbox(server.domain, server.apiKey, sandbox.opensandbox.sandboxId);
     if (sbx) {
-      oBulk = await profile(() => officialBulk(sbx));
+      oBulk = await profile(() => officialBulk(sbx), server);
       row(`official (logs every ${POLL_MS} ms)`, oBulk, oBulk.value.bad);
       failed ||= oBulk.value.bad !== 0;
       oFirst = await officialFirstOutput(sbx);
     }
+    const total = (p) => f(p.cpu + p.serverCpu);
+    console.log(`  CPU ms, client + server tree: ours ${total(bulk)}${oBulk ? `, official ${total(oBulk)}` : ''}`);
     console.log('\nlatency (ms)                        median     p95');
     lat('spawn -> first output, ours', first);
     if (oFirst) lat('spawn -> first output, official', oFirst);

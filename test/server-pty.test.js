@@ -196,6 +196,35 @@ describe('dev-server execd PTY WebSocket API', function () {
     assert.equal(b.frames[0].bytes.toString().replace('END\n', ''), 'a'.repeat(1024 * 1024 - 4));
   });
 
+  it('replays every byte while the replay buffer grows with the output, then the newest 1 MiB once it wraps', async () => {
+    const seq = (from, to) => Array.from({ length: to - from + 1 }, (_, i) => `${from + i}\n`).join('');
+    const id = await session();
+    const a = open(id, '?pty=0');
+    await a.opened;
+    const first = seq(1, 40000); // 229 KB in many pipe chunks: the buffer grows from 4 KiB several times
+    a.stdin('seq 1 40000\n');
+    await a.until((x) => x.text('stdout').length === first.length, 'first output live');
+    await a.close();
+    for (const since of [0, 4095, 4096, 12345, first.length - 1]) {
+      const b = open(id, `?pty=0&since=${since}`);
+      await b.until((x) => x.json('connected').length === 1, 'connected');
+      assert.equal(b.frames[0].kind, 'replay');
+      assert.equal(b.frames[0].offset, since);
+      assert.equal(b.frames[0].bytes.toString(), first.slice(since));
+      await b.close();
+    }
+    const all = first + seq(40001, 200000); // 1.29 MB in all: the ring wraps
+    const c = open(id, `?pty=0&since=${first.length}`);
+    await c.until((x) => x.json('connected').length === 1, 'connected');
+    c.stdin('seq 40001 200000\n');
+    await c.until((x) => x.text('stdout').length === all.length - first.length, 'second output live');
+    await c.close();
+    const d = open(id, '?pty=0&since=0');
+    await d.until((x) => x.json('connected').length === 1, 'connected');
+    assert.equal(d.frames[0].offset, all.length - 1024 * 1024);
+    assert.equal(d.frames[0].bytes.toString(), all.slice(all.length - 1024 * 1024));
+  });
+
   it('one client at a time: 409 ALREADY_CONNECTED, takeover closes the old one with 4001', async () => {
     const id = await session();
     const a = open(id, '?pty=0');

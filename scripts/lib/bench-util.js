@@ -21,13 +21,38 @@ export function quantiles(samples) {
   return { n: s.length, median: at(0.5), p95: at(0.95) };
 }
 
-/** Runs fn and measures it: { value, wall, js (event-loop active ms), cpu (all threads, ms), rssStart, rss (peak, MiB) }. */
-export async function profile(fn) {
+/**
+ * CPU ms (user + system) spent so far by the process tree under pid: each live process's own time plus what its
+ * reaped children spent (/proc/<pid>/stat utime, stime, cutime, cstime; clock ticks of 10 ms). A process that exits
+ * moves its time to its parent's reaped share, so the difference of two readings is what the tree spent between them.
+ */
+export function treeCpuMs(pid) {
+  let ticks = 0;
+  for (const p of [pid, ...descendants(pid)]) {
+    let stat;
+    try {
+      stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile: its time is in its parent's reaped share
+    }
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  }
+  return ticks * 10;
+}
+
+/**
+ * Runs fn and measures it: { value, wall, js (event-loop active ms), cpu (all threads, ms), rssStart, rss (peak, MiB),
+ * serverCpu (ms the process tree of `server` — startChildServer's: the server, execd, the sandbox's processes —
+ * spent meanwhile; undefined without server) }.
+ */
+export async function profile(fn, server = null) {
   const rssStart = process.memoryUsage.rss();
   let peak = rssStart;
   const sampler = setInterval(() => { peak = Math.max(peak, process.memoryUsage.rss()); }, 20);
   const elu0 = performance.eventLoopUtilization();
   const cpu0 = process.cpuUsage();
+  const server0 = server ? treeCpuMs(server.pid) : 0;
   const t0 = now();
   try {
     const value = await fn();
@@ -35,7 +60,8 @@ export async function profile(fn) {
     const elu = performance.eventLoopUtilization(elu0);
     const cpu = process.cpuUsage(cpu0);
     peak = Math.max(peak, process.memoryUsage.rss());
-    return { value, wall, js: elu.active, cpu: (cpu.user + cpu.system) / 1000, rssStart: rssStart / 2 ** 20, rss: peak / 2 ** 20 };
+    const serverCpu = server ? treeCpuMs(server.pid) - server0 : undefined;
+    return { value, wall, js: elu.active, cpu: (cpu.user + cpu.system) / 1000, serverCpu, rssStart: rssStart / 2 ** 20, rss: peak / 2 ** 20 };
   } finally {
     clearInterval(sampler);
   }
@@ -43,7 +69,7 @@ export async function profile(fn) {
 
 /**
  * The local server's CLI in a child process (so that the JS-thread and RSS figures are the client's alone), with a
- * fresh API key: { domain, apiKey, close() }.
+ * fresh API key: { domain, apiKey, pid, close() }.
  */
 export async function startChildServer() {
   const cli = fileURLToPath(new URL('../../lib/dev-server/cli.js', import.meta.url));
@@ -71,6 +97,7 @@ export async function startChildServer() {
   return {
     domain,
     apiKey,
+    pid: child.pid,
     close: () => new Promise((resolve) => {
       if (child.exitCode !== null) return resolve();
       child.once('exit', resolve);

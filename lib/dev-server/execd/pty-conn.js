@@ -30,6 +30,7 @@ export class PtyConnection {
     this.live = false;    // output goes to the socket only after replay + connected were sent
     this.done = false;
     this.closing = false; // set when we close: any other ws.close() is the library's answer to the client's close
+    this.corked = false;  // the socket is corked until the next setImmediate (batch)
     this.onWriteToClosed = onWriteToClosed;
     this.pinger = setInterval(() => ws.ping(), PING_MS);
     this.reader = setTimeout(() => ws.terminate(), READ_TIMEOUT_MS);
@@ -74,6 +75,7 @@ export class PtyConnection {
       frame[0] = 0x03;
       frame.writeBigUInt64BE(BigInt(offset), 1);
       data.copy(frame, 9);
+      this.batch();
       this.ws.send(frame);
     }
     this.sendJson({ type: 'connected', session_id: s.id, mode: s.isPty ? 'pty' : 'pipe' });
@@ -113,8 +115,25 @@ export class PtyConnection {
     this.finish(1000, 'process exited');
   }
 
+  /**
+   * The frames sent in one turn of the event loop leave in one write: the socket stays corked until setImmediate
+   * (a quick process's output, its markers, the exit frame and the close often come in one turn; each write costs a
+   * system call here, in the relay in front of execd and in the client). Order is kept; end() flushes a corked socket.
+   */
+  batch() {
+    const socket = this.ws._socket;
+    if (this.corked || !socket || socket.destroyed) return;
+    this.corked = true;
+    socket.cork();
+    setImmediate(() => {
+      this.corked = false;
+      socket.uncork();
+    });
+  }
+
   sendBinary(frame) {
     if (this.done) return;
+    this.batch();
     this.ws.send(frame, () => {
       if (this.ws.bufferedAmount < LOW_WATER && this.session.holder === this) this.session.setPaused(false);
     });
@@ -122,7 +141,9 @@ export class PtyConnection {
   }
 
   sendJson(obj) {
-    if (!this.done) this.ws.send(`${goJson(obj)}\n`); // execd's text frames end with a newline
+    if (this.done) return;
+    this.batch();
+    this.ws.send(`${goJson(obj)}\n`); // execd's text frames end with a newline
   }
 
   sendError(code, error) {
