@@ -125,6 +125,10 @@ export class SandboxProcess {
     this.child = null;
     this.exited = null;
     this.paused = false;
+    // the last start()'s [phase, ms] in order, logged with the create: spawn (dirs, bwrap's arguments, the spawn), cgroup
+    // (entered behind the gate), bwrap (until it reports the sandbox's pid: namespaces made), network (slirp4netns),
+    // execd (bwrap's mounts, then Node and execd's modules until it listens), ready (the attachments' ready())
+    this.phases = [];
   }
 
   /**
@@ -219,6 +223,13 @@ export class SandboxProcess {
   async start() {
     this.exited = null; // a start after kill() (an emulated Kubernetes resume) is a new process tree
     this.paused = false;
+    this.phases = [];
+    let last = performance.now();
+    const phase = (name) => {
+      const now = performance.now();
+      this.phases.push([name, now - last]);
+      last = now;
+    };
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const identity = this.spec.identity;
     if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
@@ -300,7 +311,8 @@ export class SandboxProcess {
         return pid;
       });
     }
-    const released = infoFd === null ? Promise.resolve() : this.enter(entering, child).then(() => this.attach(child.stdio[infoFd + 1]));
+    phase('spawn');
+    const released = infoFd === null ? Promise.resolve() : this.enter(entering, child, phase).then(() => this.attach(child.stdio[infoFd + 1], phase));
     await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
@@ -314,7 +326,11 @@ export class SandboxProcess {
         if (out.includes('execd ready')) {
           out = null;
           clearTimeout(timer);
-          Promise.all(this.attached.map((a) => a.ready?.())).then(resolve, (err) => fail(err));
+          phase('execd');
+          Promise.all(this.attached.map((a) => a.ready?.())).then(() => {
+            phase('ready');
+            resolve();
+          }, (err) => fail(err));
         }
       });
       this.exitPromise.then(() => {
@@ -327,8 +343,8 @@ export class SandboxProcess {
     });
   }
 
-  /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. */
-  async enter(entering, child) {
+  /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. phase(name): start()'s timing. */
+  async enter(entering, child, phase) {
     if (!entering.length) return;
     this.gated = true; // until the gate opens, bwrap has not run: kill() has no sandbox pid to wait for
     for (const a of entering) {
@@ -338,6 +354,7 @@ export class SandboxProcess {
     child.stdin.on('error', () => {});
     child.stdin.end('go\n');
     this.gated = false;
+    phase('cgroup');
   }
 
   /**
@@ -345,13 +362,16 @@ export class SandboxProcess {
    * writing to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an
    * attachment throws.
    */
-  async attach(block) {
+  async attach(block, phase) {
     const pid = await this.sandboxPid;
     if (pid === null) throw new Error('bubblewrap could not create the sandbox');
-    for (const a of this.attachments.filter((x) => !x.enter)) {
+    phase('bwrap');
+    const attaching = this.attachments.filter((x) => !x.enter);
+    for (const a of attaching) {
       this.attached.push(a);
       await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
     }
+    if (attaching.length) phase('network');
     block.on('error', () => {});
     block.end('1');
   }
