@@ -34,9 +34,9 @@ describe('dev-server: the phases of a create in its log line', function () {
     const phases = line[3].split(', ').map((p) => /^([a-z]+) ([\d.]+)$/.exec(p)).map((m) => [m[1], Number(m[2])]);
     const names = phases.map(([n]) => n);
     // the phases this server has (a cgroup, a disk image, slirp4netns only where the machine gives them)
-    const expected = ['request', 'disk', 'spawn', 'cgroup', 'bwrap', 'network', 'execd', 'ready', 'relay'];
+    const expected = ['request', 'disk', 'dirs', 'spawn', 'bwrap', 'network', 'execd', 'ready', 'relay'];
     assert.deepEqual(names, expected.filter((n) => names.includes(n)));
-    for (const n of ['request', 'spawn', 'bwrap', 'execd', 'ready', 'relay']) assert.ok(names.includes(n), `${n} missing: ${line[0]}`);
+    for (const n of ['request', 'dirs', 'spawn', 'bwrap', 'execd', 'ready', 'relay']) assert.ok(names.includes(n), `${n} missing: ${line[0]}`);
     assert.ok(phases.every(([, ms]) => ms >= 0), line[0]);
     const sum = phases.reduce((s, [, ms]) => s + ms, 0);
     assert.ok(Math.abs(sum - Number(line[2])) <= 0.05 * phases.length + 0.1, `${sum} vs ${line[2]}`);

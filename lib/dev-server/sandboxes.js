@@ -166,12 +166,16 @@ export class Sandboxes {
       await this.dispose(sb);
       throw err;
     }
+    // bwrap's gate spawned and its cgroup entered while the disk is made (runner.js prepare); a failure surfaces in
+    // proc.start() (startProcesses), which kills what it started
+    proc.prepare().catch(() => {});
     if (plan.disk) {
       try {
         // from the snapshot's disk image when it has one of this size: no file-by-file copy
         sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity, restore?.image);
         phase('disk');
       } catch (err) {
+        await proc.kill();
         restore?.release();
         proc.removeDirs();
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
