@@ -10,8 +10,9 @@
 // floor in Node). The official client waits for execd's 1 s stream tail,
 // which is what its users get. Then templates: time to a ready sandbox created from a template's snapshot vs a fresh
 // sandbox that runs the same steps itself. Also the resident memory of an idle sandbox (execd and its helpers).
-// Options: --runs N (default 200), --official-runs N (default 5), --template-runs N (default 5), --template-files N
-// (default 3000), --smoke (tiny sizes: seconds).
+// Options: --runs N (default 200), --official-runs N (default 5), --create-runs N (default 10), --template-runs N (default 5), --template-files N
+// (default 3000), --smoke (tiny sizes: seconds), --phases (where the create -> first command time goes: the client's
+// steps as the in-process server sees them, and the server's create phases from its log line; medians).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
@@ -22,11 +23,13 @@ import { now, quantiles as stats, sandboxRss, officialSandbox, reportFigure, siz
 const { values: args } = parseArgs({
   options: {
     runs: { type: 'string' },
+    'create-runs': { type: 'string' },
     'official-runs': { type: 'string' },
     concurrent: { type: 'string' },
     'template-runs': { type: 'string' },
     'template-files': { type: 'string' },
     smoke: { type: 'boolean', default: false },
+    phases: { type: 'boolean', default: false },
   },
 });
 const size = sizeOf(args);
@@ -35,6 +38,7 @@ const OFFICIAL_RUNS = size('official-runs', 5, 1);
 const CONCURRENT = size('concurrent', 200, 10);
 const TEMPLATE_RUNS = size('template-runs', 5, 1);
 const TEMPLATE_FILES = size('template-files', 3000, 30);
+const CREATE_RUNS = size('create-runs', 10, 5);
 const BUILD_LOOP = args.smoke ? 1e5 : 1e8;
 const BODY = JSON.stringify({ command: 'true', cwd: '/workspace' });
 const TERMINAL = /"type":"(execution_complete|error)"/;
@@ -184,8 +188,49 @@ async function templateBench(domain) {
 
 const fmt = n => (n === undefined ? '-' : n.toFixed(2));
 
+/**
+ * --phases: the create -> first command runs split into steps, from the in-process server's log (its answer lines
+ * and the create's phases, lib/dev-server/sandboxes.js phasesText) and the bench's own marks; medians per step.
+ */
+function phaseTrace() {
+  const runs = [];
+  let run = null;
+  const mark = (name, ms) => run?.marks.push([name, ms ?? now() - run.t0]);
+  const ANSWER = /^(GET|POST) \/v1\/sandboxes(\/[^/]+\/endpoints\/\d+)? -> \d+$/;
+  return {
+    log(line) {
+      const a = ANSWER.exec(line);
+      if (a) return mark(a[2] ? 'execd endpoint answered' : a[1] === 'GET' ? 'sandbox list answered (logical id look-up)' : 'create answered');
+      const c = / created .* in [\d.]+ ms: (.*)$/.exec(line);
+      if (c && run) run.server = c[1].split(', ').map(p => p.split(' ')).map(([n, ms]) => [n, Number(ms)]);
+    },
+    begin() {
+      run = { t0: now(), marks: [], server: [] };
+    },
+    mark,
+    end() {
+      runs.push(run);
+      run = null;
+    },
+    print() {
+      const med = xs => stats(xs).median;
+      const byName = (list, name) => list.filter(r => r.some(([n]) => n === name)).map(r => r.find(([n]) => n === name)[1]);
+      // client steps as time since the previous step
+      const steps = runs.map(r => r.marks.map(([n, t], i) => [n, t - (i ? r.marks[i - 1][1] : 0)]));
+      console.log(`\ncreate -> first command, where the time goes (median of ${runs.length} runs, ms):`);
+      for (const [name] of runs[0]?.marks ?? []) {
+        console.log(`  ${name}`.padEnd(54), fmt(med(byName(steps, name))).padStart(11));
+        if (name !== 'create answered') continue;
+        for (const [phase] of runs[0].server) console.log(`    server: ${phase}`.padEnd(54), fmt(med(byName(runs.map(r => r.server), phase))).padStart(11));
+      }
+      console.log('  total'.padEnd(54), fmt(med(runs.map(r => r.marks.at(-1)[1]))).padStart(11));
+    },
+  };
+}
+
 async function main() {
-  const server = await startServer({ port: 0 });
+  const trace = args.phases ? phaseTrace() : null;
+  const server = await startServer({ port: 0, ...(trace ? { log: trace.log } : {}) });
   const sandbox = new OpenSandboxSandbox({ domain: server.domain });
   try {
     await sandbox._start();
@@ -195,15 +240,20 @@ async function main() {
     console.log(`server ${server.baseUrl}, sandbox ${sandboxId}, execd ${execdUrl}; ${RUNS} runs (official client: ${OFFICIAL_RUNS})\n`);
     // sandbox create -> first command result (what a user waits for at start), sequentially
     const firstSamples = [];
-    for (let i = 0; i < Math.min(RUNS, 10); i++) {
+    for (let i = 0; i < CREATE_RUNS; i++) {
       const s = new OpenSandboxSandbox({ domain: server.domain });
+      trace?.begin();
       const t = now();
       await s._start();
+      trace?.mark('_start() resolved (execd /ping, working directory)');
       await s.executeCommand('true');
       firstSamples.push(now() - t);
+      trace?.mark('first command result');
+      trace?.end();
       await s._destroy();
     }
     const firstCommand = stats(firstSamples);
+    trace?.print();
     // an idle sandbox's processes (execd and its helpers), after one command and a second of rest
     await sandbox.executeCommand('true');
     await new Promise(r => setTimeout(r, 1000));

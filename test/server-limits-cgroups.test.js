@@ -39,6 +39,26 @@ function cgroupFile(id, name) {
   assert.ok(dir, `no cgroup file ${name} for sandbox ${id} (dirs: ${cgroupDirs(id).join(', ')})`);
   return fs.readFileSync(path.join(dir, name), 'utf8').trim();
 }
+/** The sandbox ids that have a cgroup beside sandbox `id`'s (the same server instance; other servers share the hierarchy). */
+function sandboxCgroups(id) {
+  const ids = new Set();
+  for (const dir of cgroupDirs(id)) {
+    for (const e of fs.readdirSync(path.dirname(dir), { withFileTypes: true })) if (e.isDirectory()) ids.add(e.name);
+  }
+  return [...ids].sort();
+}
+/** Pids of bwrap gates (runner.js: sh waiting for its line before exec'ing bwrap) children of this process. */
+function gates() {
+  return fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+    try {
+      const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === process.pid
+        && fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('read -r _ && unset PWD OLDPWD');
+    } catch {
+      return false; // gone meanwhile
+    }
+  });
+}
 /** Loop devices whose backing file lies under dir, as "/dev/loopN: file[ (deleted)]". */
 const loopsUnder = (dir) => loopDevices().filter((l) => l.backing.startsWith(dir + '/'))
   .map((l) => `${l.device}: ${l.backing}${l.deleted ? ' (deleted)' : ''}`);
@@ -235,12 +255,17 @@ describe('dev-server resource limits (cgroups) and disk bound', function () {
     assert.equal(snap.status, 202, snap.text);
     await waitFor(async () => (await api(`/v1/snapshots/${snap.json.id}`)).json.status.state === 'Ready', { timeoutMs: 30000, message: 'snapshot ready' });
     const before = fs.readdirSync(path.join(dataDir, 'sb'));
+    const cgroupsBefore = sandboxCgroups(src.id);
+    assert.ok(cgroupsBefore.includes(src.id), JSON.stringify(cgroupsBefore));
     const r = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snap.json.id, resourceLimits: { 'ephemeral-storage': '16Mi' } } });
     assert.equal(r.status, 400, r.text);
     assert.equal(r.json.code, 'SANDBOX::INVALID_PARAMETER');
     assert.match(r.json.message, /does not fit the sandbox's disk bound of 16777216 bytes .*No space left on device/);
     assert.deepEqual(fs.readdirSync(path.join(dataDir, 'sb')), before);
     assert.deepEqual(mountsUnder(dataDir), [path.join(dataDir, 'sb', src.id)]);
+    // bwrap's gate was spawned and its cgroup entered while the disk was made (runner.js prepare): both gone too
+    assert.deepEqual(sandboxCgroups(src.id), cgroupsBefore);
+    assert.deepEqual(gates(), []);
     const ok = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snap.json.id, resourceLimits: { 'ephemeral-storage': '64Mi' } } });
     assert.equal(ok.status, 202, ok.text);
     const ep = (await api(`/v1/sandboxes/${ok.json.id}/endpoints/44772`)).json;

@@ -149,7 +149,9 @@ export class Cgroups {
           if (fs.existsSync(file('memory', swap))) write('memory', swap, v2 ? 0 : limits.memory);
         }
         if (limits.pids != null) write('pids', 'pids.max', limits.pids);
-        for (const d of Object.values(dirs)) fs.writeFileSync(path.join(d, 'cgroup.procs'), String(pid));
+        // off the event loop: moving a process waits for the kernel (an RCU grace period, 4-14 ms measured), which
+        // the create spends on its disk meanwhile (runner.js prepare)
+        for (const d of Object.values(dirs)) await fs.promises.writeFile(path.join(d, 'cgroup.procs'), String(pid));
       },
       // the cpu quota once execd is ready, before any command can run: execd (Node) spends ~100 ms of CPU on several
       // threads starting, which a quota of one core or less throttles by 50-350 ms; memory and pids bind from the start

@@ -125,6 +125,13 @@ export class SandboxProcess {
     this.child = null;
     this.exited = null;
     this.paused = false;
+    // the last start()'s [phase, ms] in order, logged with the create: dirs (the sandbox's directories), spawn (the
+    // spawn and the cgroup entered behind the gate, unless prepare() did that earlier, then bwrap's options), bwrap (until
+    // it reports the sandbox's pid: namespaces made), network (slirp4netns), execd (bwrap's mounts, then Node and
+    // execd's modules until it listens), ready (the attachments' ready())
+    this.phases = [];
+    this.launching = null; // prepare()'s launch(), until start() takes it
+    this.stderrTail = ''; // the last 4000 characters execd (or bwrap) wrote to stderr
   }
 
   /**
@@ -137,34 +144,36 @@ export class SandboxProcess {
   }
 
   /**
-   * bwrap's options for this sandbox, which bwrap reads from a pipe (--args, written by the caller, who appends `--`
-   * and the command to argv: argv, visible inside as /proc/1/cmdline, then names no host directory nor the sandbox's
-   * id), the fds they refer to (fds[i] becomes fd 3 + i in bwrap: the seccomp program, the volumes' descriptors) and
-   * `owned`, those of them opened here (the caller closes them once bwrap started). The two pipes after them are
-   * bwrap's --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox waits on it until the
-   * attachments are in place), then the --args pipe; bwrap closes all three, and every --bind-fd descriptor, before
-   * execd starts.
+   * The descriptors bwrap gets (fds[i] becomes fd 3 + i in bwrap): the seccomp program, opened here (`owned`: the
+   * caller closes them once bwrap is spawned), then the volumes' descriptors. The two pipes after them are bwrap's
+   * --info-fd (it writes the sandbox's pid there) and --block-fd (the sandbox waits on it until the attachments are in
+   * place), then the --args pipe; bwrap closes all three, and every --bind-fd descriptor, before execd starts.
    */
-  bwrapArgs() {
+  bwrapFds() {
+    const hardening = this.options.hardening;
+    const owned = hardening ? [fs.openSync(hardening.seccompPath, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC)] : [];
+    return { fds: [...owned, ...this.spec.binds.map((b) => b.fd)], owned };
+  }
+
+  /**
+   * bwrap's options for this sandbox, referring to `fds` (bwrapFds()), which bwrap reads from a pipe (--args, written
+   * by start(); argv has `--` and the command: argv, visible inside as /proc/1/cmdline, then names no host directory
+   * nor the sandbox's id). Needs the sandbox's directories (made by start()).
+   */
+  bwrapOptions(fds) {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
     const hardening = this.options.hardening;
-    const fds = [];
-    const owned = [];
+    let next = 0; // fds are taken in bwrapFds()'s order
     const passFd = (fd) => {
-      fds.push(fd);
-      return String(2 + fds.length);
-    };
-    const fdOf = (p) => {
-      const fd = fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_CLOEXEC);
-      owned.push(fd);
-      return passFd(fd);
+      if (fds[next] !== fd) throw new Error('bwrap descriptors out of order');
+      return String(3 + next++);
     };
     // a cgroup namespace: the sandbox sees its own cgroup (entered before bwrap makes the namespaces) as "/"
     const a = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'];
     if (hardening) {
       // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
       // the libseccomp filter (bwrap also sets no_new_privs)
-      a.push('--unshare-user', '--uid', '0', '--gid', '0', ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', fdOf(hardening.seccompPath));
+      a.push('--unshare-user', '--uid', '0', '--gid', '0', ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', passFd(fds[0]));
     }
     if (!this.spec.hostNetwork) a.push('--unshare-net');
     a.push('--hostname', hostnameOf(this.spec.id));
@@ -212,31 +221,40 @@ export class SandboxProcess {
     // execd runs in / like in a container: a relative command cwd resolves against it (commands.js requestCwd)
     a.push('--remount-ro', '/', '--chdir', '/');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
-    return { args: a, fds, owned };
+    return a;
   }
 
-  /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
-  async start() {
+  /**
+   * With attachments to enter (the cgroup) under bwrap: spawns bwrap behind its gate and enters them now, so that this
+   * (moving a process into a cgroup waits for the kernel: 4-14 ms measured) overlaps what the caller still does before
+   * start() (the sandbox's disk). Nothing of the sandbox runs before start() opens the gate: the gate is sh waiting
+   * for a line, bwrap has not started. Otherwise (isolation 'none', nothing to enter) start() does it all. A failure
+   * kills what was started (kill()) and rejects; start() rejects with it too.
+   */
+  prepare() {
+    if (this.options.isolation === 'none' || !this.attachments.some((x) => x.enter)) return Promise.resolve();
+    this.launching ??= this.launch();
+    return this.launching;
+  }
+
+  /**
+   * Spawns execd (under bwrap: behind its gate when there are attachments to enter, which are then entered; bwrap
+   * reads its options from a pipe that start() writes). Resolves { child, infoFd, fds } once entered.
+   */
+  async launch() {
     this.exited = null; // a start after kill() (an emulated Kubernetes resume) is a new process tree
     this.paused = false;
-    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    this.stderrTail = '';
     const identity = this.spec.identity;
-    if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
-    for (const d of Object.values(this.dirs)) {
-      fs.mkdirSync(d, { recursive: true, mode: 0o755 });
-      if (identity) fs.chownSync(d, identity.uid, identity.gid);
-    }
-    if (this.spec.resolvConf) fs.writeFileSync(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.text, { mode: 0o644 });
     const { nodeDir } = runtimeDirs();
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;
-    if (this.runDirFd === null) this.runDirFd = fs.openSync(this.dirs.run, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
     // without isolation execd binds relative to its working directory (the sandbox's workspace, a sibling of run)
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
     // the server-wide execd token (execd answers it like a real execd started with --access-token) goes through a
     // pipe, never the environment or argv: fd 3 for isolation 'none', after bwrap's own fds (seccomp, volumes, info, block, args)
-    const bw = isolated ? this.bwrapArgs() : null;
+    const bw = isolated ? this.bwrapFds() : null;
     const tokenFd = !this.options.execdToken ? null : isolated ? 6 + bw.fds.length : 3;
     if (tokenFd !== null) execdArgs.push('--access-token-fd', String(tokenFd));
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
@@ -256,7 +274,7 @@ export class SandboxProcess {
     // on its stdin, then exec'ing bwrap in place), entered, then let through
     const entering = isolated ? this.attachments.filter((x) => x.enter) : [];
     if (isolated) {
-      const { args, fds, owned } = bw;
+      const { fds, owned } = bw;
       infoFd = 3 + fds.length;
       const argv = ['--args', String(infoFd + 2), '--', process.execPath, EXECD_MAIN, ...execdArgs];
       const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', this.options.bwrap, ...argv]] : [this.options.bwrap, argv];
@@ -269,7 +287,6 @@ export class SandboxProcess {
         for (const fd of owned) fs.closeSync(fd);
       }
       child.stdio[infoFd + 2].on('error', () => {});
-      child.stdio[infoFd + 2].end(Buffer.from(args.map((x) => `${x}\0`).join('')));
     } else {
       child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
     }
@@ -289,9 +306,8 @@ export class SandboxProcess {
         resolve();
       });
     });
-    let stderr = '';
     child.stderr.on('data', (b) => {
-      stderr = (stderr + b.toString()).slice(-4000);
+      this.stderrTail = (this.stderrTail + b.toString()).slice(-4000);
       this.options.log?.(`[sandbox ${this.spec.id}] ${b.toString().trimEnd()}`);
     });
     if (infoFd !== null) {
@@ -300,13 +316,53 @@ export class SandboxProcess {
         return pid;
       });
     }
-    const released = infoFd === null ? Promise.resolve() : this.enter(entering, child).then(() => this.attach(child.stdio[infoFd + 1]));
+    try {
+      await this.enter(entering, child);
+    } catch (err) {
+      await this.kill();
+      throw err;
+    }
+    return { child, infoFd, fds: bw?.fds ?? [] };
+  }
+
+  /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
+  async start() {
+    this.phases = [];
+    let last = performance.now();
+    const phase = (name) => {
+      const now = performance.now();
+      this.phases.push([name, now - last]);
+      last = now;
+    };
+    const prepared = this.launching;
+    this.launching = null;
+    prepared?.catch(() => {}); // a failed prepare() rejects start() below, once the directories are made
+    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    const identity = this.spec.identity;
+    if (identity) fs.chownSync(this.dir, identity.uid, identity.gid); // 0700: only the sandbox uid (and root)
+    for (const d of Object.values(this.dirs)) {
+      fs.mkdirSync(d, { recursive: true, mode: 0o755 });
+      if (identity) fs.chownSync(d, identity.uid, identity.gid);
+    }
+    if (this.spec.resolvConf) fs.writeFileSync(path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.text, { mode: 0o644 });
+    if (this.runDirFd === null) this.runDirFd = fs.openSync(this.dirs.run, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+    phase('dirs');
+    const { child, infoFd, fds } = await (prepared ?? this.launch());
+    try {
+      if (infoFd !== null) child.stdio[infoFd + 2].end(Buffer.from(this.bwrapOptions(fds).map((x) => `${x}\0`).join('')));
+    } catch (err) {
+      await this.kill(); // bwrap never ran: its gate (or bwrap waiting for its options) goes
+      throw err;
+    }
+    phase('spawn');
+    if (this.gated) this.openGate(child);
+    const released = infoFd === null ? Promise.resolve() : this.attach(child.stdio[infoFd + 1], phase);
     await released.then(() => new Promise((resolve, reject) => {
       let out = '';
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
       const fail = (err) => {
         clearTimeout(timer);
-        reject(Object.assign(new Error(`${err.message}${stderr ? `: ${stderr.trim()}` : ''}`), { told: true }));
+        reject(Object.assign(new Error(`${err.message}${this.stderrTail ? `: ${this.stderrTail.trim()}` : ''}`), { told: true }));
       };
       child.stdout.on('data', (b) => {
         if (out === null) return; // ready already; keep draining
@@ -314,7 +370,11 @@ export class SandboxProcess {
         if (out.includes('execd ready')) {
           out = null;
           clearTimeout(timer);
-          Promise.all(this.attached.map((a) => a.ready?.())).then(resolve, (err) => fail(err));
+          phase('execd');
+          Promise.all(this.attached.map((a) => a.ready?.())).then(() => {
+            phase('ready');
+            resolve();
+          }, (err) => fail(err));
         }
       });
       this.exitPromise.then(() => {
@@ -322,12 +382,12 @@ export class SandboxProcess {
       });
     })).catch(async (err) => {
       await this.kill();
-      if (!err.told && stderr) err.message += `: ${stderr.trim()}`;
+      if (!err.told && this.stderrTail) err.message += `: ${this.stderrTail.trim()}`;
       throw err;
     });
   }
 
-  /** Runs `entering` attachments' enter() on the gated bwrap process, then opens its gate. */
+  /** Runs `entering` attachments' enter() on the gated bwrap process (its gate stays closed: openGate()). */
   async enter(entering, child) {
     if (!entering.length) return;
     this.gated = true; // until the gate opens, bwrap has not run: kill() has no sandbox pid to wait for
@@ -335,6 +395,10 @@ export class SandboxProcess {
       this.attached.push(a);
       await a.enter({ pid: child.pid });
     }
+  }
+
+  /** Lets the gated process exec bwrap, which then reads its options (written before). */
+  openGate(child) {
     child.stdin.on('error', () => {});
     child.stdin.end('go\n');
     this.gated = false;
@@ -345,13 +409,16 @@ export class SandboxProcess {
    * writing to its block fd. Rejects when bwrap fails first (or reports nothing within READY_TIMEOUT_MS) or an
    * attachment throws.
    */
-  async attach(block) {
+  async attach(block, phase) {
     const pid = await this.sandboxPid;
     if (pid === null) throw new Error('bubblewrap could not create the sandbox');
-    for (const a of this.attachments.filter((x) => !x.enter)) {
+    phase('bwrap');
+    const attaching = this.attachments.filter((x) => !x.enter);
+    for (const a of attaching) {
       this.attached.push(a);
       await a.attach({ pid, netns: `/proc/${pid}/ns/net` });
     }
+    if (attaching.length) phase('network');
     block.on('error', () => {});
     block.end('1');
   }
@@ -397,6 +464,7 @@ export class SandboxProcess {
       // then until every process of the tree is gone (or only a zombie waiting for its reaper)
       while (Date.now() < deadline && all.some(alive)) await new Promise((r) => setTimeout(r, 10));
     }
+    this.launching = null;
     if (this.runDirFd !== null) {
       fs.closeSync(this.runDirFd);
       this.runDirFd = null;

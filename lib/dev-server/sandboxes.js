@@ -20,6 +20,16 @@ function iso(ms) {
   return d.toISOString().replace(/Z$/, '000Z'); // microseconds, like Python's isoformat
 }
 
+/**
+ * "123.4 ms: request 0.3, disk 20.1, spawn 4.4, …": a create's phases (in order; the total is their sum). request:
+ * from the request's arrival to the start (validation, volumes); then the disk image, a restore, the runner's phases
+ * (runner.js SandboxProcess.phases), relay: the entrypoint (when not the default) and the relay.
+ */
+export function phasesText(timing) {
+  const total = timing.reduce((n, [, ms]) => n + ms, 0);
+  return `${total.toFixed(1)} ms: ${timing.map(([name, ms]) => `${name} ${ms.toFixed(1)}`).join(', ')}`;
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 
 export class Sandboxes {
@@ -121,6 +131,14 @@ export class Sandboxes {
   /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
   async start(req, { id, plan, net, binds, identity, arrived }) {
     const { delays } = this.profile;
+    const began = performance.now();
+    const timing = [['request', Date.now() - arrived]]; // [phase, ms] for the create's log line (see phasesText)
+    let last = began;
+    const phase = (name) => {
+      const now = performance.now();
+      timing.push([name, now - last]);
+      last = now;
+    };
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
@@ -148,11 +166,16 @@ export class Sandboxes {
       await this.dispose(sb);
       throw err;
     }
+    // bwrap's gate spawned and its cgroup entered while the disk is made (runner.js prepare); a failure surfaces in
+    // proc.start() (startProcesses), which kills what it started
+    proc.prepare().catch(() => {});
     if (plan.disk) {
       try {
         // from the snapshot's disk image when it has one of this size: no file-by-file copy
         sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity, restore?.image);
+        phase('disk');
       } catch (err) {
+        await proc.kill();
         restore?.release();
         proc.removeDirs();
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
@@ -180,6 +203,7 @@ export class Sandboxes {
         throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${req.snapshotId}: ${err.message}`);
       }
       restore.release();
+      phase('restore');
     }
     if (this.closing) {
       await this.dispose(sb); // closeAll() did not see it yet: its disk must not outlive the server
@@ -190,8 +214,14 @@ export class Sandboxes {
       if (this.profile.createWait === 'ready' && delays.create) {
         await sleep(delays.create); // the workload exists (listed Pending) while its pod is scheduled
         if (sb.deleting) throw this.profile.notFound(id);
+        last = performance.now(); // the emulated scheduling delay is no phase of ours
       }
       await this.startProcesses(sb);
+      // startProcesses' own phases: the runner's, then what follows it
+      const after = timing.length;
+      phase('relay');
+      timing.splice(after, 0, ...proc.phases);
+      timing[timing.length - 1][1] -= proc.phases.reduce((n, [, ms]) => n + ms, 0);
     } catch (err) {
       this.items.delete(id);
       await sb.relay?.close();
@@ -208,7 +238,7 @@ export class Sandboxes {
     }
     this.becomeReady(sb, 'Sandbox container started successfully.');
     this.schedule(sb);
-    this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''}`);
+    this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''} in ${phasesText(timing)}`);
     return sb;
   }
 

@@ -141,8 +141,15 @@ export function sandboxRss(sandboxId) {
     } catch {
       continue;
     }
-    const i = argv.indexOf('--hostname');
-    if (!argv[0].endsWith('bwrap') || i < 0 || argv[i + 1] !== host) continue;
+    if (!argv[0].endsWith('bwrap')) continue;
+    // bwrap reads its options (--hostname) from a pipe: its environment names the sandbox (HOSTNAME, runner.js)
+    let env = [];
+    try {
+      env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    } catch {
+      continue;
+    }
+    if (!env.includes(`HOSTNAME=${host}`)) continue;
     const processes = descendants(pid).map((p) => {
       let comm = '?';
       try {

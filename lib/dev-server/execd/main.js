@@ -25,11 +25,7 @@ import { parseArgs } from 'node:util';
 import { answerBadRequest, parseTarget, sendBadRequest, sendEmpty, sendError, sendJson, sendNotFound } from './http.js';
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
-import { createRoutes as ptyRoutes } from './pty.js';
 import { createRoutes as proxyRoutes } from './proxy.js';
-import { createRoutes as sessionRoutes } from './sessions.js';
-import { createRoutes as metricsRoutes } from './metrics.js';
-import { createRoutes as codeRoutes } from './code.js';
 // CommonJS require for node:http: an ESM import of it builds its whole namespace, which loads undici (~25 ms of start)
 const http = createRequire(import.meta.url)('node:http');
 
@@ -70,7 +66,44 @@ const ctx = {
 };
 const commands = commandRoutes(ctx);
 ctx.relaySignal = commands.relaySignal;
-const modules = [commands, sessionRoutes(ctx), fileRoutes(ctx), ptyRoutes(ctx), proxyRoutes(ctx), codeRoutes(ctx), metricsRoutes(ctx)];
+
+/**
+ * A route module loaded on the first request under `prefix` (the path itself or below it): what a sandbox's first
+ * command needs (commands, files, the proxy) loads at start; bash sessions, PTYs (with ws), the code interpreter and
+ * metrics (about a third of execd's start) only when used. Its handle/upgrade then answer exactly as if it had been
+ * loaded at start (the modules are tried in the same order); nothing of it exists before, so it has no sessions,
+ * contexts or interrupters to miss.
+ */
+function lazyRoutes(prefix, load) {
+  let loading = null;
+  let routes = null; // once loaded: close() at shutdown must be synchronous (process.exit follows)
+  const routesOf = () => (loading ??= load().then((m) => (routes = m.createRoutes(ctx))));
+  const mine = (url) => url.pathname === prefix || url.pathname.startsWith(`${prefix}/`);
+  return {
+    async handle(req, res, url) {
+      return mine(url) && (await routesOf()).handle(req, res, url);
+    },
+    async upgrade(req, socket, head, url) {
+      if (!mine(url)) return false;
+      // the http server no longer watches an upgraded socket: a reset while the module loads must not be uncaught
+      const ignore = () => {};
+      socket.on('error', ignore);
+      try {
+        return (await routesOf()).upgrade?.(req, socket, head, url) ?? false;
+      } finally {
+        socket.off('error', ignore);
+      }
+    },
+    close() {
+      routes?.close?.();
+    },
+  };
+}
+
+const modules = [
+  commands, lazyRoutes('/session', () => import('./sessions.js')), fileRoutes(ctx), lazyRoutes('/pty', () => import('./pty.js')),
+  proxyRoutes(ctx), lazyRoutes('/code', () => import('./code.js')), lazyRoutes('/metrics', () => import('./metrics.js')),
+];
 
 function authorized(req) {
   return !ctx.token || req.headers['x-execd-access-token'] === ctx.token;
@@ -131,7 +164,7 @@ const server = http.createServer(async (req, res) => {
   if (req.method === 'GET' && url.pathname.endsWith('/') && GET_ROUTES.has(url.pathname.slice(0, -1))) return redirectTrailingSlash(res, url.pathname);
   sendNotFound(res);
 });
-server.on('upgrade', (req, socket, head) => {
+server.on('upgrade', async (req, socket, head) => {
   const url = target(req, null, socket);
   if (!url) return;
   if (!authorized(req)) {
@@ -139,8 +172,13 @@ server.on('upgrade', (req, socket, head) => {
     socket.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     return;
   }
-  for (const m of modules) {
-    if (m.upgrade?.(req, socket, head, url)) return;
+  try {
+    for (const m of modules) {
+      if (await m.upgrade?.(req, socket, head, url)) return;
+    }
+  } catch (err) {
+    socket.destroy();
+    return void process.stderr.write(`execd: upgrade of ${url.pathname} failed: ${err?.message ?? err}\n`);
   }
   socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
 });
