@@ -161,6 +161,33 @@ describe('dev-server execd files API', function () {
     assert.equal(await sh(sbx, 'cat /workspace/u/a.txt; echo; cat /workspace/u/deep/b.txt; echo; stat -c %a /workspace/u/a.txt'), 'first\nsecond\n600');
   });
 
+  it('a form over the 4 MiB in-memory budget: later parts spooled, every byte exact, no spool left (also after a cut)', async () => {
+    const { createHash, randomBytes } = await import('node:crypto');
+    const blobs = [randomBytes(3 << 20), randomBytes(3 << 20), Buffer.from('tail!')]; // the second part passes 4 MiB
+    const form = multipart(blobs.flatMap((data, i) => [
+      { name: 'metadata', filename: 'metadata', data: `{"path":"/workspace/spill/f${i}"}` },
+      { name: 'file', filename: `f${i}`, data },
+    ]));
+    const r = await raw('/files/upload', { method: 'POST', ...form });
+    assert.equal(r.status, 200, r.text);
+    const sums = blobs.map((b, i) => `${createHash('sha256').update(b).digest('hex')}  /workspace/spill/f${i}`).join('\n');
+    assert.equal(await sh(sbx, 'sha256sum /workspace/spill/f0 /workspace/spill/f1 /workspace/spill/f2'), sums);
+    assert.equal(await sh(sbx, 'ls -a /tmp | grep -c execd-upload || true'), '0');
+
+    // cut inside the spooled part: 400, nothing written, and the spool directory removed (asynchronously: wait for it)
+    const cut = form.body.subarray(0, (3 << 20) + (2 << 20));
+    const r2 = await raw('/files/upload', { method: 'POST', headers: form.headers, body: cut });
+    assert.equal(r2.status, 400);
+    assert.deepEqual(r2.json, { code: 'INVALID_FILE', message: 'error parsing multipart form: Unexpected end of form' });
+    let left;
+    for (const deadline = Date.now() + 10000; Date.now() < deadline;) {
+      left = await sh(sbx, 'ls -a /tmp | grep -c execd-upload || true');
+      if (left === '0') break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    assert.equal(left, '0', 'the spool directory of the failed form is removed');
+  });
+
   it('upload of more than 1,000 parts: 400 INVALID_FILE "multipart form is empty" and nothing written (Go multipart limit)', async () => {
     const form = (n, dir) => multipart(Array.from({ length: n }, (_, i) => [
       { name: 'metadata', filename: 'metadata', data: `{"path":"/workspace/${dir}/f${i}.txt"}` },

@@ -7,27 +7,42 @@
 import fs from 'node:fs';
 import { HttpError } from './http.js';
 
-function readTable(file) {
+/**
+ * name -> id and id -> name maps of a passwd/group file (`name:x:id:...` lines). Parsed again whenever the file is not
+ * the one parsed last (inode, size, mtime or ctime differ: one stat per call instead of a read and a parse; a change
+ * that keeps all four, i.e. the same size within one tick of the file system's clock, is seen at the next change).
+ * A missing or unreadable file gives empty maps.
+ */
+const parsed = new Map(); // file -> { key, value }
+const EMPTY = Object.freeze({ byName: new Map(), byId: new Map() });
+
+export function idTable(file) {
   try {
-    return fs.readFileSync(file, 'utf8').split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.split(':'));
+    const st = fs.statSync(file, { bigint: true });
+    const key = `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+    const hit = parsed.get(file);
+    if (hit?.key === key) return hit.value;
+    const text = fs.readFileSync(file, 'utf8');
+    const byName = new Map();
+    const byId = new Map();
+    for (const l of text.split('\n')) {
+      if (!l || l.startsWith('#')) continue;
+      const r = l.split(':');
+      const id = Number(r[2]);
+      if (!r[0] || !Number.isInteger(id)) continue;
+      if (!byName.has(r[0])) byName.set(r[0], id);
+      if (!byId.has(id)) byId.set(id, r[0]);
+    }
+    const value = { byName, byId };
+    parsed.set(file, { key, value });
+    return value;
   } catch {
-    return [];
+    parsed.delete(file);
+    return EMPTY;
   }
 }
 
-/** name -> id and id -> name maps of /etc/passwd (users) or /etc/group (groups), read fresh each call. */
-function table(kind) {
-  const rows = readTable(kind === 'user' ? '/etc/passwd' : '/etc/group');
-  const byName = new Map();
-  const byId = new Map();
-  for (const r of rows) {
-    const id = Number(r[2]);
-    if (!r[0] || !Number.isInteger(id)) continue;
-    if (!byName.has(r[0])) byName.set(r[0], id);
-    if (!byId.has(id)) byId.set(id, r[0]);
-  }
-  return { byName, byId };
-}
+const table = (kind) => idTable(kind === 'user' ? '/etc/passwd' : '/etc/group');
 
 /** Numeric uid/gid of a user/group name, or undefined when the name does not resolve. */
 export function lookupId(kind, name) {

@@ -1,7 +1,8 @@
 // `POST /files/upload` of execd (local OpenSandbox-compatible server): multipart pairs of a `metadata` part (JSON
 // FileMetadata {path, mode?, owner?, group?}, which must be a FILE part, i.e. carry a filename) and a `file` part;
 // the i-th metadata pairs with the i-th file. Like the real execd the whole form is received before anything is
-// written (file parts are spooled to a private temp directory inside the sandbox), then each pair is written:
+// written (file parts are held in memory up to 4 MiB per form, the rest spooled to a private temp directory inside the
+// sandbox, made only when needed), then each pair is written:
 // parents created (mkdir -p, new dirs get the owner/group), file truncated/created 0777&~umask, data copied,
 // fsynced (file and parent directory), then mode/owner/group applied.
 import fs from 'node:fs';
@@ -17,8 +18,13 @@ const require = createRequire(import.meta.url); // busboy (CommonJS) loaded at t
 const METADATA_LIMIT = 1024 * 1024;
 /** Go's multipart reader (ReadForm) refuses a form of more than 1,000 parts; execd then answers "multipart form is empty". */
 const MAX_PARTS = 1000;
+/** File bytes of one form held in memory; a part that would pass it goes to a temp file. */
+const MEMORY_LIMIT = 4 * 1024 * 1024;
 
-/** Receives the multipart body: { metadata: Buffer[], files: string[] (temp paths), dir } */
+/**
+ * Receives the multipart body: { metadata: Buffer[], files: { chunks: Buffer[] | null, path: string | null }[], dir }
+ * (a file part is in `chunks` or, spooled, at `path` in `dir`; dir is null when nothing was spooled).
+ */
 function receiveForm(req) {
   return new Promise((resolve, reject) => {
     const type = req.headers['content-type'] ?? '';
@@ -35,7 +41,8 @@ function receiveForm(req) {
       req.resume();
       return;
     }
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'execd-upload-'));
+    let dir = null;
+    let memory = 0;
     const metadata = [];
     const files = [];
     const pending = [];
@@ -48,7 +55,7 @@ function receiveForm(req) {
       req.resume();
       for (const o of outs) o.destroy();
       // once no spool file is being created any more (rmSync racing a stream's open threw ENOTEMPTY out of execd)
-      Promise.allSettled(pending).then(() => fs.promises.rm(dir, { recursive: true, force: true })).catch(() => {});
+      Promise.allSettled(pending).then(() => dir && fs.promises.rm(dir, { recursive: true, force: true })).catch(() => {});
       reject(err);
     };
     bb.on('file', (name, stream, info) => {
@@ -70,18 +77,51 @@ function receiveForm(req) {
         });
         stream.on('end', () => metadata.push(Buffer.concat(chunks)));
       } else if (name === 'file') {
-        const tmp = path.join(dir, String(files.length));
-        files.push(tmp);
-        const out = fs.createWriteStream(tmp);
-        outs.push(out);
+        const entry = { chunks: [], path: null };
+        const index = files.length;
+        files.push(entry);
+        let out = null;
+        let size = 0;
+        let spoolFailed = false;
         const written = new Promise((res, rej) => {
-          out.on('finish', res);
-          out.on('error', rej);
-          out.on('close', res); // destroyed by a failure: settles for the spool directory's removal
+          const spool = () => {
+            dir ??= fs.mkdtempSync(path.join(os.tmpdir(), 'execd-upload-'));
+            entry.path = path.join(dir, String(index));
+            out = fs.createWriteStream(entry.path);
+            outs.push(out);
+            out.on('finish', res);
+            out.on('error', rej);
+            out.on('close', res); // destroyed by a failure: settles for the spool directory's removal
+            for (const c of entry.chunks) out.write(c);
+            entry.chunks = null;
+            memory -= size;
+          };
+          stream.on('data', (c) => {
+            if (failed || spoolFailed) return;
+            if (out === null) {
+              if (memory + c.length <= MEMORY_LIMIT) {
+                entry.chunks.push(c);
+                size += c.length;
+                memory += c.length;
+                return;
+              }
+              try {
+                spool();
+              } catch (err) {
+                spoolFailed = true; // the rest of the part is read and dropped; the form fails once it is received
+                rej(err);
+                return;
+              }
+            }
+            if (!out.write(c)) {
+              stream.pause();
+              out.once('drain', () => stream.resume());
+            }
+          });
+          stream.on('end', () => (out ? out.end() : res()));
         });
         written.catch(() => {}); // after a failure nobody waits for it
         pending.push(written);
-        stream.pipe(out);
       } else {
         stream.resume();
       }
@@ -141,20 +181,16 @@ export async function mkdirWithOwnership(dir, owner, group) {
   return first;
 }
 
-async function copyAndSync(src, dest) {
+/** Writes a received file part (in memory or spooled) to dest, then fsyncs it and its directory. */
+async function writeAndSync(part, dest) {
   const fd = await fs.promises.open(dest, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, 0o777);
   try {
-    const input = await fs.promises.open(src, 'r');
-    try {
-      const buf = Buffer.allocUnsafe(1024 * 1024);
-      for (;;) {
-        const { bytesRead } = await input.read(buf, 0, buf.length, null);
-        if (bytesRead === 0) break;
-        let off = 0;
-        while (off < bytesRead) off += (await fd.write(buf, off, bytesRead - off)).bytesWritten;
-      }
-    } finally {
-      await input.close();
+    if (part.path === null) {
+      const data = part.chunks.length === 1 ? part.chunks[0] : Buffer.concat(part.chunks);
+      let off = 0;
+      while (off < data.length) off += (await fd.write(data, off, data.length - off)).bytesWritten;
+    } else {
+      await copyFrom(part.path, fd);
     }
     await fd.sync();
   } finally {
@@ -166,6 +202,22 @@ async function copyAndSync(src, dest) {
     await d.close();
   } catch {
     // best effort, as execd
+  }
+}
+
+/** Copies a spooled part into the open destination. */
+async function copyFrom(src, fd) {
+  const input = await fs.promises.open(src, 'r');
+  try {
+    const buf = Buffer.allocUnsafe(1024 * 1024);
+    for (;;) {
+      const { bytesRead } = await input.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      let off = 0;
+      while (off < bytesRead) off += (await fd.write(buf, off, bytesRead - off)).bytesWritten;
+    }
+  } finally {
+    await input.close();
   }
 }
 
@@ -188,7 +240,7 @@ export async function handleUpload(req, res, workspace) {
         throw new HttpError(500, 'RUNTIME_ERROR', `error creating target directory ${dir}. ${osMessage(err)}`);
       }
       try {
-        await copyAndSync(form.files[i], target);
+        await writeAndSync(form.files[i], target);
       } catch (err) {
         throw new HttpError(500, 'RUNTIME_ERROR', `error opening destination file ${target}. ${osMessage(err)}`);
       }
@@ -200,7 +252,7 @@ export async function handleUpload(req, res, workspace) {
       }
     }
   } finally {
-    await fs.promises.rm(form.dir, { recursive: true, force: true });
+    if (form.dir) await fs.promises.rm(form.dir, { recursive: true, force: true });
   }
   res.writeHead(200, { 'Content-Length': 0 });
   res.end();
