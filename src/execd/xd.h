@@ -1,0 +1,105 @@
+/* The C execd's route interface (src/execd/): what a route module (commands.c, dirs.c, ...) sees of the HTTP server
+ * (server.c). One libuv loop on the main thread runs everything; nothing here is thread-safe.
+ *
+ * The server parses each request ONCE (the rules of lib/dev-server/execd/http.js parseTarget: a refused target never
+ * reaches a route), checks X-EXECD-ACCESS-TOKEN, answers GET /ping itself, then asks each native route module in turn;
+ * a request no native module takes is handed, with its whole connection, to the Node execd (handoff.h).
+ *
+ * Ownership: an xd_req and everything it points to belong to the server and stay valid until the route has finished
+ * its response (xd_send* / xd_stream_end) or the client went away (the on_close callback has returned). An xd_res is
+ * the server's too; a route must not touch it after it finished it or after its on_close callback ran. */
+#ifndef XD_H
+#define XD_H
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct {
+  const char *method;    /* "GET", "POST", ... (NUL-terminated) */
+  const char *path;      /* canonical path (segments re-encoded the one way, see parseTarget), e.g. "/command/status/ab" */
+  const char *query;     /* raw query string after '?', "" when none (never NULL) */
+  const char *body;      /* the whole request body (Content-Length or chunked, at most XD_BODY_LIMIT), NUL-terminated */
+  size_t body_len;
+  int wants_close;       /* the request asked for Connection: close */
+  const char *const *header_kv; /* 2*nheaders strings, names lower-cased, in arrival order */
+  size_t nheaders;
+} xd_req;
+
+/* Largest request body read into xd_req.body (execd's 64 MiB); a larger one is answered 413 by the server. */
+#define XD_BODY_LIMIT (64u * 1024u * 1024u)
+
+/* First header of that (lower-case) name, or NULL. */
+const char *xd_header(const xd_req *r, const char *name);
+/* First value of query parameter `key` ('+' = space, %XX decoded), malloc'd, or NULL when absent. Caller frees. */
+char *xd_query(const xd_req *r, const char *key);
+
+typedef struct xd_res xd_res;
+
+/* --- complete answers (each finishes the response; the connection then serves its next request or closes) --- */
+/* status + headers ("Name: value" strings, CRLF added) + body with Content-Length. */
+void xd_send(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len);
+/* Content-Type: application/json; charset=utf-8 */
+void xd_send_json(xd_res *res, int status, const char *json, size_t len);
+/* {"code":...,"message":...} written like Go's encoding/json (xd_json_str), application/json */
+void xd_send_error(xd_res *res, int status, const char *code, const char *message);
+/* 200, Content-Length: 0, no body */
+void xd_send_empty(xd_res *res);
+
+/* --- streamed answers: text/event-stream, chunked (each xd_stream_write is one chunk, written at once) --- */
+/* Headers as the real execd sends them: Content-Type: text/event-stream, Cache-Control: no-cache,
+ * Connection: keep-alive (or close when the request asked for it), X-Accel-Buffering: no, Transfer-Encoding: chunked. */
+void xd_stream_open(xd_res *res);
+/* Queues one chunk. Returns 0; -1 when the client is gone (nothing queued). */
+int xd_stream_write(xd_res *res, const void *data, size_t len);
+/* Bytes queued on the socket and not yet written (backpressure: stop reading the producer above some bound). */
+size_t xd_stream_pending(const xd_res *res);
+/* fn(arg) once, when the queued bytes drop to 0 (or the client went away). Replaces a previous registration. */
+void xd_stream_on_drain(xd_res *res, void (*fn)(void *arg), void *arg);
+/* The terminating chunk; the response is finished. */
+void xd_stream_end(xd_res *res);
+/* True once the client closed or reset the connection (writes are then dropped). */
+int xd_res_closed(const xd_res *res);
+/* fn(arg) once if the client goes away before the response is finished. Replaces a previous registration. */
+void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
+
+/* Hands this request, with its connection, to the Node execd (started if needed) as if no native module had taken
+ * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a code
+ * context, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
+void xd_handoff(xd_res *res);
+
+/* --- Go-compatible JSON text (what encoding/json writes): --- */
+/* Appends s (len bytes, any bytes) as a JSON string literal: \" \\ \n \r \t, other bytes < 0x20 as \u00XX, < > &
+ * U+2028 U+2029 as \u003c \u003e \u0026 \u2028 \u2029, invalid UTF-8 bytes as \ufffd. Returns 0, -1 on OOM. */
+struct osb_buf;
+int xd_json_str(struct osb_buf *out, const char *s, size_t len);
+
+/* --- route modules --- */
+/* Returns 1 when the module takes the request (it answers now or later through res), 0 when it is not its route
+ * (nothing touched). */
+typedef int (*xd_route_fn)(void *module, const xd_req *req, xd_res *res);
+
+/* What every module gets at start (from execd's command line). */
+typedef struct {
+  uv_loop_t *loop;
+  const char *workspace;     /* --workspace: default cwd of commands */
+  int signal_forwarding;     /* --signal-forwarding */
+  int pty_exit_race;         /* --pty-exit-race */
+  int pty_close_linger;      /* --pty-close-linger */
+  uint64_t command_tail_ms;  /* --command-tail-ms: how long a /command stream stays open after its final event */
+  /* The Node execd is running (connections were handed to it): a request for an id this module does not know
+   * (DELETE /command?id= of a code context) may be handed over instead of answered. */
+  int (*node_running)(void);
+} xd_ctx;
+
+/* --- the native modules, in the order the server asks them (server.c) --- */
+/* commands.c: POST /command, DELETE /command?id=, GET /command/status/{id}, GET /command/{id}/logs */
+void *xd_commands_new(const xd_ctx *ctx);          /* NULL on OOM */
+int xd_commands_route(void *module, const xd_req *req, xd_res *res);
+void xd_commands_relay_signal(void *module, int sig); /* --signal-forwarding: a signal execd received */
+void xd_commands_close(void *module);              /* shutdown: kills running commands, frees everything */
+/* dirs.c: POST /directories */
+void *xd_dirs_new(const xd_ctx *ctx);
+int xd_dirs_route(void *module, const xd_req *req, xd_res *res);
+void xd_dirs_close(void *module);
+
+#endif
