@@ -8,7 +8,7 @@
  * the answer goes out on the loop thread. What this module cannot answer exactly like the Node execd, it does not
  * take (the route returns 0 and the request goes to the Node execd): a body that is not valid UTF-8 or JSON (other than
  * one cut short), \u0000 and surrogate escapes, duplicate or array-index keys (JavaScript orders and merges those),
- * and a mode that is a non-integral, huge, array or object value (JavaScript's number and JSON texts). */
+ * and a mode that is an array or an object (JSON.stringify's text of it). */
 #include "xd.h"
 
 #include <cjson/cJSON.h>
@@ -20,7 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmdreq.h"
 #include "core/buf.h"
+#include "json.h"
+
+extern char **environ;
 
 #define BAD_BODY "error parsing request, MAYBE invalid body format. "
 
@@ -203,34 +207,11 @@ static int json_check(const char *s, size_t n) {
   return j.i == n ? J_OK : J_OTHER;
 }
 
-/* JSON.stringify of a string (JavaScript's escaping, not Go's: the whole message is escaped again when sent). */
-static int js_quote(osb_buf *b, const char *s) {
-  if (osb_buf_append(b, "\"", 1) < 0) return -1;
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    char esc[8];
-    const char *e = NULL;
-    switch (*p) {
-    case '"': e = "\\\""; break;
-    case '\\': e = "\\\\"; break;
-    case '\b': e = "\\b"; break;
-    case '\f': e = "\\f"; break;
-    case '\n': e = "\\n"; break;
-    case '\r': e = "\\r"; break;
-    case '\t': e = "\\t"; break;
-    default:
-      if (*p < 0x20) {
-        snprintf(esc, sizeof esc, "\\u%04x", *p);
-        e = esc;
-      }
-    }
-    if (e ? osb_buf_append_str(b, e) < 0 : osb_buf_append(b, p, 1) < 0) return -1;
-  }
-  return osb_buf_append(b, "\"", 1);
-}
-
 /* ---- the request's entries ---- */
 typedef struct {
   char *key;     /* the path as given */
+  char *dir;     /* expanded and resolved against the workspace, or NULL when error is set */
+  char *error;   /* the 400 text of an undefined variable in key */
   int has_mode;  /* parseMode gave a mode */
   unsigned mode; /* permission bits */
   char *owner;   /* a non-empty owner/group name, or NULL (only such names can resolve) */
@@ -242,7 +223,6 @@ typedef struct dirs_job {
   uv_work_t work;
   dirs_mod *mod;   /* NULL once the module was closed */
   xd_res *res;     /* NULL once the client went away or the module was closed */
-  char *workspace;
   dir_entry *e;
   size_t n;
   int status;      /* the answer: 200, or an error with code and message */
@@ -260,6 +240,8 @@ struct dirs_mod {
 static void entries_free(dir_entry *e, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(e[i].key);
+    free(e[i].dir);
+    free(e[i].error);
     free(e[i].owner);
     free(e[i].group);
   }
@@ -268,7 +250,6 @@ static void entries_free(dir_entry *e, size_t n) {
 
 static void job_free(dirs_job *job) {
   entries_free(job->e, job->n);
-  free(job->workspace);
   free(job->message);
   free(job);
 }
@@ -318,7 +299,7 @@ static char *dup_str(const char *s) {
 }
 
 /* parseMode of one entry's "mode": 0 = fine (e->has_mode/e->mode set), 1 = a 400 whose message is in msg,
- * 2 = a value whose JavaScript text this module does not write (hand off), -1 = OOM. */
+ * 2 = a value whose JavaScript text this module does not write (an array or object: hand off), -1 = OOM. */
 static int parse_mode(const cJSON *mode, const char *where, dir_entry *e, osb_buf *msg) {
   e->has_mode = 0;
   if (!mode || cJSON_IsNull(mode)) return 0;
@@ -327,26 +308,25 @@ static int parse_mode(const cJSON *mode, const char *where, dir_entry *e, osb_bu
   int rc;
   if (cJSON_IsNumber(mode)) {
     double v = mode->valuedouble;
-    if (!isfinite(v) || floor(v) != v || fabs(v) > 9007199254740992.0) return 2;
-    if (v > 0) {
-      char digits[32];
-      snprintf(digits, sizeof digits, "%.0f", v);
+    /* Number.isInteger, then String(mode) must be octal digits worth at most 07777; JSON.stringify(Infinity) is null */
+    rc = isfinite(v) ? xd_js_number(&text, v) : osb_buf_append_str(&text, "null");
+    if (rc == 0 && xd_is_integer(v) && v > 0) {
       unsigned long long m = 0;
       int octal = 1;
-      for (const char *p = digits; *p && octal; p++) {
-        if (*p > '7') octal = 0;
+      for (const char *p = text.data; *p && octal; p++) {
+        if (*p < '0' || *p > '7') octal = 0;
         else m = m * 8 + (unsigned)(*p - '0');
         if (m > 07777) octal = 0;
       }
       if (octal) {
+        osb_buf_free(&text);
         e->has_mode = 1;
         e->mode = (unsigned)m;
         return 0;
       }
     }
-    rc = osb_buf_appendf(&text, "%.0f", v);
   } else if (cJSON_IsString(mode)) {
-    rc = js_quote(&text, mode->valuestring);
+    rc = xd_js_json_str(&text, mode->valuestring, strlen(mode->valuestring));
   } else if (cJSON_IsBool(mode)) {
     rc = osb_buf_append_str(&text, cJSON_IsTrue(mode) ? "true" : "false");
   } else {
@@ -358,162 +338,32 @@ static int parse_mode(const cJSON *mode, const char *where, dir_entry *e, osb_bu
   return rc < 0 ? -1 : 1;
 }
 
-/* ---- the file system work (thread pool) ---- */
-
-/* path.resolve(base, p): absolute, normalised ("." and ".." resolved, no empty or trailing segment). Malloc'd. */
-static char *resolve_path(const char *base, const char *p) {
-  osb_buf in = {0}, out = {0};
-  int rc = 0;
-  if (p[0] != '/') {
-    if (base[0] != '/') {
-      char cwd[4096];
-      if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, "/");
-      rc |= osb_buf_append_str(&in, cwd);
-      rc |= osb_buf_append(&in, "/", 1);
+/* expandAbsPath of one key, on the loop thread (execd's environment): the path in e->dir, or the 400 text of its
+ * undefined variables in e->error (the worker answers it when it gets to that entry). 0, or -1 on OOM. */
+static int expand_entry(dir_entry *e, const char *workspace) {
+  osb_buf x = {0}, err = {0}, joined = {0}, out = {0};
+  int rc = -1;
+  if (xd_expand_path(e->key, environ, &x, &err) != 0) {
+    if (err.len) {
+      e->error = osb_buf_steal(&err, NULL);
+      rc = e->error ? 0 : -1;
     }
-    rc |= osb_buf_append_str(&in, base);
-    rc |= osb_buf_append(&in, "/", 1);
-  }
-  rc |= osb_buf_append_str(&in, p);
-  if (rc < 0 || !in.data) {
-    osb_buf_free(&in);
-    return NULL;
-  }
-  char *s = in.data;
-  size_t i = 0;
-  while (s[i]) {
-    while (s[i] == '/') i++;
-    size_t start = i;
-    while (s[i] && s[i] != '/') i++;
-    size_t len = i - start;
-    if (len == 0 || (len == 1 && s[start] == '.')) continue;
-    if (len == 2 && s[start] == '.' && s[start + 1] == '.') {
-      while (out.len > 0 && out.data[out.len - 1] != '/') out.len--;
-      if (out.len > 0) out.len--; /* the slash */
-      if (out.data) out.data[out.len] = '\0';
-      continue;
-    }
-    if (osb_buf_append(&out, "/", 1) < 0 || osb_buf_append(&out, s + start, len) < 0) rc = -1;
-  }
-  osb_buf_free(&in);
-  if (rc == 0 && out.len == 0) rc = osb_buf_append(&out, "/", 1);
-  if (rc < 0) {
-    osb_buf_free(&out);
-    return NULL;
-  }
-  return osb_buf_steal(&out, NULL);
-}
-
-static int var_start(int c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
-static int var_char(int c) { return var_start(c) || (c >= '0' && c <= '9'); }
-
-/* One $NAME / ${NAME} at s (s[0] == '$'): its name (start, length) and the length of the whole reference, or 0. */
-static size_t var_at(const char *s, const char **name, size_t *name_len) {
-  if (s[1] == '{' && var_start((unsigned char)s[2])) {
-    size_t k = 3;
-    while (var_char((unsigned char)s[k])) k++;
-    if (s[k] == '}') {
-      *name = s + 2;
-      *name_len = k - 2;
-      return k + 1;
-    }
-  }
-  if (var_start((unsigned char)s[1])) {
-    size_t k = 2;
-    while (var_char((unsigned char)s[k])) k++;
-    *name = s + 1;
-    *name_len = k - 1;
-    return k;
-  }
-  return 0;
-}
-
-/* expandAbsPath: $$ removed, $VAR/${VAR} from execd's environment, a leading ~ = the home directory, then resolved
- * against the workspace. Returns the malloc'd path; NULL with *msg set (a 400) for undefined variables, NULL with
- * msg empty on OOM. */
-static char *expand_abs(const char *p, const char *workspace, osb_buf *msg) {
-  osb_buf s = {0}, x = {0};
-  char *out = NULL;
-  int rc = osb_buf_append(&s, "", 0);
-  for (size_t i = 0; p[i] && rc == 0; i++) {
-    if (p[i] == '$' && p[i + 1] == '$') i++;
-    else rc = osb_buf_append(&s, p + i, 1);
-  }
-  /* the undefined names, sorted, each once */
-  size_t nmiss = 0;
-  char **miss = NULL;
-  for (size_t i = 0; rc == 0 && i < s.len; i++) {
-    const char *name;
-    size_t nl, len;
-    if (s.data[i] != '$' || !(len = var_at(s.data + i, &name, &nl))) continue;
-    char *v = strndup(name, nl);
-    if (!v) {
-      rc = -1;
-      break;
-    }
-    if (getenv(v)) {
-      free(v);
-    } else {
-      char **m = realloc(miss, (nmiss + 1) * sizeof *miss);
-      if (!m) {
-        free(v);
-        rc = -1;
-        break;
-      }
-      miss = m;
-      miss[nmiss++] = v;
-    }
-    i += len - 1;
-  }
-  if (rc == 0 && nmiss) {
-    qsort(miss, nmiss, sizeof *miss, cmp_keys);
-    rc = osb_buf_append_str(msg, "path references undefined environment variables: ");
-    for (size_t i = 0; i < nmiss && rc == 0; i++) {
-      if (i > 0 && strcmp(miss[i], miss[i - 1]) == 0) continue;
-      if (i > 0) rc = osb_buf_append(msg, ",", 1);
-      if (rc == 0) rc = osb_buf_append_str(msg, miss[i]);
-    }
-    if (rc < 0) osb_buf_free(msg);
     goto done;
   }
-  for (size_t i = 0; rc == 0 && i < s.len; i++) {
-    const char *name;
-    size_t nl, len;
-    if (s.data[i] == '$' && (len = var_at(s.data + i, &name, &nl))) {
-      char *v = strndup(name, nl);
-      if (!v) {
-        rc = -1;
-        break;
-      }
-      rc = osb_buf_append_str(&x, getenv(v));
-      free(v);
-      i += len - 1;
-    } else {
-      rc = osb_buf_append(&x, s.data + i, 1);
-    }
-  }
-  if (rc == 0) rc = osb_buf_append(&x, "", 0);
-  if (rc < 0) goto done;
-  if (x.data[0] == '~' && (x.data[1] == '\0' || x.data[1] == '/')) {
-    char home[4096];
-    size_t hl = sizeof home;
-    if (uv_os_homedir(home, &hl) != 0) home[0] = '\0';
-    osb_buf h = {0};
-    const char *rest = x.data[1] ? x.data + 2 : "";
-    /* path.join(home, rest); an empty home leaves rest relative to the workspace */
-    rc = home[0] ? osb_buf_appendf(&h, "%s/%s", home, rest) : osb_buf_append_str(&h, *rest ? rest : ".");
-    if (rc == 0) out = resolve_path(workspace, h.data);
-    osb_buf_free(&h);
-  } else {
-    out = resolve_path(workspace, x.data);
-  }
+  /* path.resolve(workspace, x) */
+  if (x.data && x.data[0] == '/') rc = osb_buf_append_str(&joined, x.data);
+  else rc = osb_buf_appendf(&joined, "%s/%s", workspace, x.data ? x.data : "");
+  if (rc == 0) rc = xd_path_resolve(joined.data, &out);
+  if (rc == 0 && !(e->dir = osb_buf_steal(&out, NULL))) rc = -1;
 done:
-  for (size_t i = 0; i < nmiss; i++) free(miss[i]);
-  free(miss);
-  osb_buf_free(&s);
   osb_buf_free(&x);
-  return out;
+  osb_buf_free(&err);
+  osb_buf_free(&joined);
+  osb_buf_free(&out);
+  return rc;
 }
+
+/* ---- the file system work (thread pool) ---- */
 
 /* name -> id of /etc/passwd or /etc/group (files-info.js idTable): the first line of a name counts; the id field is
  * read like JavaScript's Number() and must be an integer. Returns 1 and *id when found, 0 otherwise. */
@@ -653,12 +503,16 @@ static int mkdirp(dirs_job *job, const char *dir, char **first) {
 
 /* mkdirWithOwnership + the mode of makeDirs, for one entry. */
 static void make_one(dirs_job *job, const dir_entry *e) {
-  osb_buf msg = {0};
-  char *dir = expand_abs(e->key, job->workspace, &msg);
+  if (e->error) {
+    job->status = 400;
+    job->code = "INVALID_REQUEST_BODY";
+    if (!(job->message = dup_str(e->error))) job->status = 500;
+    return;
+  }
+  char *dir = dup_str(e->dir);
   if (!dir) {
-    job->status = msg.len ? 400 : 500;
-    job->code = msg.len ? "INVALID_REQUEST_BODY" : "RUNTIME_ERROR";
-    job->message = msg.len ? osb_buf_steal(&msg, NULL) : NULL;
+    job->status = 500;
+    job->code = "RUNTIME_ERROR";
     return;
   }
   struct stat st;
@@ -792,7 +646,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
   /* readPathMap: every value an object, checked in order before anything else */
   for (const cJSON *c = root->child; c; c = c->next) {
     if (cJSON_IsObject(c)) continue;
-    if (osb_buf_append_str(&msg, BAD_BODY "the value for ") < 0 || js_quote(&msg, c->string) < 0 ||
+    if (osb_buf_append_str(&msg, BAD_BODY "the value for ") < 0 || xd_js_json_str(&msg, c->string, strlen(c->string)) < 0 ||
         osb_buf_append_str(&msg, " must be an object") < 0) {
       xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
     } else {
@@ -801,7 +655,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
     goto out;
   }
   job = calloc(1, sizeof *job);
-  if (!job || !(job->e = calloc(n ? n : 1, sizeof *job->e)) || !(job->workspace = dup_str(m->workspace))) {
+  if (!job || !(job->e = calloc(n ? n : 1, sizeof *job->e))) {
     xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
     goto out;
   }
@@ -821,6 +675,10 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
       goto out;
     }
     e->key = dup_str(c->string);
+    if (e->key && expand_entry(e, m->workspace) < 0) {
+      xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+      goto out;
+    }
     e->owner = cJSON_IsString(o) && o->valuestring[0] ? dup_str(o->valuestring) : NULL;
     e->group = cJSON_IsString(g) && g->valuestring[0] ? dup_str(g->valuestring) : NULL;
     if (!e->key || (cJSON_IsString(o) && o->valuestring[0] && !e->owner) ||
