@@ -5,6 +5,7 @@
  *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
  *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
  *                                         no native module takes (handoff.h)
+ * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
 #include <errno.h>
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
   const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");
   int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
-  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD };
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_VERSION };
   static const struct option opts[] = {
       {"socket", required_argument, NULL, O_SOCKET},
       {"port", required_argument, NULL, O_PORT},
@@ -108,6 +109,7 @@ int main(int argc, char **argv) {
       {"command-tail-ms", required_argument, NULL, O_TAIL},
       {"node", required_argument, NULL, O_NODE},
       {"node-execd", required_argument, NULL, O_NODE_EXECD},
+      {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
   };
   int o;
@@ -126,6 +128,7 @@ int main(int argc, char **argv) {
       case O_TAIL: tail_s = optarg; break;
       case O_NODE: node_path = optarg; break;
       case O_NODE_EXECD: node_execd = optarg; break;
+      case O_VERSION: printf("osb-execd %s\n", OSB_EXECD_VERSION); return 0; /* the package's (scripts/build.js) */
       default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
     }
   }
