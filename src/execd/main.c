@@ -24,6 +24,7 @@
 static uv_loop_t *loop;
 static xd_server *server;
 static xd_node *node;
+static void *dirs; /* dirs.c: POST /directories */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -71,6 +72,8 @@ static void shutdown_all(void) {
   for (size_t i = 0; i < nsigs; i++) uv_close((uv_handle_t *)&sigs[i], NULL);
   nsigs = 0;
   xd_server_close(server);
+  xd_dirs_close(dirs);
+  dirs = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -161,7 +164,8 @@ int main(int argc, char **argv) {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
   };
-  (void)ctx;
+  if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  const xd_route routes[] = {{dirs, xd_dirs_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
   if (!node) die("out of memory", NULL);
 
   server = xd_server_new(&(xd_server_opts){
-      .loop = loop, .token = token, .routes = NULL, .nroutes = 0, .handoff = xd_node_give, .handoff_arg = node});
+      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes, .handoff = xd_node_give, .handoff_arg = node});
   if (!server) die("out of memory", NULL);
   int rc, bound = 0;
   if (socket_path) rc = xd_server_listen_unix(server, socket_path);
