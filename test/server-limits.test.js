@@ -61,8 +61,18 @@ describe('dev-server execd bounded memory (soak)', function () {
   let sampler;
   const phases = []; // [title, peak MB] per test
 
+  // execd's memory: the C execd's and that of the Node execd it started for the routes it hands over (main.js
+  // --handoff); without the C execd binary, the Node execd alone
+  const execdRss = () => [execdPid, ...descendants(execdPid).filter((p) => cmdline(p)[1]?.endsWith('execd/main.js'))]
+    .reduce((sum, p) => {
+      try {
+        return sum + rssMb(p);
+      } catch {
+        return sum; // exited meanwhile
+      }
+    }, 0);
   const sample = () => {
-    const mb = rssMb(execdPid);
+    const mb = execdRss();
     peak = Math.max(peak, mb);
     if (phases.length) phases.at(-1)[1] = Math.max(phases.at(-1)[1], mb);
     return mb;
@@ -79,7 +89,8 @@ describe('dev-server execd bounded memory (soak)', function () {
 
   before(async () => {
     ({ server, sbx, execd, viaProxy } = await sandboxOnServer());
-    const pids = descendants(process.pid).filter((p) => cmdline(p)[1]?.endsWith('execd/main.js')); // node …/execd/main.js, not bwrap
+    // osb-execd, or node …/execd/main.js when it runs alone (not bwrap)
+    const pids = descendants(process.pid).filter((p) => /(^|\/)osb-execd$/.test(cmdline(p)[0]) || (cmdline(p)[1]?.endsWith('execd/main.js') && !cmdline(p).includes('--handoff')));
     assert.equal(pids.length, 1, 'exactly one execd in this process tree');
     execdPid = pids[0];
     sample();
