@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
+typedef struct osb_buf {
   char *data; /* owned; NUL-terminated when non-NULL (the NUL is not counted in len) */
   size_t len;
   size_t cap;

@@ -1,0 +1,47 @@
+/* execd's commands API in C (commands.c, whose module functions xd_commands_* are declared in xd.h; its request
+ * rules in cmdreq.c): POST /command
+ * (foreground event stream or background start), GET /command/status/{id}, GET /command/{id}/logs?cursor=,
+ * DELETE /command?id=, with exactly the Node execd's observable behaviour (lib/dev-server/execd/commands.js).
+ * Commands run as `bash -c` (else `sh`) in a new session (setsid), started with vfork (no copy of page tables),
+ * reaped on SIGCHLD (a uv_signal handle) with waitpid on their own pids only. Foreground output: two pipes read by
+ * libuv, split into line events (lines.h), not read while the client's buffer is full; background output: one pipe
+ * (stdout and stderr merged in write order) into a bounded log (logring.h). Finished records stay answerable:
+ * the newest 1,000, with at most 16 MiB of logs, for at most 24 h.
+ *
+ * This header: the module's pure request rules (cmdreq.c), also run by the unit tests (test/c/test_execd_cmd.c).
+ * Ownership: every osb_buf is the caller's; cJSON trees returned are the caller's (cJSON_Delete). */
+#ifndef XD_CMDREQ_H
+#define XD_CMDREQ_H
+#include <stddef.h>
+#include <cjson/cJSON.h>
+#include "core/buf.h"
+
+/* The prefix of the 400 answers of the validator ("invalid request, validation error "). */
+extern const char XD_INVALID_REQUEST[];
+
+/* A JSON member that is there and not null (JavaScript's `!= null`). */
+int xd_json_present(const cJSON *v);
+
+/* execd's `time.Duration(timeoutMs) * time.Millisecond` (Go): int64 nanoseconds, wrapping on overflow. Returns the
+ * duration in milliseconds, or 0 when it is not positive (no deadline), e.g. 1e13 ms wraps negative. timeout_ms is
+ * an integer value with |timeout_ms| <= 2^63 (what xd_cmd_parse lets through). */
+double xd_go_duration_ms(double timeout_ms);
+
+/* Parses and validates a RunCommandRequest body like execd (the Node execd's wording): 0 and *out set, or -1 with
+ * the message of the 400 INVALID_REQUEST_BODY answer in msg ("error parsing request, MAYBE invalid body format. ..."
+ * or "invalid request, validation error ..."; "out of memory" when that happened). */
+int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg);
+
+/* A variable lookup for xd_expand_path: envp-style "NAME=value" strings, NULL-terminated. */
+const char *xd_env_get(char *const *envp, const char *name, size_t name_len);
+
+/* execd's path expansion (files-paths.js expandPath): `$$` removed, `$VAR` / `${VAR}` from envp, then a leading `~`
+ * (alone or `~/...`) as the home directory. 0 with the result in out, or -1 with
+ * "path references undefined environment variables: A,B" (sorted, each once) in err. */
+int xd_expand_path(const char *p, char *const *envp, osb_buf *out, osb_buf *err);
+
+/* Node's path.normalize (keep_trailing: a trailing '/' stays) / path.resolve against the working directory. */
+int xd_path_normalize(const char *p, int keep_trailing, osb_buf *out);
+int xd_path_resolve(const char *p, osb_buf *out);
+
+#endif

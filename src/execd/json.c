@@ -1,0 +1,144 @@
+/* Go-compatible JSON strings and JavaScript number text (json.h). */
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when the bytes there are not one (overlong,
+ * surrogate, above U+10FFFF, truncated): Go's utf8.DecodeRune rules. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) len = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (n < len) return 0;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  }
+  return len;
+}
+
+/* go: Go's encoding/json (<>& U+2028 U+2029 escaped, an invalid byte as \ufffd); else JavaScript's JSON.stringify
+ * of the string Node decodes from the bytes (those as they are, an invalid byte as U+FFFD itself). */
+static int json_str(osb_buf *out, const char *str, size_t len, int go) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *s = (const unsigned char *)str;
+  if (osb_buf_append(out, "\"", 1) != 0) return -1;
+  size_t run = 0; /* start of the bytes copied as they are */
+  size_t i = 0;
+  while (i < len) {
+    unsigned char c = s[i];
+    char esc[8];
+    size_t elen = 0;
+    size_t adv = 1;
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && (!go || (c != '<' && c != '>' && c != '&'))) {
+      i++;
+      continue;
+    }
+    if (c < 0x80) {
+      esc[0] = '\\';
+      elen = 2;
+      switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+          memcpy(esc, "\\u00", 4);
+          esc[4] = hex[c >> 4];
+          esc[5] = hex[c & 15];
+          elen = 6;
+      }
+    } else {
+      size_t sl = utf8_seq(s + i, len - i);
+      if (sl == 0) {
+        memcpy(esc, go ? "\\ufffd" : "\xef\xbf\xbd", go ? 6 : 3);
+        elen = go ? 6 : 3;
+      } else if (go && sl == 3 && c == 0xe2 && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9)) {
+        memcpy(esc, s[i + 2] == 0xa8 ? "\\u2028" : "\\u2029", 6);
+        elen = 6;
+        adv = 3;
+      } else {
+        i += sl;
+        continue;
+      }
+    }
+    if (osb_buf_append(out, str + run, i - run) != 0 || osb_buf_append(out, esc, elen) != 0) return -1;
+    i += adv;
+    run = i;
+  }
+  if (osb_buf_append(out, str + run, len - run) != 0 || osb_buf_append(out, "\"", 1) != 0) return -1;
+  return 0;
+}
+
+int xd_json_str(struct osb_buf *out, const char *s, size_t len) { return json_str(out, s, len, 1); }
+
+int xd_js_json_str(osb_buf *out, const char *s, size_t len) { return json_str(out, s, len, 0); }
+
+int xd_is_integer(double v) {
+  return isfinite(v) && floor(v) == v;
+}
+
+int xd_js_number(osb_buf *out, double v) {
+  if (isnan(v)) return osb_buf_append_str(out, "NaN");
+  if (isinf(v)) return osb_buf_append_str(out, v < 0 ? "-Infinity" : "Infinity");
+  if (v == 0) return osb_buf_append_str(out, "0");
+  /* the shortest digit string that reads back as v (ECMAScript Number::toString picks the same digits) */
+  char sci[40];
+  for (int p = 0; p <= 16; p++) {
+    snprintf(sci, sizeof sci, "%.*e", p, v);
+    if (strtod(sci, NULL) == v) break;
+  }
+  /* sci: [-]d[.ddd]e[+-]XX -> digits and decimal exponent n (value = 0.digits * 10^n) */
+  const char *p = sci;
+  int neg = 0;
+  if (*p == '-') neg = 1, p++;
+  char digits[24];
+  size_t k = 0;
+  for (; *p && *p != 'e'; p++) {
+    if (*p >= '0' && *p <= '9' && k < sizeof digits - 1) digits[k++] = *p;
+  }
+  digits[k] = 0;
+  int n = atoi(p + 1) + 1;
+  if (neg && osb_buf_append(out, "-", 1) != 0) return -1;
+  int kk = (int)k;
+  if (kk <= n && n <= 21) {
+    if (osb_buf_append(out, digits, k) != 0) return -1;
+    for (int i = 0; i < n - kk; i++) {
+      if (osb_buf_append(out, "0", 1) != 0) return -1;
+    }
+    return 0;
+  }
+  if (0 < n && n <= 21) {
+    if (osb_buf_append(out, digits, (size_t)n) != 0 || osb_buf_append(out, ".", 1) != 0) return -1;
+    return osb_buf_append(out, digits + n, k - (size_t)n);
+  }
+  if (-6 < n && n <= 0) {
+    if (osb_buf_append(out, "0.", 2) != 0) return -1;
+    for (int i = 0; i < -n; i++) {
+      if (osb_buf_append(out, "0", 1) != 0) return -1;
+    }
+    return osb_buf_append(out, digits, k);
+  }
+  if (osb_buf_append(out, digits, 1) != 0) return -1;
+  if (k > 1 && (osb_buf_append(out, ".", 1) != 0 || osb_buf_append(out, digits + 1, k - 1) != 0)) return -1;
+  return osb_buf_appendf(out, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+}

@@ -1,0 +1,22 @@
+/* Go-compatible JSON text for the C execd (json.c): xd_json_str (declared in xd.h) writes a string literal the way
+ * Go's encoding/json does; xd_js_number writes a double the way JavaScript's String(number) does (the Node execd's
+ * texts that the C execd must reproduce: an env value given as a number, a logs cursor echoed back). Both append to
+ * a caller-owned osb_buf and return 0, or -1 when out of memory. No state; not thread-affine. */
+#ifndef XD_JSON_H
+#define XD_JSON_H
+#include <stddef.h>
+#include "core/buf.h"
+#include "xd.h"
+
+/* JavaScript's JSON.stringify of the string Node decodes from these bytes (no <>& escaping; an invalid UTF-8 byte
+ * becomes U+FFFD itself): the quoted names inside the Node execd's messages. */
+int xd_js_json_str(osb_buf *out, const char *s, size_t len);
+
+/* Shortest round-trip decimal text of v as JavaScript writes it: "3", "-0" as "0", "1.5", "1e+21", "1e-7",
+ * "123456789012345680000", "NaN", "Infinity". */
+int xd_js_number(osb_buf *out, double v);
+
+/* True when v is an integer value (finite, no fraction): JavaScript's Number.isInteger. */
+int xd_is_integer(double v);
+
+#endif
