@@ -32,6 +32,14 @@ static const char *json_kind(const cJSON *v) {
   return "object";
 }
 
+const cJSON *xd_json_get(const cJSON *obj, const char *key) {
+  const cJSON *found = NULL;
+  for (const cJSON *c = cJSON_IsObject(obj) ? obj->child : NULL; c; c = c->next) {
+    if (c->string && strcmp(c->string, key) == 0) found = c;
+  }
+  return found;
+}
+
 int xd_json_present(const cJSON *v) { return v && !cJSON_IsNull(v); }
 
 static int is_int(const cJSON *v) { return cJSON_IsNumber(v) && xd_is_integer(v->valuedouble); }
@@ -86,14 +94,14 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
     goto fail;
   }
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, fields[i].key);
+    const cJSON *v = xd_json_get(b, fields[i].key);
     if (xd_json_present(v) && !fields[i].ok(v)) {
       osb_buf_appendf(msg, "json: cannot unmarshal %s into Go struct field RunCommandRequest.%s of type %s",
                       json_kind(v), fields[i].key, fields[i].go);
       goto fail;
     }
   }
-  const cJSON *timeout = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+  const cJSON *timeout = xd_json_get(b, "timeout");
   if (is_int(timeout) && fabs(timeout->valuedouble) > INT64_MAX_D) {
     osb_buf_appendf(msg, "json: cannot unmarshal number %s%.0f into Go struct field RunCommandRequest.timeout of type int64",
                     timeout->valuedouble < 0 ? "-" : "", fabs(timeout->valuedouble));
@@ -101,20 +109,20 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
   }
   static const char *const ids[] = {"uid", "gid"};
   for (int i = 0; i < 2; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, ids[i]);
+    const cJSON *v = xd_json_get(b, ids[i]);
     if (xd_json_present(v) && (!is_int(v) || v->valuedouble < 0)) {
       osb_buf_appendf(msg, "%s must be a non-negative integer", ids[i]);
       goto fail;
     }
   }
-  const cJSON *envs = cJSON_GetObjectItemCaseSensitive(b, "envs");
+  const cJSON *envs = xd_json_get(b, "envs");
   if (xd_json_present(envs) && !cJSON_IsObject(envs)) {
     osb_buf_append_str(msg, "envs must be an object of strings");
     goto fail;
   }
   osb_buf_reset(msg);
   osb_buf_append_str(msg, XD_INVALID_REQUEST);
-  const cJSON *command = cJSON_GetObjectItemCaseSensitive(b, "command");
+  const cJSON *command = xd_json_get(b, "command");
   if (!cJSON_IsString(command) || command->valuestring[0] == 0) {
     osb_buf_append_str(msg, "Key: 'RunCommandRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
     goto fail;
@@ -123,7 +131,7 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
     osb_buf_append_str(msg, "Key: 'RunCommandRequest.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag");
     goto fail;
   }
-  if (xd_json_present(cJSON_GetObjectItemCaseSensitive(b, "gid")) && !xd_json_present(cJSON_GetObjectItemCaseSensitive(b, "uid"))) {
+  if (xd_json_present(xd_json_get(b, "gid")) && !xd_json_present(xd_json_get(b, "uid"))) {
     osb_buf_append_str(msg, "uid is required when gid is provided");
     goto fail;
   }

@@ -19,6 +19,9 @@
 /* The prefix of the 400 answers of the validator ("invalid request, validation error "). */
 extern const char XD_INVALID_REQUEST[];
 
+/* The member `key` of a JSON object as JSON.parse keeps it (the last of duplicates), or NULL. */
+const cJSON *xd_json_get(const cJSON *obj, const char *key);
+
 /* A JSON member that is there and not null (JavaScript's `!= null`). */
 int xd_json_present(const cJSON *v);
 
