@@ -1,12 +1,12 @@
 /* execd's commands API in C (commands.c, whose module functions xd_commands_* are declared in xd.h; its request
- * rules in cmdreq.c): POST /command
- * (foreground event stream or background start), GET /command/status/{id}, GET /command/{id}/logs?cursor=,
- * DELETE /command?id=, with exactly the Node execd's observable behaviour (lib/dev-server/execd/commands.js).
- * Commands run as `bash -c` (else `sh`) in a new session (setsid), started with vfork (no copy of page tables),
- * reaped on SIGCHLD (a uv_signal handle) with waitpid on their own pids only. Foreground output: two pipes read by
- * libuv, split into line events (lines.h), not read while the client's buffer is full; background output: one pipe
- * (stdout and stderr merged in write order) into a bounded log (logring.h). Finished records stay answerable:
- * the newest 1,000, with at most 16 MiB of logs, for at most 24 h.
+ * rules in cmdreq.c): POST /command (foreground event stream or background start), GET /command/status/{id},
+ * GET /command/{id}/logs?cursor=, DELETE /command?id=, with exactly the Node execd's observable behaviour
+ * (lib/dev-server/execd/commands.js). Commands run as `bash -c` (else `sh`) in a new session (setsid), started with
+ * vfork (no copy of page tables), reaped on SIGCHLD (a uv_signal handle) with waitpid on their own pids only.
+ * Foreground output: two pipes read by libuv, split into line events (lines.h), not read while the client's buffer
+ * is full; background output: one Unix socket pair (stdout and stderr merged in write order) into a bounded log
+ * (logring.h). Finished records stay answerable: the newest 1,000, with at most 16 MiB of logs, for at most 24 h.
+ * The module needs the loop to run on after xd_commands_close until its handles are closed (then it frees itself).
  *
  * This header: the module's pure request rules (cmdreq.c), also run by the unit tests (test/c/test_execd_cmd.c).
  * Ownership: every osb_buf is the caller's; cJSON trees returned are the caller's (cJSON_Delete). */

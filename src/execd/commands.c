@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -880,7 +881,9 @@ static cmd *start(module *m, const cJSON *body, const char *cwd, int background,
   if (!e) {
     int p1[2] = {-1, -1}, p2[2] = {-1, -1};
     in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (in < 0 || pipe2(p1, O_CLOEXEC) != 0 || (!background && pipe2(p2, O_CLOEXEC) != 0)) {
+    /* background: one Unix stream socket pair for stdout and stderr (merged in write order, as the Node execd) */
+    int made = background ? socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p1) : pipe2(p1, O_CLOEXEC);
+    if (in < 0 || made != 0 || (!background && pipe2(p2, O_CLOEXEC) != 0)) {
       e = errno;
       if (in >= 0) close(in);
       in = -1;
