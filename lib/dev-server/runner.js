@@ -8,6 +8,7 @@ import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { execdBinary } from './execd-binary.js';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
 
@@ -49,8 +50,26 @@ export function findBwrap() {
   return findExecutable('bwrap');
 }
 
-/** Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps). */
-function runtimeDirs() {
+let loggedNoBinary = false;
+/**
+ * The C execd (src/execd/, osb-execd) to run, resolved (execd-binary.js), or null: then execd runs on Node alone,
+ * said once in the server's log.
+ */
+function execdProgram(log) {
+  const file = execdBinary();
+  if (file && fs.existsSync(file)) return fs.realpathSync(file);
+  if (!loggedNoBinary && log) {
+    loggedNoBinary = true;
+    log('execd: no osb-execd binary was found (npm run build makes it); each sandbox\'s execd runs on Node alone');
+  }
+  return null;
+}
+
+/**
+ * Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps); and the
+ * C execd binary (`execdFile`, bound as that one file when it is outside them), or null.
+ */
+function runtimeDirs(log) {
   const nodeDir = path.dirname(fs.realpathSync(process.execPath));
   const pkgRoot = fs.realpathSync(path.resolve(HERE, '..', '..'));
   // installed as a dependency: its own dependencies may be hoisted next to it, so expose that node_modules
@@ -64,7 +83,7 @@ function runtimeDirs() {
     const nm = path.join(pkgRoot, 'node_modules');
     if (fs.lstatSync(nm).isSymbolicLink()) linkedModules = fs.realpathSync(nm);
   } catch { /* no node_modules of its own */ }
-  return { nodeDir, pkgDir, linkedModules };
+  return { nodeDir, pkgDir, linkedModules, execdFile: execdProgram(log) };
 }
 
 /**
@@ -73,10 +92,10 @@ function runtimeDirs() {
  * bubblewrap would have to make its mount point inside a read-only host directory, and the sandbox would not start.
  */
 export function mountPathConflict(dest) {
-  const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+  const { nodeDir, pkgDir, linkedModules, execdFile } = runtimeDirs();
   const overlap = (a, b) => a === b || a.startsWith(b === '/' ? '/' : `${b}/`) || b.startsWith(a === '/' ? '/' : `${a}/`);
   if (dest === '/') return '/';
-  return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules].find((d) => d && overlap(dest, d)) ?? null;
+  return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules, execdFile].find((d) => d && overlap(dest, d)) ?? null;
 }
 
 /** "<sandbox gid>:<dir>" of node's and the package's directories the sandbox group was given read access to. */
@@ -160,7 +179,7 @@ export class SandboxProcess {
    * by start(); argv has `--` and the command: argv, visible inside as /proc/1/cmdline, then names no host directory
    * nor the sandbox's id). Needs the sandbox's directories (made by start()).
    */
-  bwrapOptions(fds) {
+  bwrapOptions(fds, execdFile) {
     const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
     const hardening = this.options.hardening;
     let next = 0; // fds are taken in bwrapFds()'s order
@@ -211,9 +230,14 @@ export class SandboxProcess {
       }
       bind(d, d, true);
     }
+    // the C execd: inside what was just exposed (the package's build), else that one file, read-only
+    const within = (d, parent) => d === parent || d.startsWith(parent + '/');
+    if (execdFile && ![nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].some((d) => d && within(execdFile, d))) {
+      if (identity && !modeAllows(fs.statSync(execdFile), identity, 0o5)) grantAccess({ path: execdFile }, identity, false);
+      bind(execdFile, execdFile, true);
+    }
     // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
-    const within = (d, parent) => d === parent || d.startsWith(parent + '/');
     if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
     // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
@@ -246,7 +270,8 @@ export class SandboxProcess {
     this.paused = false;
     this.stderrTail = '';
     const identity = this.spec.identity;
-    const { nodeDir } = runtimeDirs();
+    const { nodeDir, execdFile } = runtimeDirs(this.options.log);
+    this.execdFile = execdFile;
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;
     // without isolation execd binds relative to its working directory (the sandbox's workspace, a sibling of run)
@@ -260,6 +285,8 @@ export class SandboxProcess {
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
+    // the C execd answers ping, directories and commands itself and starts the Node execd for the rest (handoff.h)
+    const execdArgv = execdFile ? [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN] : [process.execPath, EXECD_MAIN, ...execdArgs];
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,
@@ -276,7 +303,7 @@ export class SandboxProcess {
     if (isolated) {
       const { fds, owned } = bw;
       infoFd = 3 + fds.length;
-      const argv = ['--args', String(infoFd + 2), '--', process.execPath, EXECD_MAIN, ...execdArgs];
+      const argv = ['--args', String(infoFd + 2), '--', ...execdArgv];
       const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', this.options.bwrap, ...argv]] : [this.options.bwrap, argv];
       try {
         child = spawn(file, fileArgs, {
@@ -288,7 +315,7 @@ export class SandboxProcess {
       }
       child.stdio[infoFd + 2].on('error', () => {});
     } else {
-      child = spawn(process.execPath, [EXECD_MAIN, ...execdArgs], { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
+      child = spawn(execdArgv[0], execdArgv.slice(1), { stdio: ['ignore', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])], env, cwd: this.dirs.workspace });
     }
     if (tokenFd !== null) child.stdio[tokenFd].end(this.options.execdToken);
     this.child = child;
@@ -349,7 +376,7 @@ export class SandboxProcess {
     phase('dirs');
     const { child, infoFd, fds } = await (prepared ?? this.launch());
     try {
-      if (infoFd !== null) child.stdio[infoFd + 2].end(Buffer.from(this.bwrapOptions(fds).map((x) => `${x}\0`).join('')));
+      if (infoFd !== null) child.stdio[infoFd + 2].end(Buffer.from(this.bwrapOptions(fds, this.execdFile).map((x) => `${x}\0`).join('')));
     } catch (err) {
       await this.kill(); // bwrap never ran: its gate (or bwrap waiting for its options) goes
       throw err;

@@ -5,6 +5,10 @@
 //
 // It listens on a Unix socket (--socket PATH, bind-mounted from the host) or a TCP port (--port N);
 // the lifecycle server on the host relays one loopback TCP port per sandbox to it byte for byte.
+// With --handoff it listens on nothing: the C execd (src/execd/, osb-execd) owns that socket, answers its native
+// routes and hands every other connection over Node's IPC channel (src/execd/handoff.h): each arrives as a
+// message { head } (base64 of the bytes the C execd already read) with the connection's handle, and is served as if
+// accepted here; --socket/--port then name the C execd, for /proxy/44772 to reach execd itself.
 //
 // Route modules (each sees the request target's canonical URL, http.js parseTarget): each exports `createRoutes(ctx)` returning
 //   { handle(req, res, url): boolean | Promise<boolean>   // true when the module answered the request
@@ -41,6 +45,7 @@ const { values: opts } = parseArgs({
     'signal-forwarding': { type: 'boolean', default: false },
     'pty-close-linger': { type: 'boolean', default: false },
     'command-tail-ms': { type: 'string', default: '1000' },
+    handoff: { type: 'boolean', default: false },
   },
 });
 
@@ -194,7 +199,18 @@ process.on('SIGINT', shutdown);
 // like upstream, signals execd itself receives go on to the foreground command (SIGTERM/SIGINT stay shutdown here)
 if (ctx.signalForwarding) for (const sig of ['SIGHUP', 'SIGUSR2', 'SIGPIPE', 'SIGWINCH']) process.on(sig, () => commands.relaySignal(sig));
 
-if (opts.socket) {
+if (opts.handoff) {
+  const net = createRequire(import.meta.url)('node:net');
+  process.on('message', (msg, handle) => {
+    if (!handle) return;
+    const socket = new net.Socket({ handle, readable: true, writable: true });
+    if (typeof msg?.head === 'string' && msg.head) socket.unshift(Buffer.from(msg.head, 'base64'));
+    server.emit('connection', socket);
+  });
+  // the C execd went away (its end of the channel closed): nothing can reach this process any more
+  process.on('disconnect', shutdown);
+  process.send({ ready: true });
+} else if (opts.socket) {
   fs.rmSync(opts.socket, { force: true });
   server.listen(opts.socket, () => process.stdout.write('execd ready\n'));
 } else {

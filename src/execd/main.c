@@ -1,0 +1,203 @@
+/* osb-execd: the C execd of the local OpenSandbox-compatible server, the process that runs inside each sandbox (see
+ * docs/dev-server-execd.md). Its command line is lib/dev-server/execd/main.js's, plus where the Node execd is:
+ *   --socket PATH | --port N [--host H]   where it listens (a stale socket file is removed first)
+ *   --access-token-fd N | --access-token T | $EXECD_ACCESS_TOKEN   the required X-EXECD-ACCESS-TOKEN ("" none)
+ *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
+ *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
+ *                                         no native module takes (handoff.h)
+ * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
+ * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "handoff.h"
+#include "server.h"
+#include "xd.h"
+
+static uv_loop_t *loop;
+static xd_server *server;
+static xd_node *node;
+static uv_signal_t sigs[6];
+static size_t nsigs;
+static uv_timer_t exit_timer;
+
+static void die(const char *what, const char *detail) {
+  fprintf(stderr, "execd: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  exit(1);
+}
+
+/* the whole content of an inherited fd (the token pipe), then closed */
+static char *read_fd(int fd) {
+  size_t cap = 256, len = 0;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  for (;;) {
+    if (len + 1 >= cap) {
+      if (cap >= 1u << 20) break;
+      char *n = realloc(s, cap *= 2);
+      if (!n) break;
+      s = n;
+    }
+    ssize_t r = read(fd, s + len, cap - len - 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      free(s);
+      close(fd);
+      return NULL;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  s[len] = 0;
+  return s;
+}
+
+static int node_running(void) { return node && xd_node_running(node); }
+
+static void on_exit_timer(uv_timer_t *t) {
+  (void)t;
+  exit(0);
+}
+
+static void shutdown_all(void) {
+  for (size_t i = 0; i < nsigs; i++) uv_close((uv_handle_t *)&sigs[i], NULL);
+  nsigs = 0;
+  xd_server_close(server);
+  xd_node_close(node);
+  node = NULL;
+  /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
+  uv_timer_init(loop, &exit_timer);
+  uv_timer_start(&exit_timer, on_exit_timer, 2000, 0);
+  uv_unref((uv_handle_t *)&exit_timer);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  (void)h;
+  if (sig == SIGTERM || sig == SIGINT) {
+    shutdown_all();
+    return;
+  }
+  /* --signal-forwarding: a signal execd received goes on to the foreground command, which the Node execd runs */
+  int pid = node ? xd_node_pid(node) : 0;
+  if (pid > 0) kill(pid, sig);
+}
+
+int main(int argc, char **argv) {
+  const char *socket_path = NULL, *port_s = NULL, *host = "127.0.0.1", *workspace = "/workspace";
+  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL;
+  const char *token = getenv("EXECD_ACCESS_TOKEN");
+  int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD };
+  static const struct option opts[] = {
+      {"socket", required_argument, NULL, O_SOCKET},
+      {"port", required_argument, NULL, O_PORT},
+      {"host", required_argument, NULL, O_HOST},
+      {"access-token", required_argument, NULL, O_TOKEN},
+      {"access-token-fd", required_argument, NULL, O_TOKEN_FD},
+      {"workspace", required_argument, NULL, O_WORKSPACE},
+      {"pty-exit-race", no_argument, NULL, O_RACE},
+      {"signal-forwarding", no_argument, NULL, O_SIGFWD},
+      {"pty-close-linger", no_argument, NULL, O_LINGER},
+      {"command-tail-ms", required_argument, NULL, O_TAIL},
+      {"node", required_argument, NULL, O_NODE},
+      {"node-execd", required_argument, NULL, O_NODE_EXECD},
+      {NULL, 0, NULL, 0},
+  };
+  int o;
+  opterr = 0;
+  while ((o = getopt_long_only(argc, argv, "", opts, NULL)) != -1) {
+    switch (o) {
+      case O_SOCKET: socket_path = optarg; break;
+      case O_PORT: port_s = optarg; break;
+      case O_HOST: host = optarg; break;
+      case O_TOKEN: token = optarg; break;
+      case O_TOKEN_FD: token_fd_s = optarg; break;
+      case O_WORKSPACE: workspace = optarg; break;
+      case O_RACE: pty_exit_race = 1; break;
+      case O_SIGFWD: signal_forwarding = 1; break;
+      case O_LINGER: pty_close_linger = 1; break;
+      case O_TAIL: tail_s = optarg; break;
+      case O_NODE: node_path = optarg; break;
+      case O_NODE_EXECD: node_execd = optarg; break;
+      default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
+    }
+  }
+  if (optind < argc) die("unexpected argument", argv[optind]);
+  if (!node_path || !node_execd) die("--node and --node-execd are required (the Node execd serves the routes this one does not)", NULL);
+  char *token_buf = NULL;
+  if (token_fd_s) {
+    char *end;
+    long fd = strtol(token_fd_s, &end, 10);
+    if (*end || fd < 0 || fd > 65535) die("--access-token-fd is not a descriptor number", token_fd_s);
+    if (!(token_buf = read_fd((int)fd))) die("--access-token-fd could not be read", token_fd_s);
+    token = token_buf;
+  }
+  /* the token must not reach commands through the environment */
+  unsetenv("EXECD_ACCESS_TOKEN");
+  if (!token) token = "";
+  char *end;
+  long tail = strtol(tail_s, &end, 10);
+  if (*end || tail < 0) tail = 0; /* main.js: Math.max(0, Number(x) || 0) */
+  int port = 44772;
+  if (port_s) {
+    long p = strtol(port_s, &end, 10);
+    if (*end || p < 0 || p > 65535) die("--port is not a port number", port_s);
+    port = (int)p;
+  }
+  if (!signal_forwarding) signal(SIGPIPE, SIG_IGN);
+  loop = uv_default_loop();
+
+  xd_ctx ctx = {
+      .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
+      .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
+  };
+  (void)ctx;
+
+  /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
+  char port_arg[16] = "", tail_arg[24];
+  snprintf(tail_arg, sizeof tail_arg, "%ld", tail);
+  const char *nargs[20];
+  size_t na = 0;
+  nargs[na++] = node_execd;
+  if (socket_path) nargs[na++] = "--socket", nargs[na++] = socket_path;
+  else nargs[na++] = "--port", nargs[na++] = port_arg, nargs[na++] = "--host", nargs[na++] = host;
+  nargs[na++] = "--workspace", nargs[na++] = workspace;
+  nargs[na++] = "--command-tail-ms", nargs[na++] = tail_arg;
+  if (pty_exit_race) nargs[na++] = "--pty-exit-race";
+  if (signal_forwarding) nargs[na++] = "--signal-forwarding";
+  if (pty_close_linger) nargs[na++] = "--pty-close-linger";
+  nargs[na] = NULL;
+  node = xd_node_new(&(xd_node_opts){.loop = loop, .node = node_path, .args = nargs, .token = token});
+  if (!node) die("out of memory", NULL);
+
+  server = xd_server_new(&(xd_server_opts){
+      .loop = loop, .token = token, .routes = NULL, .nroutes = 0, .handoff = xd_node_give, .handoff_arg = node});
+  if (!server) die("out of memory", NULL);
+  int rc, bound = 0;
+  if (socket_path) rc = xd_server_listen_unix(server, socket_path);
+  else rc = xd_server_listen_tcp(server, host, port, &bound);
+  if (rc != 0) die("cannot listen", uv_strerror(rc));
+  snprintf(port_arg, sizeof port_arg, "%d", bound);
+
+  int handled[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGPIPE, SIGWINCH};
+  for (size_t i = 0; i < (signal_forwarding ? 6u : 2u); i++) {
+    uv_signal_init(loop, &sigs[nsigs]);
+    uv_signal_start(&sigs[nsigs], on_signal, handled[i]);
+    nsigs++;
+  }
+
+  if (socket_path) printf("execd ready\n");
+  else printf("execd ready %d\n", bound);
+  fflush(stdout);
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
+  free(token_buf);
+  return 0;
+}

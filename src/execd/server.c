@@ -1,0 +1,1121 @@
+/* The C execd's HTTP/1.1 server (see server.h, xd.h). */
+#include "server.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/buf.h"
+
+/* what a request line/header/chunk-size line may not exceed on its own, and a chunk trailer section in all */
+#define LINE_LIMIT 4096u
+/* read no further while this much of later (pipelined) requests waits behind the one being answered */
+#define PIPELINE_HOLD (256u * 1024u)
+
+static const char UNAUTHORIZED[] = "{\"error\":\"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN\"}";
+static const char TOO_LARGE[] = "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"request body larger than 67108864 bytes\"}";
+/* Go's net/http answer to a request it cannot parse (http.js answerBadRequest); the connection is closed after it */
+static const char GO_BAD_REQUEST[] =
+    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request";
+/* Node's http server answer to a head over its limit (what execd answered before the C server) */
+/* Go's answer to an HTTP/1.1 request without a Host header */
+static const char GO_NO_HOST[] = "HTTP/1.1 400 Bad Request: missing required Host header\r\nContent-Type: text/plain; "
+                                 "charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host header";
+static const char HEAD_TOO_LARGE[] = "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n";
+
+typedef struct conn conn;
+
+struct xd_res {
+  conn *c;           /* NULL once the connection is gone */
+  int streaming;
+  int closed;        /* the client went away */
+  int close_after;   /* the answer closes the connection */
+  int in_gone;       /* its on_close callback is running */
+  void (*on_close)(void *);
+  void *on_close_arg;
+  void (*on_drain)(void *);
+  void *on_drain_arg;
+};
+
+enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF };
+enum { ACT_ROUTE, ACT_UNAUTHORIZED, ACT_PING, ACT_TOO_LARGE };
+enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
+
+struct conn {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } h;
+  uv_timer_t idle;
+  int open_handles;
+  xd_server *srv;
+  conn *prev, *next;
+  int is_unix;
+  int closing;
+  int eof;
+  int reading;
+  int in_process;
+  size_t pending_writes;
+  osb_buf in; /* unconsumed bytes: the current request (unless discarded) and what follows */
+  int state;
+  /* the current request */
+  char *head;   /* copy of request line + headers, tokenised in place */
+  size_t head_len; /* raw bytes of the head in `in` (0 once consumed: discarding) */
+  char **kv;
+  size_t nkv;
+  xd_req req;
+  char *path, *query;
+  int action;
+  int chunked;
+  int discard;   /* body bytes are consumed, not kept */
+  int unbounded; /* discarding without a limit (the 401 / ping answer comes after the body) */
+  int too_large;
+  uint64_t cl_left;
+  int ch_state;
+  uint64_t ch_left;
+  size_t trailer_bytes;
+  size_t pos;    /* parse position in `in` (body) */
+  uint64_t body_total;
+  osb_buf body;
+  xd_res *res;
+  int handoff_pending; /* waiting for writes to finish before the fd goes */
+  int close_pending;   /* close once writes are done */
+};
+
+struct xd_server {
+  xd_server_opts o;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } l;
+  int listening;
+  int is_unix;
+  int closing;
+  conn *conns;
+  char date[40];
+  time_t date_at;
+};
+
+typedef struct {
+  uv_write_t w;
+  conn *c;
+  size_t len;
+  char data[];
+} wreq;
+
+static void conn_close(conn *c);
+static void process(conn *c);
+
+/* ---------------------------------------------------------------- small helpers */
+
+static const char *status_text(int s) {
+  switch (s) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Request Entity Too Large";
+    case 416: return "Requested Range Not Satisfiable";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    default: return "";
+  }
+}
+
+static const char *http_date(xd_server *s) {
+  time_t now = time(NULL);
+  if (now != s->date_at) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(s->date, sizeof s->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    s->date_at = now;
+  }
+  return s->date;
+}
+
+static int hexval(int ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+static int is_tchar(unsigned char ch) {
+  return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+/* a comma-separated header value contains `token` (case-insensitive) */
+static int has_token(const char *v, const char *token) {
+  if (!v) return 0;
+  size_t tl = strlen(token);
+  const char *p = v;
+  while (*p) {
+    while (*p == ' ' || *p == '\t' || *p == ',') p++;
+    const char *e = p;
+    while (*e && *e != ',') e++;
+    const char *t = e;
+    while (t > p && (t[-1] == ' ' || t[-1] == '\t')) t--;
+    if ((size_t)(t - p) == tl && strncasecmp(p, token, tl) == 0) return 1;
+    p = e;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the request target (http.js parseTarget) */
+
+static int path_keep(unsigned char ch) {
+  return isalnum(ch) || (ch && strchr("-._~!$&'()*+,;=:@", ch) != NULL);
+}
+
+int xd_parse_target(const char *raw, size_t len, xd_target *t) {
+  memset(t, 0, sizeof *t);
+  if (len == 0) return t->error = "empty request target", -1;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)raw[i];
+    if (ch < 0x21 || ch > 0x7e) return t->error = "request target with a space, control or non-ASCII byte", -1;
+  }
+  const char *p = raw, *end = raw + len;
+  int slash_prefix = 0;
+  size_t skip = 0;
+  if (len >= 7 && strncasecmp(p, "http://", 7) == 0) skip = 7;
+  else if (len >= 8 && strncasecmp(p, "https://", 8) == 0) skip = 8;
+  if (skip) {
+    p += skip;
+    while (p < end && *p != '/' && *p != '?' && *p != '#') p++;
+    if (p == end || *p == '?') slash_prefix = 1;
+  }
+  if (!slash_prefix && (p == end || *p != '/')) return t->error = "request target must be a path or an absolute http URL", -1;
+  if (memchr(p, '#', (size_t)(end - p))) return t->error = "fragment (#) in request target", -1;
+  const char *q = memchr(p, '?', (size_t)(end - p));
+  const char *pend = q ? q : end;
+  osb_buf out = {0};
+  if (osb_buf_append(&out, "/", 1) != 0) return -1;
+  /* segments of the path after its leading '/' (or of "" when the absolute form had none) */
+  const char *seg = slash_prefix ? p : p + 1;
+  for (;;) {
+    const char *se = seg;
+    while (se < pend && *se != '/') se++;
+    int last = se >= pend;
+    size_t sl = (size_t)(se - seg);
+    for (size_t i = 0; i < sl; i++) {
+      if (seg[i] == '%' && !(i + 2 < sl && hexval(seg[i + 1]) >= 0 && hexval(seg[i + 2]) >= 0)) {
+        osb_buf_free(&out);
+        t->malformed = 1;
+        return t->error = "invalid URL escape", -1;
+      }
+    }
+    if (sl == 0 && !last) {
+      osb_buf_free(&out);
+      return t->error = "empty path segment (//) in request target", -1;
+    }
+    for (size_t i = 0; i < sl; i++) {
+      if (seg[i] == '\\' || (seg[i] == '%' && ((seg[i + 1] == '2' && (seg[i + 2] == 'f' || seg[i + 2] == 'F')) ||
+                                                (seg[i + 1] == '5' && (seg[i + 2] == 'c' || seg[i + 2] == 'C'))))) {
+        osb_buf_free(&out);
+        return t->error = "encoded or backslash path separator in request target", -1;
+      }
+    }
+    size_t decoded = 0;
+    int dots = 0;
+    for (size_t i = 0; i < sl; i++) {
+      unsigned char ch = (unsigned char)seg[i];
+      if (ch == '%') {
+        ch = (unsigned char)(hexval(seg[i + 1]) * 16 + hexval(seg[i + 2]));
+        i += 2;
+      }
+      decoded++;
+      if (ch == '.') dots++;
+      int rc = path_keep(ch) ? osb_buf_append(&out, &ch, 1) : osb_buf_appendf(&out, "%%%02X", ch);
+      if (rc != 0) {
+        osb_buf_free(&out);
+        return -1;
+      }
+    }
+    if ((decoded == 1 || decoded == 2) && dots == (int)decoded) {
+      osb_buf_free(&out);
+      return t->error = "dot segment (. or ..) in request path", -1;
+    }
+    if (last) break;
+    if (osb_buf_append(&out, "/", 1) != 0) {
+      osb_buf_free(&out);
+      return -1;
+    }
+    seg = se + 1;
+  }
+  size_t ql = q ? (size_t)(end - q - 1) : 0;
+  t->query = malloc(ql + 1);
+  if (!t->query) {
+    osb_buf_free(&out);
+    return -1;
+  }
+  if (ql) memcpy(t->query, q + 1, ql);
+  t->query[ql] = 0;
+  t->path = osb_buf_steal(&out, NULL);
+  if (!t->path) {
+    free(t->query);
+    t->query = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+int xd_server_native_candidate(const char *method, const char *path) {
+  if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
+  return strcmp(method, "POST") == 0 && strcmp(path, "/directories") == 0;
+}
+
+/* ---------------------------------------------------------------- xd.h: request accessors */
+
+const char *xd_header(const xd_req *r, const char *name) {
+  for (size_t i = 0; i < r->nheaders; i++)
+    if (strcmp(r->header_kv[2 * i], name) == 0) return r->header_kv[2 * i + 1];
+  return NULL;
+}
+
+/* decodes s[0..n) ('+' = space, %XX) into a malloc'd string */
+static char *query_decode(const char *s, size_t n) {
+  char *out = malloc(n + 1);
+  if (!out) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '+') out[o++] = ' ';
+    else if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+      out[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+      i += 2;
+    } else out[o++] = s[i];
+  }
+  out[o] = 0;
+  return out;
+}
+
+char *xd_query(const xd_req *r, const char *key) {
+  const char *p = r->query;
+  while (*p) {
+    const char *e = strchr(p, '&');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    const char *eq = memchr(p, '=', n);
+    size_t kl = eq ? (size_t)(eq - p) : n;
+    char *k = query_decode(p, kl);
+    if (!k) return NULL;
+    int match = strcmp(k, key) == 0;
+    free(k);
+    if (match) return eq ? query_decode(eq + 1, n - kl - 1) : query_decode("", 0);
+    if (!e) break;
+    p = e + 1;
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static void after_write(uv_write_t *w, int status) {
+  wreq *r = (wreq *)w;
+  conn *c = r->c;
+  free(r);
+  c->pending_writes--;
+  if (status < 0 && !c->closing) {
+    conn_close(c);
+    return;
+  }
+  if (c->closing) return;
+  xd_res *res = c->res;
+  if (res && res->on_drain && uv_stream_get_write_queue_size(&c->h.stream) == 0) {
+    void (*fn)(void *) = res->on_drain;
+    res->on_drain = NULL;
+    fn(res->on_drain_arg);
+  }
+  if (c->pending_writes == 0) {
+    if (c->close_pending) conn_close(c);
+    else if (c->handoff_pending) process(c);
+  }
+}
+
+/* queues bytes on the connection; -1 when it is gone */
+static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t blen) {
+  if (c->closing) return -1;
+  wreq *r = malloc(sizeof *r + alen + blen);
+  if (!r) {
+    conn_close(c);
+    return -1;
+  }
+  r->c = c;
+  r->len = alen + blen;
+  if (alen) memcpy(r->data, a, alen);
+  if (blen) memcpy(r->data + alen, b, blen);
+  uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
+  if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
+    free(r);
+    conn_close(c);
+    return -1;
+  }
+  c->pending_writes++;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- request lifecycle */
+
+static void request_reset(conn *c) {
+  free(c->head);
+  free(c->kv);
+  free(c->path);
+  free(c->query);
+  osb_buf_free(&c->body);
+  c->head = NULL;
+  c->kv = NULL;
+  c->path = c->query = NULL;
+  c->nkv = 0;
+  c->head_len = 0;
+  memset(&c->req, 0, sizeof c->req);
+  c->action = ACT_ROUTE;
+  c->chunked = c->discard = c->unbounded = c->too_large = 0;
+  c->cl_left = 0;
+  c->ch_state = CH_SIZE;
+  c->ch_left = 0;
+  c->trailer_bytes = 0;
+  c->pos = 0;
+  c->body_total = 0;
+  c->state = ST_HEAD;
+}
+
+static void idle_fire(uv_timer_t *t) { conn_close(t->data); }
+
+static void idle_arm(conn *c) {
+  if (!c->closing) uv_timer_start(&c->idle, idle_fire, XD_IDLE_MS, 0);
+}
+
+static void read_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  conn *c = h->data;
+  size_t want = c->in.len > 65536 ? c->in.len : 65536;
+  if (osb_buf_reserve_exact(&c->in, want) != 0) {
+    *buf = uv_buf_init(NULL, 0);
+    return;
+  }
+  *buf = uv_buf_init(c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void reading(conn *c, int on) {
+  if (c->closing || c->eof || on == c->reading) return;
+  if (on) {
+    if (uv_read_start(&c->h.stream, read_alloc, on_read) == 0) c->reading = 1;
+  } else {
+    uv_read_stop(&c->h.stream);
+    c->reading = 0;
+  }
+}
+
+/* the route finished its answer (or the answer was the server's own): on to the next request */
+static void request_done(conn *c) {
+  xd_res *res = c->res;
+  c->res = NULL;
+  int close_after = res ? res->close_after : 0;
+  free(res);
+  if (c->head_len || c->pos) osb_buf_consume(&c->in, c->discard ? c->pos : c->head_len + c->pos);
+  int wants_close = c->req.wants_close;
+  request_reset(c);
+  if (c->in.len == 0 && c->in.cap > 4u * 65536u) osb_buf_free(&c->in);
+  if (close_after || wants_close || c->eof) {
+    reading(c, 0);
+    if (c->pending_writes == 0) conn_close(c);
+    else c->close_pending = 1;
+    return;
+  }
+  reading(c, 1);
+  if (!c->in_process) process(c);
+}
+
+/* the client is gone: tell the route, then close */
+static void res_gone(xd_res *res) {
+  res->closed = 1;
+  res->c = NULL;
+  void (*drain)(void *) = res->on_drain;
+  res->on_drain = NULL;
+  if (drain) drain(res->on_drain_arg);
+  void (*fn)(void *) = res->on_close;
+  res->on_close = NULL;
+  if (fn) {
+    res->in_gone = 1;
+    fn(res->on_close_arg);
+    free(res); /* the route no longer touches it (xd.h) */
+  }
+  /* without an on_close callback the route still owns it until it finishes it (then freed there) */
+}
+
+static void conn_freed(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->open_handles > 0) return;
+  request_reset(c);
+  osb_buf_free(&c->in);
+  free(c);
+}
+
+static void conn_close(conn *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  xd_server *s = c->srv;
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  uv_timer_stop(&c->idle);
+  xd_res *res = c->res;
+  c->res = NULL;
+  if (res) res_gone(res);
+  uv_close((uv_handle_t *)&c->idle, conn_freed);
+  uv_close(&c->h.handle, conn_freed);
+}
+
+/* raw answer + close (bad framing, head too large, refusals that end the connection) */
+static void answer_raw_close(conn *c, const char *text) {
+  c->state = ST_ROUTED;
+  reading(c, 0);
+  if (conn_write(c, text, strlen(text), NULL, 0) != 0) return;
+  c->close_pending = 1;
+}
+
+/* hands the connection to Node once every earlier answer is written */
+static void handoff_now(conn *c) {
+  c->state = ST_HANDOFF;
+  reading(c, 0);
+  uv_timer_stop(&c->idle);
+  if (c->pending_writes > 0) {
+    c->handoff_pending = 1;
+    return;
+  }
+  c->handoff_pending = 0;
+  uv_os_fd_t fd;
+  int dupfd = -1;
+  if (uv_fileno(&c->h.handle, &fd) == 0) dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dupfd >= 0 && c->srv->o.handoff) c->srv->o.handoff(c->srv->o.handoff_arg, dupfd, c->is_unix, c->in.data, c->in.len);
+  else if (dupfd >= 0) close(dupfd);
+  conn_close(c);
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+/* end of the head (past its blank line) in in[0..len), or 0 when it is not all in */
+static size_t head_end(const char *d, size_t len) {
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (d[i] != '\n') continue;
+    if (d[i + 1] == '\n') return i + 2;
+    if (d[i + 1] == '\r' && i + 2 < len && d[i + 2] == '\n') return i + 3;
+  }
+  return 0;
+}
+
+/* next line of the head copy at *p (terminated, CR stripped); NULL at the end */
+static char *next_line(char **p) {
+  char *s = *p;
+  char *nl = strchr(s, '\n');
+  if (!nl) return NULL;
+  *nl = 0;
+  if (nl > s && nl[-1] == '\r') nl[-1] = 0;
+  *p = nl + 1;
+  return s;
+}
+
+/* Parses the head of `len` bytes at the start of `in`. Returns 0, 1 a refused target (req.query: its text, NULL for a
+ * malformed escape), -1 bad framing (400), -2 OOM, -3 no Host header (HTTP/1.1). */
+static int parse_head(conn *c, size_t len) {
+  c->head = malloc(len + 1);
+  if (!c->head) return -2;
+  memcpy(c->head, c->in.data, len);
+  c->head[len] = 0;
+  if (memchr(c->head, 0, len)) return -1;
+  c->head_len = len;
+  char *p = c->head;
+  char *line = next_line(&p);
+  if (!line) return -1;
+  /* METHOD SP target SP HTTP/1.x */
+  char *sp1 = strchr(line, ' ');
+  if (!sp1 || sp1 == line) return -1;
+  *sp1 = 0;
+  for (char *m = line; *m; m++)
+    if (!is_tchar((unsigned char)*m)) return -1;
+  char *target = sp1 + 1;
+  char *sp2 = strchr(target, ' ');
+  if (!sp2 || sp2 == target) return -1;
+  *sp2 = 0;
+  const char *version = sp2 + 1;
+  int http10;
+  if (strcmp(version, "HTTP/1.1") == 0) http10 = 0;
+  else if (strcmp(version, "HTTP/1.0") == 0) http10 = 1;
+  else return -1;
+  for (const char *t = target; *t; t++)
+    if ((unsigned char)*t < 0x20 || *t == 0x7f) return -1;
+  c->req.method = line;
+  /* headers: count the lines first */
+  size_t n = 0;
+  for (char *q = p; *q; q++)
+    if (*q == '\n') n++;
+  c->kv = malloc((2 * n + 2) * sizeof *c->kv);
+  if (!c->kv) return -2;
+  c->nkv = 0;
+  while ((line = next_line(&p)) != NULL) {
+    if (*line == 0) break;
+    if (*line == ' ' || *line == '\t') return -1; /* obsolete line folding */
+    char *colon = strchr(line, ':');
+    if (!colon || colon == line) return -1;
+    for (char *k = line; k < colon; k++) {
+      if (!is_tchar((unsigned char)*k)) return -1;
+      *k = (char)tolower((unsigned char)*k);
+    }
+    *colon = 0;
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    char *e = v + strlen(v);
+    while (e > v && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+    for (char *k = v; *k; k++)
+      if (((unsigned char)*k < 0x20 && *k != '\t') || *k == 0x7f) return -1;
+    c->kv[2 * c->nkv] = line;
+    c->kv[2 * c->nkv + 1] = v;
+    c->nkv++;
+  }
+  c->req.header_kv = (const char *const *)c->kv;
+  c->req.nheaders = c->nkv;
+  /* framing */
+  const char *cl = NULL, *te = NULL;
+  for (size_t i = 0; i < c->nkv; i++) {
+    if (strcmp(c->kv[2 * i], "content-length") == 0) {
+      const char *v = c->kv[2 * i + 1];
+      if (!*v || strspn(v, "0123456789") != strlen(v) || strlen(v) > 15) return -1;
+      if (cl && strcmp(cl, v) != 0) return -1;
+      cl = v;
+    } else if (strcmp(c->kv[2 * i], "transfer-encoding") == 0) {
+      if (te || strcasecmp(c->kv[2 * i + 1], "chunked") != 0) return -1;
+      te = c->kv[2 * i + 1];
+    }
+  }
+  if (cl && te) return -1;
+  if (!http10 && !xd_header(&c->req, "host")) return -3;
+  c->chunked = te != NULL;
+  c->cl_left = cl ? strtoull(cl, NULL, 10) : 0;
+  const char *connection = xd_header(&c->req, "connection");
+  c->req.wants_close = has_token(connection, "close") || (http10 && !has_token(connection, "keep-alive"));
+  /* the target, once (an error is kept for the answer) */
+  xd_target t;
+  int rc = xd_parse_target(target, strlen(target), &t);
+  if (rc != 0 && !t.error) return -2;
+  if (rc != 0) {
+    c->req.path = NULL;
+    c->path = NULL;
+    /* remembered in `query` as the refusal's text; malformed: the raw Go answer */
+    c->req.query = t.malformed ? NULL : t.error;
+    return 1;
+  }
+  c->path = t.path;
+  c->query = t.query;
+  c->req.path = c->path;
+  c->req.query = c->query;
+  return 0;
+}
+
+static int is_upgrade(const conn *c) {
+  return xd_header(&c->req, "upgrade") != NULL && has_token(xd_header(&c->req, "connection"), "upgrade");
+}
+
+static int token_ok(const conn *c) {
+  const char *want = c->srv->o.token;
+  if (!want || !*want) return 1;
+  const char *got = xd_header(&c->req, "x-execd-access-token");
+  if (!got) return 0;
+  size_t wl = strlen(want), gl = strlen(got);
+  unsigned char diff = (unsigned char)(wl != gl);
+  for (size_t i = 0; i < wl; i++) diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
+  return diff == 0;
+}
+
+/* body bytes [from, from+n) of `in` belong to the request: kept, or counted and dropped */
+static int body_take(conn *c, size_t from, size_t n) {
+  c->body_total += n;
+  if (c->discard) return 0;
+  if (c->body_total > XD_BODY_LIMIT) {
+    c->too_large = 1;
+    c->discard = 1;
+    osb_buf_free(&c->body);
+    return 0;
+  }
+  return osb_buf_append(&c->body, c->in.data + from, n);
+}
+
+/* Reads body bytes from `in`. Returns 1 complete, 0 needs more, -1 bad framing, -2 OOM, 2 too large at once. */
+static int read_body(conn *c) {
+  size_t base = c->discard ? 0 : c->head_len;
+  for (;;) {
+    size_t avail = c->in.len - base - c->pos;
+    const char *d = c->in.data + base + c->pos;
+    if (!c->chunked) {
+      if (c->cl_left == 0) return 1;
+      if (avail == 0) return 0;
+      size_t n = avail < c->cl_left ? avail : (size_t)c->cl_left;
+      if (body_take(c, base + c->pos, n) != 0) return -2;
+      c->pos += n;
+      c->cl_left -= n;
+    } else if (c->ch_state == CH_SIZE || c->ch_state == CH_TRAILER) {
+      const char *nl = memchr(d, '\n', avail);
+      if (!nl) return avail > LINE_LIMIT ? -1 : 0;
+      size_t ll = (size_t)(nl - d) + 1;
+      size_t content = ll - 1 - (ll >= 2 && nl[-1] == '\r');
+      if (c->ch_state == CH_TRAILER) {
+        c->trailer_bytes += ll;
+        if (c->trailer_bytes > XD_HEAD_LIMIT) return -1;
+        c->pos += ll;
+        if (content == 0) return 1;
+        continue;
+      }
+      uint64_t size = 0;
+      size_t i = 0;
+      for (; i < content && hexval(d[i]) >= 0; i++) {
+        if (size >> 56) return -1;
+        size = size * 16 + (uint64_t)hexval(d[i]);
+      }
+      if (i == 0 || (i < content && d[i] != ';' && d[i] != ' ' && d[i] != '\t')) return -1;
+      c->pos += ll;
+      if (size == 0) c->ch_state = CH_TRAILER;
+      else {
+        c->ch_state = CH_DATA;
+        c->ch_left = size;
+      }
+    } else if (c->ch_state == CH_DATA) {
+      if (avail == 0) return 0;
+      size_t n = avail < c->ch_left ? avail : (size_t)c->ch_left;
+      if (body_take(c, base + c->pos, n) != 0) return -2;
+      c->pos += n;
+      c->ch_left -= n;
+      if (c->ch_left == 0) c->ch_state = CH_DATA_END;
+    } else { /* CH_DATA_END */
+      if (avail == 0) return 0;
+      if (d[0] == '\n') c->pos += 1;
+      else if (d[0] == '\r') {
+        if (avail < 2) return 0;
+        if (d[1] != '\n') return -1;
+        c->pos += 2;
+      } else return -1;
+      c->ch_state = CH_SIZE;
+    }
+    if (c->too_large && !c->unbounded && c->body_total > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) return 2;
+    if (c->discard) { /* nothing of a discarded body is kept */
+      osb_buf_consume(&c->in, base + c->pos);
+      base = 0;
+      c->pos = 0;
+      c->head_len = 0;
+    }
+  }
+}
+
+static xd_res *new_res(conn *c) {
+  xd_res *r = calloc(1, sizeof *r);
+  if (r) r->c = c;
+  return r;
+}
+
+/* the request is in (head and body): answer it or route it */
+static void dispatch(conn *c) {
+  c->state = ST_ROUTED;
+  uv_timer_stop(&c->idle);
+  c->res = new_res(c);
+  if (!c->res) {
+    conn_close(c);
+    return;
+  }
+  if (!c->discard) {
+    if (!c->body.data && osb_buf_reserve_exact(&c->body, 0) != 0) {
+      conn_close(c);
+      return;
+    }
+    c->req.body = c->body.data;
+    c->req.body_len = c->body.len;
+  } else {
+    c->req.body = "";
+    c->req.body_len = 0;
+  }
+  if (c->action == ACT_UNAUTHORIZED) {
+    xd_send_json(c->res, 401, UNAUTHORIZED, sizeof UNAUTHORIZED - 1);
+    return;
+  }
+  if (c->too_large) {
+    xd_send_json(c->res, 413, TOO_LARGE, sizeof TOO_LARGE - 1);
+    return;
+  }
+  if (c->action == ACT_PING) {
+    xd_send_empty(c->res);
+    return;
+  }
+  xd_res *res = c->res;
+  for (size_t i = 0; i < c->srv->o.nroutes; i++) {
+    const xd_route *r = &c->srv->o.routes[i];
+    if (r->route(r->module, &c->req, res)) return;
+  }
+  xd_handoff(res);
+}
+
+/* handles what is buffered, one request at a time */
+static void process(conn *c) {
+  if (c->in_process) return;
+  c->in_process = 1;
+  while (!c->closing) {
+    if (c->state == ST_HANDOFF) {
+      if (c->pending_writes == 0) handoff_now(c);
+      break;
+    }
+    if (c->state == ST_ROUTED) break;
+    if (c->state == ST_HEAD) {
+      size_t skip = 0;
+      while (skip < c->in.len && (c->in.data[skip] == '\r' || c->in.data[skip] == '\n')) skip++;
+      if (skip) osb_buf_consume(&c->in, skip);
+      if (c->in.len == 0) {
+        if (c->eof) conn_close(c);
+        break;
+      }
+      size_t end = head_end(c->in.data, c->in.len);
+      if (end == 0 || end > XD_HEAD_LIMIT) {
+        if (end > XD_HEAD_LIMIT || c->in.len > XD_HEAD_LIMIT) answer_raw_close(c, HEAD_TOO_LARGE);
+        else if (c->eof) conn_close(c);
+        break;
+      }
+      uv_timer_stop(&c->idle);
+      int rc = parse_head(c, end);
+      if (rc == -2) {
+        conn_close(c);
+        break;
+      }
+      if (rc == -1 || rc == -3) {
+        answer_raw_close(c, rc == -3 ? GO_NO_HOST : GO_BAD_REQUEST);
+        break;
+      }
+      if (is_upgrade(c)) { /* WebSocket: Node's, target and token checks included */
+        handoff_now(c);
+        break;
+      }
+      if (rc == 1) { /* a refused target: answered in order, the connection closed after it */
+        c->state = ST_ROUTED;
+        c->res = new_res(c);
+        if (!c->res) {
+          conn_close(c);
+          break;
+        }
+        if (!c->req.query) {
+          answer_raw_close(c, GO_BAD_REQUEST);
+          break;
+        }
+        osb_buf b = {0};
+        if (osb_buf_appendf(&b, "{\"code\":\"INVALID_REQUEST_PATH\",\"message\":\"%s\"}", c->req.query) != 0) {
+          conn_close(c);
+          break;
+        }
+        static const char *const close_hdr[] = {"Content-Type: application/json; charset=utf-8", "Connection: close"};
+        c->req.query = "";
+        xd_send(c->res, 400, close_hdr, 2, b.data, b.len);
+        osb_buf_free(&b);
+        break;
+      }
+      if (!token_ok(c)) {
+        c->action = ACT_UNAUTHORIZED; /* the body is read first (a proxy in front still writing it) */
+        c->discard = c->unbounded = 1;
+      } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
+        c->action = ACT_PING;
+        c->discard = c->unbounded = 1;
+      } else if (!xd_server_native_candidate(c->req.method, c->path)) {
+        handoff_now(c);
+        break;
+      } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
+        c->too_large = c->discard = 1;
+        if (c->cl_left > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) {
+          c->req.wants_close = 1;
+          dispatch(c);
+          continue;
+        }
+      }
+      if (c->discard) { /* the head is not needed any more: nothing of this request goes to Node */
+        osb_buf_consume(&c->in, c->head_len);
+        c->head_len = 0;
+      }
+      c->state = ST_BODY;
+    }
+    /* ST_BODY */
+    int rc = read_body(c);
+    if (rc == 0) {
+      if (c->eof) conn_close(c);
+      break;
+    }
+    if (rc == -2) {
+      conn_close(c);
+      break;
+    }
+    if (rc == -1) {
+      answer_raw_close(c, GO_BAD_REQUEST);
+      break;
+    }
+    if (rc == 2) c->req.wants_close = 1;
+    dispatch(c);
+  }
+  if (!c->closing) {
+    /* hold later pipelined requests while one is answered; read on while a head or body is incomplete */
+    if (c->state == ST_ROUTED && c->in.len > PIPELINE_HOLD) reading(c, 0);
+    else if (c->state == ST_HEAD || c->state == ST_BODY) {
+      reading(c, 1);
+      idle_arm(c); /* a request that does not come (or come whole) within XD_IDLE_MS closes the connection */
+    }
+  }
+  c->in_process = 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  conn *c = s->data;
+  if (n == 0) return;
+  if (n < 0) {
+    reading(c, 0);
+    if (n != UV_EOF || c->state == ST_ROUTED) { /* reset, or the client left while its answer is under way */
+      conn_close(c);
+      return;
+    }
+    c->eof = 1;
+    c->reading = 0;
+    process(c);
+    return;
+  }
+  c->in.len += (size_t)n;
+  c->in.data[c->in.len] = 0;
+  process(c);
+}
+
+/* ---------------------------------------------------------------- xd.h: answers */
+
+static void finish(xd_res *res, int close_after) {
+  conn *c = res->c;
+  if (!c) { /* the client went away; the route has now finished with it */
+    if (!res->in_gone) free(res);
+    return;
+  }
+  res->close_after |= close_after;
+  request_done(c);
+}
+
+void xd_send(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len) {
+  conn *c = res->c;
+  if (!c) {
+    finish(res, 0);
+    return;
+  }
+  osb_buf h = {0};
+  int has_conn = 0, close_after = 0;
+  int rc = osb_buf_appendf(&h, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  for (size_t i = 0; i < nheaders && rc == 0; i++) {
+    if (strncasecmp(headers[i], "connection:", 11) == 0) {
+      has_conn = 1;
+      if (has_token(headers[i] + 11, "close")) close_after = 1;
+    }
+    rc = osb_buf_appendf(&h, "%s\r\n", headers[i]);
+  }
+  if (rc == 0 && c->req.wants_close && !has_conn) rc = osb_buf_append_str(&h, "Connection: close\r\n");
+  if (rc == 0) rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %zu\r\n\r\n", http_date(c->srv), len);
+  if (rc != 0) {
+    osb_buf_free(&h);
+    conn_close(c);
+    finish(res, 1);
+    return;
+  }
+  conn_write(c, h.data, h.len, body, len);
+  osb_buf_free(&h);
+  finish(res, close_after);
+}
+
+void xd_send_json(xd_res *res, int status, const char *json, size_t len) {
+  static const char *const h[] = {"Content-Type: application/json; charset=utf-8"};
+  xd_send(res, status, h, 1, json, len);
+}
+
+void xd_send_error(xd_res *res, int status, const char *code, const char *message) {
+  osb_buf b = {0};
+  int rc = osb_buf_append_str(&b, "{\"code\":");
+  if (rc == 0) rc = xd_json_str((struct osb_buf *)&b, code, strlen(code));
+  if (rc == 0) rc = osb_buf_append_str(&b, ",\"message\":");
+  if (rc == 0) rc = xd_json_str((struct osb_buf *)&b, message, strlen(message));
+  if (rc == 0) rc = osb_buf_append_str(&b, "}");
+  if (rc != 0) {
+    osb_buf_free(&b);
+    static const char oom[] = "{\"code\":\"RUNTIME_ERROR\",\"message\":\"out of memory\"}";
+    xd_send_json(res, 500, oom, sizeof oom - 1);
+    return;
+  }
+  xd_send_json(res, status, b.data, b.len);
+  osb_buf_free(&b);
+}
+
+void xd_send_empty(xd_res *res) { xd_send(res, 200, NULL, 0, NULL, 0); }
+
+void xd_stream_open(xd_res *res) {
+  conn *c = res->c;
+  res->streaming = 1;
+  if (!c) return;
+  char h[400];
+  int n = snprintf(h, sizeof h,
+                   "HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\nConnection: %s\r\nContent-Type: text/event-stream\r\n"
+                   "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\nDate: %s\r\n\r\n",
+                   c->req.wants_close ? "close" : "keep-alive", http_date(c->srv));
+  conn_write(c, h, (size_t)n, NULL, 0);
+}
+
+int xd_stream_write(xd_res *res, const void *data, size_t len) {
+  conn *c = res->c;
+  if (!c || c->closing) return -1;
+  if (len == 0) return 0;
+  char pre[24];
+  int n = snprintf(pre, sizeof pre, "%zx\r\n", len);
+  wreq *r = malloc(sizeof *r + (size_t)n + len + 2);
+  if (!r) {
+    conn_close(c);
+    return -1;
+  }
+  r->c = c;
+  r->len = (size_t)n + len + 2;
+  memcpy(r->data, pre, (size_t)n);
+  memcpy(r->data + n, data, len);
+  memcpy(r->data + n + len, "\r\n", 2);
+  uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
+  if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
+    free(r);
+    conn_close(c);
+    return -1;
+  }
+  c->pending_writes++;
+  return 0;
+}
+
+size_t xd_stream_pending(const xd_res *res) {
+  return res->c ? uv_stream_get_write_queue_size(&res->c->h.stream) : 0;
+}
+
+void xd_stream_on_drain(xd_res *res, void (*fn)(void *arg), void *arg) {
+  if (!res->c || xd_stream_pending(res) == 0) {
+    fn(arg);
+    return;
+  }
+  res->on_drain = fn;
+  res->on_drain_arg = arg;
+}
+
+void xd_stream_end(xd_res *res) {
+  conn *c = res->c;
+  if (c) conn_write(c, "0\r\n\r\n", 5, NULL, 0);
+  finish(res, c ? c->req.wants_close : 0);
+}
+
+int xd_res_closed(const xd_res *res) { return res->closed || !res->c || res->c->closing; }
+
+void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg) {
+  res->on_close = fn;
+  res->on_close_arg = arg;
+}
+
+void xd_handoff(xd_res *res) {
+  conn *c = res->c;
+  if (!c) {
+    if (!res->in_gone) free(res);
+    return;
+  }
+  c->res = NULL;
+  free(res);
+  c->state = ST_HANDOFF;
+  if (!c->in_process) process(c);
+}
+
+/* ---------------------------------------------------------------- listening */
+
+static void on_connection(uv_stream_t *l, int status) {
+  xd_server *s = l->data;
+  if (status < 0 || s->closing) return;
+  conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->srv = s;
+  c->is_unix = s->is_unix;
+  int rc = s->is_unix ? uv_pipe_init(s->o.loop, &c->h.pipe, 0) : uv_tcp_init(s->o.loop, &c->h.tcp);
+  if (rc != 0) {
+    free(c);
+    return;
+  }
+  c->h.handle.data = c;
+  uv_timer_init(s->o.loop, &c->idle);
+  c->idle.data = c;
+  c->open_handles = 2;
+  request_reset(c);
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  if (uv_accept(l, &c->h.stream) != 0) {
+    conn_close(c);
+    return;
+  }
+  if (!s->is_unix) uv_tcp_nodelay(&c->h.tcp, 1);
+  idle_arm(c);
+  reading(c, 1);
+}
+
+xd_server *xd_server_new(const xd_server_opts *opts) {
+  xd_server *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->o = *opts;
+  return s;
+}
+
+int xd_server_listen_unix(xd_server *s, const char *path) {
+  int rc = uv_pipe_init(s->o.loop, &s->l.pipe, 0);
+  if (rc != 0) return rc;
+  s->l.handle.data = s;
+  s->listening = 1;
+  s->is_unix = 1;
+  if (unlink(path) != 0 && errno != ENOENT) return uv_translate_sys_error(errno);
+  if ((rc = uv_pipe_bind(&s->l.pipe, path)) != 0) return rc;
+  return uv_listen(&s->l.stream, 511, on_connection);
+}
+
+int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound) {
+  struct sockaddr_storage ss;
+  int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+  if (rc != 0 && (rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss)) != 0) return rc;
+  if ((rc = uv_tcp_init(s->o.loop, &s->l.tcp)) != 0) return rc;
+  s->l.handle.data = s;
+  s->listening = 1;
+  if ((rc = uv_tcp_bind(&s->l.tcp, (const struct sockaddr *)&ss, 0)) != 0) return rc;
+  if ((rc = uv_listen(&s->l.stream, 511, on_connection)) != 0) return rc;
+  int len = sizeof ss;
+  if ((rc = uv_tcp_getsockname(&s->l.tcp, (struct sockaddr *)&ss, &len)) != 0) return rc;
+  *bound = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  return 0;
+}
+
+static void server_freed(uv_handle_t *h) { free(h->data); }
+
+void xd_server_close(xd_server *s) {
+  if (s->closing) return;
+  s->closing = 1;
+  while (s->conns) conn_close(s->conns);
+  if (s->listening) uv_close(&s->l.handle, server_freed);
+  else free(s);
+}

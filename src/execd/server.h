@@ -1,0 +1,68 @@
+/* The C execd's HTTP/1.1 server (server.c): listens on execd's Unix socket or TCP port, parses each request once
+ * (request line, headers, Content-Length or chunked body; bounded), checks the access token, answers GET /ping, asks
+ * the native route modules in order and hands every other request, with its connection, to the Node execd through a
+ * handoff function (handoff.h). Pipelined requests are answered in order (one at a time per connection); a
+ * connection idle for XD_IDLE_MS between requests is closed. One libuv loop (the caller's), main thread only.
+ *
+ * Ownership: the server owns its connections and the xd_req/xd_res it gives the routes (xd.h). The options' strings
+ * and route table are borrowed and must outlive the server. */
+#ifndef XD_SERVER_H
+#define XD_SERVER_H
+#include <stddef.h>
+#include <uv.h>
+#include "xd.h"
+
+/* Idle keep-alive connections are closed after this long without a request (main.js: keepAliveTimeout 60 s). */
+#define XD_IDLE_MS 60000u
+/* Request line + headers larger than this are refused (431, as Node's http server with its 16 KiB default). */
+#define XD_HEAD_LIMIT (16u * 1024u)
+/* A too-large body is still read and discarded up to this many bytes past XD_BODY_LIMIT before the 413 goes out
+ * (http.js DISCARD_LIMIT); beyond it the 413 goes out at once and the connection is closed. */
+#define XD_DISCARD_LIMIT (256u * 1024u * 1024u)
+
+typedef struct {
+  void *module;
+  xd_route_fn route;
+} xd_route;
+
+/* Takes a connection for the Node execd: `fd` (a duplicate the callee owns and closes), `is_unix` its kind, and the
+ * bytes already read from it (the request being handed over and anything after it), which the callee copies. */
+typedef void (*xd_handoff_fn)(void *arg, int fd, int is_unix, const char *head, size_t len);
+
+typedef struct {
+  uv_loop_t *loop;
+  const char *token;          /* required X-EXECD-ACCESS-TOKEN; "" or NULL: no check */
+  const xd_route *routes;     /* asked in order */
+  size_t nroutes;
+  xd_handoff_fn handoff;
+  void *handoff_arg;
+} xd_server_opts;
+
+typedef struct xd_server xd_server;
+
+/* NULL on OOM. */
+xd_server *xd_server_new(const xd_server_opts *opts);
+/* Listens on a Unix socket (a stale file at `path` is removed first). Returns 0, or a negative libuv error. */
+int xd_server_listen_unix(xd_server *s, const char *path);
+/* Listens on host:port (port 0: any); *bound gets the port. Returns 0, or a negative libuv error. */
+int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound);
+/* Closes the listener and every connection (routes' on_close callbacks run); frees the server once the handles are
+ * closed (the loop must run on). */
+void xd_server_close(xd_server *s);
+
+/* Whether a method + canonical path is one a native module may take: such a request's body is read before routing;
+ * any other request is handed to Node as soon as its headers are in (its body, e.g. a large upload, is Node's). */
+int xd_server_native_candidate(const char *method, const char *path);
+
+/* --- the request target rules (http.js parseTarget), exposed for the fuzz target and tests --- */
+typedef struct {
+  char *path;        /* canonical path, malloc'd (NULL on error) */
+  char *query;       /* raw query after '?', malloc'd, "" when none */
+  const char *error; /* static text of the refusal, or NULL */
+  int malformed;     /* the refusal is a malformed escape (Go's own raw 400) */
+} xd_target;
+/* Parses `raw` (len bytes). Returns 0 (t->path/query set, caller frees both) or -1 (t->error set; -1 with error NULL
+ * is OOM). */
+int xd_parse_target(const char *raw, size_t len, xd_target *t);
+
+#endif

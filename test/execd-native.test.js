@@ -1,0 +1,212 @@
+// The C execd (src/execd/, osb-execd) in front of the Node execd: a real server and sandbox, raw sockets to the
+// sandbox's execd endpoint. The C execd answers ping (and its native routes) without Node; the first other request
+// starts the Node execd (main.js --handoff) and is answered by it on the same connection; Node killed -> started again
+// at the next handed-off request; pipelined requests in order; its own 401/400 answers byte for byte.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer } from '../lib/dev-server/index.js';
+import { execdBinary } from '../lib/dev-server/execd-binary.js';
+import { descendants } from '../lib/dev-server/proctree.js';
+import { waitFor } from './helpers/poll.js';
+import { request } from './helpers/raw.js';
+
+const TOKEN = 'native-token';
+
+function cmdline(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+/** Writes `bytes` on a new connection to 127.0.0.1:port (a string: that Unix socket) and reads until `done(text)` or EOF; resolves the text (latin1). */
+function exchange(port, bytes, { done = () => false, timeoutMs = 15000, keep = false } = {}) {
+  return new Promise((resolve, reject) => {
+    const socket = typeof port === 'string' ? net.connect(port) : net.connect(port, '127.0.0.1');
+    let got = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no complete answer within ${timeoutMs} ms: ${JSON.stringify(got)}`));
+    }, timeoutMs);
+    const finish = () => {
+      clearTimeout(timer);
+      if (!keep) socket.destroy();
+      resolve(keep ? { text: got, socket } : got);
+    };
+    socket.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    socket.on('data', (d) => {
+      got += d.toString('latin1');
+      if (done(got)) finish();
+    });
+    socket.on('end', finish);
+    socket.write(bytes);
+  });
+}
+
+/** The answers in `text`, each { head, body } with Content-Length framing (Date values replaced by <date>). */
+function answers(text) {
+  const out = [];
+  let rest = text;
+  while (rest.length) {
+    const end = rest.indexOf('\r\n\r\n');
+    if (end < 0) break;
+    const head = rest.slice(0, end + 4).replace(/^Date: .*$/m, 'Date: <date>');
+    const len = /^Content-Length: (\d+)$/mi.exec(head);
+    if (!len) {
+      out.push({ head, body: rest.slice(end + 4) });
+      break;
+    }
+    const n = Number(len[1]);
+    if (rest.length < end + 4 + n) break;
+    out.push({ head, body: rest.slice(end + 4, end + 4 + n) });
+    rest = rest.slice(end + 4 + n);
+  }
+  return out;
+}
+
+let secure = ''; // the endpoint's headers, as header lines
+let secureHeaders = {};
+const get = (p, extra = '') => `GET ${p} HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n${extra}\r\n`;
+const PING_OK = 'HTTP/1.1 200 OK\r\nDate: <date>\r\nContent-Length: 0\r\n\r\n';
+
+describe('the C execd: native answers, the handoff to the Node execd', function () {
+  this.timeout(60000);
+  let server;
+  let work;
+  let sb; // { id, port }
+  let execdPid;
+
+  /** The sandbox's processes (host pids) below the C execd, with their argv. */
+  const procs = () => descendants(execdPid).map((pid) => ({ pid, argv: cmdline(pid) })).filter((p) => p.argv.length);
+  const nodeExecd = () => procs().filter((p) => p.argv.includes('--handoff'));
+
+  before(async function () {
+    if (!execdBinary()) {
+      // the C execd is part of the build (npm run build); a tree without it runs execd on Node alone
+      throw new Error('no osb-execd binary: build it first (node scripts/build.js)');
+    }
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-'));
+    server = await startServer({ dataDir: path.join(work, 'data'), execdAccessToken: TOKEN, commandTailMs: 20 });
+    const api = (p, opts = {}) => request(`${server.baseUrl}${p}`, { ...opts, headers: { 'Content-Type': 'application/json' } });
+    const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} } });
+    assert.equal(r.status, 202, r.text);
+    const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+    sb = { id: r.json.id, port: Number(ep.endpoint.split(':').at(-1)) };
+    // the sandbox's endpoint headers (its secure-access token) go with every request, as a client sends them
+    secure = Object.entries(ep.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    secureHeaders = ep.headers ?? {};
+    const name = path.basename(execdBinary());
+    const found = descendants(process.pid).filter((pid) => path.basename(cmdline(pid)[0] ?? '') === name);
+    assert.equal(found.length, 1, 'exactly one C execd in this process tree');
+    execdPid = found[0];
+  });
+  after(async () => {
+    await server?.close();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('an idle sandbox that was only pinged runs no Node: only the C execd (and the entrypoint)', async () => {
+    const text = await exchange(sb.port, get('/ping'), { done: (t) => t.endsWith('\r\n\r\n') });
+    assert.deepEqual(answers(text), [{ head: PING_OK, body: '' }]);
+    const list = procs();
+    assert.deepEqual(nodeExecd(), [], JSON.stringify(list));
+    assert.ok(list.every((p) => !/(^|\/)node$/.test(p.argv[0])), JSON.stringify(list));
+  });
+
+  it('the first files request starts the Node execd and is answered; later ones go to the same Node', async () => {
+    const first = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    assert.equal(first.status, 200, first.text);
+    assert.deepEqual(Object.keys(first.json), ['/etc/hostname']);
+    assert.equal(first.json['/etc/hostname'].type, 'file');
+    const nodes = nodeExecd();
+    assert.equal(nodes.length, 1, JSON.stringify(procs()));
+    const again = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    assert.equal(again.status, 200);
+    assert.deepEqual(nodeExecd().map((p) => p.pid), nodes.map((p) => p.pid));
+  });
+
+  it('a keep-alive connection: a native answer first, then a handed-off one, in order on the same connection', async () => {
+    const { text, socket } = await exchange(sb.port, get('/ping'), { done: (t) => t.endsWith('\r\n\r\n'), keep: true });
+    assert.deepEqual(answers(text), [{ head: PING_OK, body: '' }]);
+    const second = await new Promise((resolve, reject) => {
+      let got = '';
+      const timer = setTimeout(() => reject(new Error(`no answer: ${got}`)), 15000);
+      socket.on('data', (d) => {
+        got += d.toString('latin1');
+        const a = answers(got);
+        if (a.length) {
+          clearTimeout(timer);
+          resolve(a);
+        }
+      });
+      socket.write(get('/files/info?path=/etc/hostname'));
+    });
+    socket.destroy();
+    assert.equal(second.length, 1);
+    assert.match(second[0].head, /^HTTP\/1\.1 200 OK\r\nContent-Type: application\/json; charset=utf-8\r\n/);
+    assert.equal(Object.keys(JSON.parse(second[0].body))[0], '/etc/hostname');
+  });
+
+  it('pipelined requests, native and handed off, are answered in order', async () => {
+    const reqs = get('/ping') + get('/ping') + get('/files/info?path=/etc/hostname') + get('/ping');
+    const text = await exchange(sb.port, reqs, { done: (t) => answers(t).length === 4 });
+    const a = answers(text);
+    assert.deepEqual(a.slice(0, 2), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
+    assert.match(a[2].head, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(Object.keys(JSON.parse(a[2].body))[0], '/etc/hostname');
+    // once handed off, the connection is Node's: its ping answer is Node's (with Node's keep-alive headers)
+    assert.match(a[3].head, /^HTTP\/1\.1 200 OK\r\nContent-Length: 0\r\nDate: <date>\r\nConnection: keep-alive\r\n/);
+  });
+
+  it('the Node execd killed: the next handed-off request starts it again and is answered', async () => {
+    await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    const [old] = nodeExecd();
+    assert.ok(old, 'a Node execd runs');
+    process.kill(old.pid, 'SIGKILL');
+    await waitFor(() => !nodeExecd().some((p) => p.pid === old.pid), { timeoutMs: 10000, message: 'the killed Node execd is gone' });
+    // the C execd answers its own routes meanwhile
+    assert.equal((await request(`http://127.0.0.1:${sb.port}/ping`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } })).status, 200);
+    const r = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    assert.equal(r.status, 200, r.text);
+    const now = nodeExecd();
+    assert.equal(now.length, 1);
+    assert.notEqual(now[0].pid, old.pid);
+  });
+
+  it('401 without the token and 400 for a refused target, byte for byte', async () => {
+    const body401 = '{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}';
+    const no = await exchange(sb.port, `POST /command HTTP/1.1\r\nHost: execd\r\n${secure}Content-Length: 5\r\n\r\nhello`, { done: (t) => answers(t).length === 1 });
+    assert.deepEqual(answers(no), [{ head: `HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json; charset=utf-8\r\nDate: <date>\r\nContent-Length: ${body401.length}\r\n\r\n`, body: body401 }]);
+    const wrong = await exchange(sb.port, `GET /files/info?path=/ HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: wrong\r\n\r\n`, { done: (t) => answers(t).length === 1 });
+    assert.equal(answers(wrong)[0].body, body401);
+    // a malformed escape: Go's raw answer, then the connection closes
+    const bad = await exchange(sb.port, get('/command/status/%zz'));
+    assert.equal(bad, 'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request');
+    // a dot segment: execd's JSON refusal, Connection: close, then the connection closes (on execd's own socket: the
+    // relay in front refuses such a target itself)
+    const sock = fs.readdirSync(work, { recursive: true }).find((f) => f.endsWith(`${sb.id}/run/execd.sock`));
+    assert.ok(sock, 'the sandbox\'s execd socket');
+    const dot = await exchange(path.join(work, sock), get('/files/%2e%2e/info'));
+    const dotBody = '{"code":"INVALID_REQUEST_PATH","message":"dot segment (. or ..) in request path"}';
+    assert.deepEqual(answers(dot), [{ head: `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\nDate: <date>\r\nContent-Length: ${dotBody.length}\r\n\r\n`, body: dotBody }]);
+    // HTTP/1.1 without Host: Go's answer
+    const noHost = await exchange(sb.port, `GET /ping HTTP/1.1\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n\r\n`);
+    assert.equal(noHost, 'HTTP/1.1 400 Bad Request: missing required Host header\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host header');
+  });
+
+  it('bad framing is Go\'s raw 400; a head over 16 KiB a 431; a chunked body is read', async () => {
+    const bad = await exchange(sb.port, `GET /ping HTTP/1.1\r\nHost: execd\r\n${secure}Content-Length: x\r\n\r\n`);
+    assert.equal(bad, 'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request');
+    const big = await exchange(sb.port, `GET /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-Big: ${'a'.repeat(17000)}\r\n\r\n`);
+    assert.equal(big, 'HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n');
+    const chunked = await exchange(sb.port, `GET /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n${get('/ping')}`, { done: (t) => answers(t).length === 2 });
+    assert.deepEqual(answers(chunked), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
+  });
+});
