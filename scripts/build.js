@@ -6,6 +6,8 @@
 // `node scripts/build.js --list-sources` prints the C/C++ sources for binding.gyp; `--cflags`, `--libs` and
 // `--ldflags` print how the C libraries are compiled in: pkg-config's flags (Debian's shared libraries), or with
 // MASTRA_OPENSANDBOX_STATIC_DEPS=<dir> the static link of the prebuilt addon (scripts/prebuild.sh makes <dir>).
+// After the addon it builds the C execd, the executable build/Release/osb-execd (src/execd/*.c + src/core/buf.c,
+// libuv and cJSON; buildExecd below), incrementally: only the sources whose object is older than them or than a header.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -69,6 +71,7 @@ const DEPS = [
   ['libcurl', 'libcurl4-openssl-dev'],
   ['libcjson', 'libcjson-dev'],
   ['libwebsockets', 'libwebsockets-dev'],
+  ['libuv', 'libuv1-dev'], // the C execd (osb-execd)
 ];
 const pc = staticDir ? { status: 0 } : spawnSync('pkg-config', ['--version'], { encoding: 'utf8' });
 if (pc.error || pc.status !== 0) {
@@ -123,5 +126,81 @@ const args = [...(gypJs ? [gypJs] : []), incremental ? 'build' : 'rebuild', `--n
 console.log(`${NAME}: node ${process.version} building with headers ${ver} from ${nodedir}`);
 const r = spawnSync(cmd, args, { stdio: 'inherit', cwd: root });
 if (r.error) fail(`could not run node-gyp (${r.error.message}); install npm >= 10 or node-gyp.`);
-if (r.status === 0) fs.writeFileSync(sourcesStamp, stampText);
-process.exit(r.status === null ? 1 : r.status);
+if (r.status !== 0) process.exit(r.status === null ? 1 : r.status);
+fs.writeFileSync(sourcesStamp, stampText);
+buildExecd();
+
+/**
+ * The C execd (osb-execd): an executable of its own, compiled by the C compiler directly rather than by node-gyp, whose
+ * targets compile against Node's headers (Node's own uv.h would shadow the libuv this binary links). Shared libuv and
+ * cJSON through pkg-config, or with MASTRA_OPENSANDBOX_STATIC_DEPS=<dir> the static link of the prebuilt one:
+ * <dir>/lib/libuv.a and libcjson.a, and glibc-compat.o with its --wrap list (the glibc floor, as for the addon).
+ * The package version is compiled in (`osb-execd --version`). $CC chooses the compiler (the prebuild's cross gcc).
+ */
+function buildExecd() {
+  const dir = path.join(root, 'src', 'execd');
+  const sources = fs.readdirSync(dir).filter((f) => f.endsWith('.c')).sort().map((f) => path.join('src/execd', f));
+  if (!sources.includes('src/execd/main.c')) {
+    fs.rmSync(path.join(root, 'build', 'Release', 'osb-execd'), { force: true }); // never a stale one
+    console.log(`${NAME}: no src/execd/main.c in this tree: osb-execd not built (execd runs on Node alone)`);
+    return;
+  }
+  sources.push('src/core/buf.c');
+  const headers = [...fs.readdirSync(dir).filter((f) => f.endsWith('.h')).map((f) => path.join(dir, f)),
+    path.join(root, 'src/core/buf.h')];
+  const version = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).version;
+  const cc = process.env.CC || 'cc';
+  const debug = Boolean(process.env.MASTRA_OPENSANDBOX_DEBUG);
+  let depCflags = [];
+  let depLibs;
+  if (staticDir) {
+    // <dir>: also uv/{include,lib/libuv.a}, and optionally glibc-compat-exec.o with wrap-exec.txt
+    const d = path.resolve(staticDir);
+    const compat = fs.existsSync(path.join(d, 'glibc-compat-exec.o'));
+    const wraps = compat ? fs.readFileSync(path.join(d, 'wrap-exec.txt'), 'utf8').split('\n').filter(Boolean) : [];
+    depCflags = [`-I${path.join(d, 'uv', 'include')}`, `-I${path.join(d, 'include')}`];
+    depLibs = [path.join(d, 'uv', 'lib', 'libuv.a'), path.join(d, 'lib', 'libcjson.a'),
+      ...(compat ? [path.join(d, 'glibc-compat-exec.o')] : []), ...wraps.map((w) => `-Wl,--wrap=${w}`),
+      // named libpthread/libdl: on glibc < 2.34 the old symbol versions live there, not in libc.so.6
+      '-Wl,--no-as-needed', '-l:libpthread.so.0', '-l:libdl.so.2', '-Wl,--as-needed', '-lm'];
+  } else {
+    const pc = (flag) => {
+      const p = spawnSync('pkg-config', [flag, 'libuv', 'libcjson'], { encoding: 'utf8' });
+      if (p.status !== 0) fail(`pkg-config ${flag} libuv libcjson failed: ${p.stderr}`);
+      return p.stdout.trim().split(/\s+/).filter(Boolean);
+    };
+    depCflags = pc('--cflags');
+    depLibs = pc('--libs');
+  }
+  const cflags = ['-std=c11', '-D_GNU_SOURCE', '-Wall', '-Wextra', ...(debug ? ['-O0', '-g'] : ['-O2']),
+    `-DOSB_EXECD_VERSION="${version}"`, '-Isrc', '-Isrc/execd', ...depCflags];
+  const out = path.join(root, 'build', 'Release', 'osb-execd');
+  const objDir = path.join(root, 'build', 'execd');
+  fs.mkdirSync(objDir, { recursive: true });
+  fs.mkdirSync(path.dirname(out), { recursive: true });
+  // a change of the flags (compiler, static or shared, version, debug) rebuilds everything
+  const flagsStamp = path.join(objDir, 'flags.stamp');
+  const flagsText = [cc, ...cflags, ...depLibs].join(' ');
+  const sameFlags = fs.existsSync(flagsStamp) && fs.readFileSync(flagsStamp, 'utf8') === flagsText;
+  const mtime = (f) => (fs.existsSync(f) ? fs.statSync(f).mtimeMs : -1);
+  const newestHeader = Math.max(...headers.map(mtime));
+  const run = (argv) => {
+    const c = spawnSync(cc, argv, { stdio: 'inherit', cwd: root });
+    if (c.error) fail(`could not run ${cc} (${c.error.message}); install build-essential.`);
+    if (c.status !== 0) fail(`osb-execd: ${cc} failed`);
+  };
+  let relink = !sameFlags || !fs.existsSync(out);
+  const objects = sources.map((src) => {
+    const obj = path.join(objDir, path.basename(src, '.c') + '.o');
+    const t = mtime(obj);
+    if (!sameFlags || t < mtime(path.join(root, src)) || t < newestHeader) {
+      run([...cflags, '-c', src, '-o', obj]);
+      relink = true;
+    }
+    if (mtime(obj) > mtime(out)) relink = true;
+    return obj;
+  });
+  if (relink) run([...objects, '-o', out, ...depLibs]);
+  fs.writeFileSync(flagsStamp, flagsText);
+  console.log(`${NAME}: ${path.relative(root, out)} ${relink ? 'built' : 'up to date'}`);
+}

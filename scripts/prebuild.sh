@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # npm run prebuild [-- --arch x64|arm64] [--stage]: the self-contained prebuilt addon that the npm package carries,
 #   build/prebuild/linux-<arch>/mastra_opensandbox.node  + build/prebuild/linux-<arch>/NOTICES/
+# and beside it the C execd, build/prebuild/linux-<arch>/osb-execd (libuv and cJSON linked statically, the same glibc
+# floor; NEEDED only glibc's libraries; `osb-execd --version` is run, under qemu-user for arm64 on x64).
 # --stage (prepack) also copies it to prebuilds/linux-<arch>/, which lib/native.js loads first and the package's
 # "files" include; postpack removes prebuilds/ again, so a checkout keeps loading its own build/Release.
 # curl (HTTP/HTTPS only), libwebsockets, cJSON and OpenSSL are built from Debian's source packages of the versions
@@ -40,6 +42,7 @@ cc=${tp}gcc cxx=${tp}g++
 GLIBC_FLOOR=2.28
 GLIBCXX_FLOOR=3.4.21
 NEEDED_OK="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 libstdc++.so.6 libgcc_s.so.1 $loader"
+EXECD_NEEDED_OK="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 $loader"
 EXPORTS="napi_register_module_v1 node_api_module_get_api_version_v1"
 
 # ---- 1. the static C libraries (cached)
@@ -79,11 +82,12 @@ debsrc() {
   done
 }
 
-if [ ! -f "$deps/.complete" ]; then
-  start=$SECONDS
-  say "building the static libraries ($key) into $deps"
+scratches=()
+# private_apt: a scratch directory ($scratch, removed on exit) with that private apt directory, updated; sets apt_opts.
+private_apt() {
   scratch=$(mktemp -d "$cache/scratch.XXXXXX")
-  trap 'rm -rf "$scratch"' EXIT
+  scratches+=("$scratch")
+  trap 'rm -rf "${scratches[@]}"' EXIT
   a=$scratch/apt
   mkdir -p "$a/sources.list.d" "$a/lists/partial" "$a/cache/archives/partial" "$scratch/src"
   debsrc > "$a/sources.list.d/deb-src.sources"
@@ -92,6 +96,12 @@ if [ ! -f "$deps/.complete" ]; then
     -o "Dir::Cache=$a/cache" -o "APT::Sandbox::User=$(id -un)" -qq)
   [ -z "$tp" ] || apt_opts+=(-o "APT::Architectures::=$arch")
   apt-get "${apt_opts[@]}" update || die "apt-get update of the deb-src entries failed"
+}
+
+if [ ! -f "$deps/.complete" ]; then
+  start=$SECONDS
+  say "building the static libraries ($key) into $deps"
+  private_apt
   (cd "$scratch/src" && apt-get "${apt_opts[@]}" source curl="$curl_v" libwebsockets="$lws_v" cjson="$cjson_v" >/dev/null) ||
     die "apt-get source curl=$curl_v libwebsockets=$lws_v cjson=$cjson_v failed (is that version still on the mirror?)"
   ssl_v_host=$ssl_v
@@ -124,22 +134,50 @@ if [ ! -f "$deps/.complete" ]; then
   say "static libraries built in $((SECONDS - start)) s"
 fi
 
+# ---- 1b. libuv for osb-execd (the C execd): Debian's static libuv_a.a of the libuv1-dev version installed here,
+# position-independent; for a native build this machine's own, for a cross build the target's libuv1-dev .deb
+# downloaded and unpacked (never installed). Cached by architecture and version.
+uv_v=$(ver libuv1-dev)
+uvd=$cache/libuv-$arch-$(echo "$arch libuv=$uv_v" | sha256sum | cut -c1-16)
+if [ ! -f "$uvd/.complete" ]; then
+  rm -rf "$uvd" "$uvd.partial"
+  mkdir -p "$uvd.partial/lib"
+  if [ -z "$tp" ]; then
+    uv_root=
+  else
+    private_apt
+    (cd "$scratch" && apt-get "${apt_opts[@]}" download "libuv1-dev:$debarch=$uv_v") || die "apt-get download libuv1-dev:$debarch=$uv_v failed"
+    dpkg-deb -x "$scratch"/libuv1-dev_*.deb "$scratch/uv"
+    uv_root=$scratch/uv
+  fi
+  cp "$uv_root/usr/lib/$triplet/libuv_a.a" "$uvd.partial/lib/libuv.a" || die "no libuv_a.a in libuv1-dev $uv_v ($debarch)"
+  mkdir -p "$uvd.partial/include"
+  cp -r "$uv_root/usr/include/uv.h" "$uv_root/usr/include/uv" "$uvd.partial/include/"
+  cp "$uv_root/usr/share/doc/libuv1-dev/copyright" "$uvd.partial/libuv.txt"
+  mv "$uvd.partial" "$uvd"
+  touch "$uvd/.complete"
+fi
+
 # ---- 2. the addon, linked in a copy of the package's build files (the developer's build/Release stays as it is);
 # incremental while the libraries, the link files and the compilers stay the same
 work=$root/build/prebuild-work-$arch
 out=$root/build/prebuild/linux-$arch
-link_key="$deps $cc $cxx $(cat scripts/prebuild/exports.map scripts/prebuild/glibc-compat.c | sha256sum)"
+link_key="$deps $uvd $cc $cxx $(cat scripts/prebuild/exports.map scripts/prebuild/glibc-compat.c | sha256sum)"
 [ "$(cat "$work/.link-key" 2>/dev/null)" = "$link_key" ] || rm -rf "$work"
 rm -rf "$out"
 mkdir -p "$work/scripts" "$work/static" "$out"
 rm -rf "$work/src"
-cp -a binding.gyp src "$work/" # timestamps kept: make recompiles only what changed
+cp -a binding.gyp src package.json "$work/" # timestamps kept: make recompiles only what changed
 cp -a scripts/build.js "$work/scripts/"
 if [ ! -f "$work/.link-key" ]; then
   ln -s "$deps/include" "$deps/lib" "$work/static/"
   cp scripts/prebuild/exports.map "$work/static/"
   "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIC -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat.o"
   "${tp}nm" "$work/static/glibc-compat.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap.txt"
+  # osb-execd: libuv, and the compat object with the executable's start (__libc_start_main)
+  ln -s "$uvd" "$work/static/uv"
+  "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIE -DOSB_COMPAT_EXECUTABLE -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat-exec.o"
+  "${tp}nm" "$work/static/glibc-compat-exec.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap-exec.txt"
 fi
 gyp_arch=()
 [ "$arch" = x64 ] || gyp_arch=(--arch=arm64)
@@ -148,24 +186,34 @@ gyp_arch=()
 echo "$link_key" > "$work/.link-key"
 node=$out/mastra_opensandbox.node
 "${tp}strip" --strip-unneeded -o "$node" "$work/build/Release/mastra_opensandbox.node"
+execd=$out/osb-execd
+"${tp}strip" -o "$execd" "$work/build/Release/osb-execd"
 
 ssl_v=$(cat "$deps/OPENSSL_VERSION" 2>/dev/null || echo "$ssl_v") # what the build took (the mirror's)
 
-# ---- 3. the promise: glibc floor, NEEDED, exports
-newest() { "${tp}readelf" -W --version-info "$node" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
+# ---- 3. the promise: glibc floor, NEEDED, exports (osb-execd: the same floor, glibc's libraries only)
+newest() { "${tp}readelf" -W --version-info "$2" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
 le() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1)" = "$2" ]; }
-glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
-le "$glibc" "$GLIBC_FLOOR" || die "needs GLIBC_$glibc > $GLIBC_FLOOR: $("${tp}readelf" -W --dyn-syms "$node" | grep -o "[a-z_0-9]*@GLIBC_$glibc" | sort -u | tr '\n' ' ')"
+glibc=$(newest GLIBC_ "$node") glibcxx=$(newest GLIBCXX_ "$node") execd_glibc=$(newest GLIBC_ "$execd")
+for f in "$node" "$execd"; do
+  g=$(newest GLIBC_ "$f")
+  le "$g" "$GLIBC_FLOOR" || die "$(basename "$f") needs GLIBC_$g > $GLIBC_FLOOR: $("${tp}readelf" -W --dyn-syms "$f" | grep -o "[a-z_0-9]*@GLIBC_$g" | sort -u | tr '\n' ' ')"
+done
 le "${glibcxx:-0}" "$GLIBCXX_FLOOR" || die "needs GLIBCXX_$glibcxx > $GLIBCXX_FLOOR"
-needed=$("${tp}readelf" -W -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')
+needed_of() { "${tp}readelf" -W -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' '; }
+needed=$(needed_of "$node") execd_needed=$(needed_of "$execd")
 for l in $needed; do
   case " $NEEDED_OK " in *" $l "*) ;; *) die "needs $l (allowed: $NEEDED_OK)" ;; esac
+done
+for l in $execd_needed; do
+  case " $EXECD_NEEDED_OK " in *" $l "*) ;; *) die "osb-execd needs $l (allowed: $EXECD_NEEDED_OK)" ;; esac
 done
 exports=$("${tp}readelf" -W --dyn-syms "$node" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" { print $8 }' | sed 's/@.*//' | sort | tr '\n' ' ')
 [ "$exports" = "$(echo $EXPORTS | tr ' ' '\n' | sort | tr '\n' ' ')" ] || die "exports '$exports', expected '$EXPORTS'"
 
 # ---- 4. notices, a load test where the binary runs here
 cp -r "$deps/NOTICES" "$out/NOTICES"
+cp "$uvd/libuv.txt" "$out/NOTICES/libuv.txt"
 cp node_modules/node-addon-api/LICENSE.md "$out/NOTICES/node-addon-api.txt"
 sed -n '/^GCC RUNTIME LIBRARY EXCEPTION/,/requirements of the license of GCC\./p' /usr/share/doc/libgcc-s1/copyright > "$out/NOTICES/gcc-runtime-library-exception.txt"
 cat > "$out/NOTICES/README.txt" <<EOF
@@ -177,12 +225,29 @@ mastra_opensandbox.node (linux-$arch) contains, linked statically:
   node-addon-api (MIT) -> node-addon-api.txt
   startup code and helpers of GCC's runtime (GPL-3.0 with the GCC Runtime Library Exception) -> gcc-runtime-library-exception.txt
 It links dynamically to glibc, libstdc++ and libgcc_s of the system it runs on.
+
+osb-execd (linux-$arch), the local server's execd inside a sandbox, contains, linked statically:
+  libuv $uv_v (Debian's libuv1-dev; MIT and others, Debian's copyright file) -> libuv.txt
+  cJSON $cjson_v (MIT) -> cJSON.txt
+  startup code and helpers of GCC's runtime (GPL-3.0 with the GCC Runtime Library Exception) -> gcc-runtime-library-exception.txt
+It links dynamically to glibc of the system it runs on.
 EOF
 if [ "$arch" = x64 ] && [ "$(uname -m)" = x86_64 ]; then
   node -e "const m = require(process.argv[1]); if (typeof m.versions !== 'function') process.exit(1)" "$node" || die "$node does not load"
 fi
+# osb-execd runs: here, or under qemu-user with the cross runtime as its library root
+pkg_v=$(node -p "require('./package.json').version")
+run_execd=("$execd")
+[ -z "$tp" ] || run_execd=("qemu-$machine" -L "/usr/$triplet" "$execd")
+if [ -z "$tp" ] || command -v "qemu-$machine" >/dev/null; then
+  v=$("${run_execd[@]}" --version) || die "$execd --version failed"
+  [ "$v" = "osb-execd $pkg_v" ] || die "$execd --version printed '$v', expected 'osb-execd $pkg_v'"
+else
+  say "qemu-$machine not found: osb-execd --version not run"
+fi
 size=$(stat -c %s "$node")
 say "$node: $((size / 1024)) KiB, GLIBC_$glibc, GLIBCXX_${glibcxx:-none}, NEEDED $needed"
+say "$execd: $(($(stat -c %s "$execd") / 1024)) KiB, GLIBC_$execd_glibc, NEEDED $execd_needed"
 if [ "$stage" = 1 ]; then
   rm -rf "prebuilds/linux-$arch"
   mkdir -p prebuilds

