@@ -32,8 +32,18 @@ double xd_go_duration_ms(double timeout_ms);
 
 /* Parses and validates a RunCommandRequest body like execd (the Node execd's wording): 0 and *out set, or -1 with
  * the message of the 400 INVALID_REQUEST_BODY answer in msg ("error parsing request, MAYBE invalid body format. ..."
- * or "invalid request, validation error ..."; "out of memory" when that happened). */
-int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg);
+ * or "invalid request, validation error ..."; "out of memory" when that happened). A string with NUL characters
+ * (\u0000) keeps them as a 4-byte character the body does not contain otherwise: nul gets its UTF-8 text (NUL-
+ * terminated), or "" when no string has a NUL. */
+int xd_cmd_parse(const char *body, size_t len, cJSON **out, char nul[5], osb_buf *msg);
+
+/* Appends s with every occurrence of the nul marker (xd_cmd_parse) as a NUL byte; returns how many there were
+ * (-1: out of memory). nul "" copies s as it is. */
+long xd_unmark_nul(const char *s, const char *nul, osb_buf *out);
+
+/* Node's util.inspect of a string (the `Received ...` part of its argument errors): quoted with ' (or " or ` when
+ * the text has quotes), control characters as \xHH (\b \t \n \f \r), at most 10000 characters. */
+int xd_js_inspect_str(const char *s, size_t len, osb_buf *out);
 
 /* A variable lookup for xd_expand_path: envp-style "NAME=value" strings, NULL-terminated. */
 const char *xd_env_get(char *const *envp, const char *name, size_t name_len);

@@ -1,4 +1,7 @@
 /* execd's commands API in C (xd.h; the request rules in cmdreq.h): the Node execd's commands.js, byte for byte where a client sees it. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pipe2, memmem */
+#endif
 #include "cmdreq.h"
 
 #include <ctype.h>
@@ -322,6 +325,7 @@ typedef struct {
   int has_time;
   uint64_t time;
   const char *ename, *evalue, *traceback; /* an error event when ename is set */
+  size_t error_len; /* of evalue and traceback when they are the same text with NUL bytes (else 0: strlen) */
 } event;
 
 /* Writes one event; 0 when the client's buffer is full (the caller should wait for drain), else 1. */
@@ -344,9 +348,9 @@ static int write_event(stream *st, const event *ev) {
     osb_buf_append_str(&b, ",\"error\":{\"ename\":");
     xd_json_str(&b, ev->ename, strlen(ev->ename));
     osb_buf_append_str(&b, ",\"evalue\":");
-    xd_json_str(&b, ev->evalue, strlen(ev->evalue));
+    xd_json_str(&b, ev->evalue, ev->error_len ? ev->error_len : strlen(ev->evalue));
     osb_buf_append_str(&b, ",\"traceback\":[");
-    xd_json_str(&b, ev->traceback, strlen(ev->traceback));
+    xd_json_str(&b, ev->traceback, ev->error_len ? ev->error_len : strlen(ev->traceback));
     osb_buf_append_str(&b, "]}");
   }
   osb_buf_append_str(&b, "}\n\n");
@@ -852,8 +856,50 @@ static void link_cmd(module *m, cmd *rec) {
 
 /* Starts the command. Returns the record (running, or finished with a start error that Node reports after the
  * spawn), or NULL with the message of a start error Node throws before any record exists in err. */
-static cmd *start(module *m, const cJSON *body, const char *cwd, int background, osb_buf *err) {
+/* Node's check of spawn arguments for NUL characters: `The argument 'args[1]' ...` for the command; for the
+ * environment `The property 'options.env['KEY']' ...` (key, then value, in the environment's order). 1 when s has
+ * one (the message is in err). */
+static int nul_refused_len(const osb_buf *what, const char *s, const char *nul, osb_buf *err) {
+  osb_buf raw = {0};
+  int hit = xd_unmark_nul(s, nul, &raw) > 0;
+  if (hit) {
+    osb_buf_append(err, what->data, what->len);
+    osb_buf_append_str(err, " must be a string without null bytes. Received ");
+    xd_js_inspect_str(raw.data, raw.len, err);
+  }
+  osb_buf_free(&raw);
+  return hit;
+}
+
+static int nul_refused(const char *what, const char *s, const char *nul, osb_buf *err) {
+  osb_buf w = {0};
+  osb_buf_append_str(&w, what);
+  int hit = nul_refused_len(&w, s, nul, err);
+  osb_buf_free(&w);
+  return hit;
+}
+
+static int env_nul_refused(char *const *envp, const char *nul, osb_buf *err) {
+  for (char *const *e = envp; *e; e++) {
+    if (!strstr(*e, nul)) continue;
+    const char *eq = strchr(*e, '=');
+    osb_buf key = {0}, what = {0};
+    osb_buf_append(&key, *e, eq ? (size_t)(eq - *e) : strlen(*e));
+    osb_buf_append_str(&what, "The property 'options.env['");
+    xd_unmark_nul(key.data ? key.data : "", nul, &what);
+    osb_buf_append_str(&what, "']'");
+    /* the message names the key as it is, NUL bytes included */
+    int hit = nul_refused_len(&what, key.data ? key.data : "", nul, err) || nul_refused_len(&what, eq ? eq + 1 : "", nul, err);
+    osb_buf_free(&key);
+    osb_buf_free(&what);
+    if (hit) return 1;
+  }
+  return 0;
+}
+
+static cmd *start(module *m, const cJSON *body, const char *cwd, const char *nul, int background, osb_buf *err) {
   const char *command = xd_json_get(body, "command")->valuestring;
+  if (nul[0] && nul_refused("The argument 'args[1]'", command, nul, err)) return NULL;
   const cJSON *uid = xd_json_get(body, "uid");
   const cJSON *gid = xd_json_get(body, "gid");
   static const char *const idn[] = {"uid", "gid"};
@@ -868,6 +914,10 @@ static cmd *start(module *m, const cJSON *body, const char *cwd, int background,
   }
   char **envp = build_env(xd_json_get(body, "envs"));
   if (!envp) return osb_buf_append_str(err, "out of memory"), NULL;
+  if (nul[0] && env_nul_refused(envp, nul, err)) {
+    free_env(envp);
+    return NULL;
+  }
   cmd *rec = cmd_new(m, command, background);
   if (!rec) {
     free_env(envp);
@@ -978,17 +1028,26 @@ static const char *default_cwd(module *m, char *buf, size_t cap) {
 /* The cwd of a request, like upstream: validated with `$VAR`/`${VAR}` and a leading `~` expanded from execd's
  * environment, then expanded again with the request's envs over it; a relative result is relative to execd's own
  * working directory. 0 with the path in out, else the status of the error answer (message in msg). */
-static int request_cwd(const cJSON *body, const char *cwd, osb_buf *out, osb_buf *msg) {
-  osb_buf checked = {0}, err = {0}, expanded = {0};
+static int request_cwd(const cJSON *body, const char *cwd, const char *nul, osb_buf *out, osb_buf *msg) {
+  osb_buf checked = {0}, err = {0}, expanded = {0}, raw = {0}, rawchecked = {0};
   int status = 0;
+  xd_unmark_nul(cwd, nul, &raw); /* the cwd as sent (NUL characters and all) */
   if (xd_expand_path(cwd, environ, &checked, &err) != 0) {
     osb_buf_appendf(msg, "%scannot resolve working directory ", XD_INVALID_REQUEST);
-    xd_js_json_str(msg, cwd, strlen(cwd));
+    xd_js_json_str(msg, raw.data ? raw.data : "", raw.len);
     osb_buf_appendf(msg, ": %s", err.data ? err.data : "out of memory");
     status = 400;
     goto done;
   }
   struct stat st;
+  if (xd_unmark_nul(checked.data, nul, &rawchecked) > 0) { /* Node's fs refuses a path with NUL before any stat */
+    osb_buf_appendf(msg, "%sworking directory does not exist: ", XD_INVALID_REQUEST);
+    osb_buf_append(msg, raw.data, raw.len);
+    osb_buf_append_str(msg, ": The argument 'path' must be a string, Uint8Array, or URL without null bytes. Received ");
+    xd_js_inspect_str(rawchecked.data, rawchecked.len, msg);
+    status = 400;
+    goto done;
+  }
   if (stat(checked.data, &st) != 0) {
     int e = errno;
     osb_buf_appendf(msg, "%sworking directory does not exist: %s: stat %s: %s", XD_INVALID_REQUEST, cwd, checked.data,
@@ -1012,13 +1071,28 @@ done:
   osb_buf_free(&checked);
   osb_buf_free(&err);
   osb_buf_free(&expanded);
+  osb_buf_free(&raw);
+  osb_buf_free(&rawchecked);
   return status;
+}
+
+/* xd_send_error for a message that may hold NUL bytes (a request's strings, \u0000 and all). */
+static void send_error_text(xd_res *res, int status, const char *code, const osb_buf *msg) {
+  osb_buf b = {0};
+  osb_buf_append_str(&b, "{\"code\":");
+  xd_json_str(&b, code, strlen(code));
+  osb_buf_append_str(&b, ",\"message\":");
+  xd_json_str(&b, msg->data ? msg->data : "out of memory", msg->data ? msg->len : 13);
+  if (osb_buf_append(&b, "}", 1) == 0) xd_send_json(res, status, b.data, b.len);
+  else xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+  osb_buf_free(&b);
 }
 
 static void run(module *m, const xd_req *req, xd_res *res) {
   osb_buf msg = {0};
   cJSON *body = NULL;
-  if (xd_cmd_parse(req->body, req->body_len, &body, &msg) != 0) {
+  char nul[5];
+  if (xd_cmd_parse(req->body, req->body_len, &body, nul, &msg) != 0) {
     xd_send_error(res, 400, "INVALID_REQUEST_BODY", msg.data ? msg.data : "out of memory");
     osb_buf_free(&msg);
     return;
@@ -1027,9 +1101,9 @@ static void run(module *m, const xd_req *req, xd_res *res) {
   osb_buf cwd = {0};
   char here[4096];
   if (cJSON_IsString(jcwd) && jcwd->valuestring[0]) {
-    int status = request_cwd(body, jcwd->valuestring, &cwd, &msg);
+    int status = request_cwd(body, jcwd->valuestring, nul, &cwd, &msg);
     if (status) {
-      xd_send_error(res, status, status == 400 ? "INVALID_REQUEST_BODY" : "RUNTIME_ERROR", msg.data ? msg.data : "out of memory");
+      send_error_text(res, status, status == 400 ? "INVALID_REQUEST_BODY" : "RUNTIME_ERROR", &msg);
       goto done;
     }
   } else {
@@ -1037,7 +1111,7 @@ static void run(module *m, const xd_req *req, xd_res *res) {
   }
   int background = cJSON_IsTrue(xd_json_get(body, "background"));
   osb_buf_reset(&msg);
-  cmd *rec = start(m, body, cwd.data, background, &msg);
+  cmd *rec = start(m, body, cwd.data, nul, background, &msg);
   stream *st = stream_open(m, res);
   if (!st) { /* out of memory: the command runs; its client learns nothing */
     xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
@@ -1052,7 +1126,8 @@ static void run(module *m, const xd_req *req, xd_res *res) {
   write_event(st, &ping);
   if (!rec || rec->start_error) {
     const char *text = rec ? rec->error : msg.data ? msg.data : "out of memory";
-    event err = {.type = "error", .ename = "CommandExecError", .evalue = text, .traceback = text};
+    event err = {.type = "error", .ename = "CommandExecError", .evalue = text, .traceback = text,
+                 .error_len = rec || !msg.data ? strlen(text) : msg.len};
     if (!rec || !background) write_event(st, &err);
     else {
       event done_ev = {.type = "execution_complete"};
