@@ -5,6 +5,7 @@
  *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
  *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
  *                                         no native module takes (handoff.h)
+ * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
 #include <errno.h>
@@ -23,6 +24,7 @@
 static uv_loop_t *loop;
 static xd_server *server;
 static xd_node *node;
+static void *dirs; /* dirs.c: POST /directories */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -70,6 +72,8 @@ static void shutdown_all(void) {
   for (size_t i = 0; i < nsigs; i++) uv_close((uv_handle_t *)&sigs[i], NULL);
   nsigs = 0;
   xd_server_close(server);
+  xd_dirs_close(dirs);
+  dirs = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -94,7 +98,7 @@ int main(int argc, char **argv) {
   const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");
   int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
-  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD };
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_VERSION };
   static const struct option opts[] = {
       {"socket", required_argument, NULL, O_SOCKET},
       {"port", required_argument, NULL, O_PORT},
@@ -108,6 +112,7 @@ int main(int argc, char **argv) {
       {"command-tail-ms", required_argument, NULL, O_TAIL},
       {"node", required_argument, NULL, O_NODE},
       {"node-execd", required_argument, NULL, O_NODE_EXECD},
+      {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
   };
   int o;
@@ -126,6 +131,7 @@ int main(int argc, char **argv) {
       case O_TAIL: tail_s = optarg; break;
       case O_NODE: node_path = optarg; break;
       case O_NODE_EXECD: node_execd = optarg; break;
+      case O_VERSION: printf("osb-execd %s\n", OSB_EXECD_VERSION); return 0; /* the package's (scripts/build.js) */
       default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
     }
   }
@@ -158,7 +164,8 @@ int main(int argc, char **argv) {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
   };
-  (void)ctx;
+  if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  const xd_route routes[] = {{dirs, xd_dirs_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
@@ -178,7 +185,7 @@ int main(int argc, char **argv) {
   if (!node) die("out of memory", NULL);
 
   server = xd_server_new(&(xd_server_opts){
-      .loop = loop, .token = token, .routes = NULL, .nroutes = 0, .handoff = xd_node_give, .handoff_arg = node});
+      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes, .handoff = xd_node_give, .handoff_arg = node});
   if (!server) die("out of memory", NULL);
   int rc, bound = 0;
   if (socket_path) rc = xd_server_listen_unix(server, socket_path);

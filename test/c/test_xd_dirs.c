@@ -1,0 +1,198 @@
+/* POST /directories of the C execd (src/execd/dirs.c) through its real HTTP server (server.c) on loopback: a client
+ * thread sends each request over TCP while the main thread runs the loop. The expected answers are the Node
+ * execd's (lib/dev-server/execd/files.js), byte for byte; a body dirs.c must not answer (trailing data after the
+ * JSON, a duplicate key) is handed over, which the test's handoff function records and answers with 502 itself. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "execd/server.h"
+#include "execd/xd.h"
+
+static char ws[256];
+static int port;
+static _Atomic int handed; /* requests handed over (counted on the loop thread, read by the client thread) */
+static uv_async_t done_async;
+
+/* The stand-in for the Node execd: counts the connection and answers it 502 so the client is not left waiting. */
+static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
+  (void)arg, (void)is_unix, (void)head, (void)len;
+  handed++;
+  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  ssize_t w = write(fd, reply, sizeof reply - 1);
+  (void)w;
+  close(fd);
+}
+
+/* One request on a fresh connection; the status and the body (malloc'd) of the answer. */
+static int request(const char *body, char **out) {
+  *out = NULL;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  char head[256];
+  size_t bl = strlen(body);
+  int hl = snprintf(head, sizeof head,
+                    "POST /directories HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    "Content-Length: %zu\r\n\r\n", bl);
+  if (write(fd, head, (size_t)hl) != hl || write(fd, body, bl) != (ssize_t)bl) {
+    close(fd);
+    return -1;
+  }
+  char buf[8192];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n == sizeof buf - 1) break;
+  }
+  close(fd);
+  buf[n] = '\0';
+  int status = 0;
+  if (sscanf(buf, "HTTP/1.1 %d", &status) != 1) return -1;
+  const char *b = strstr(buf, "\r\n\r\n");
+  *out = strdup(b ? b + 4 : "");
+  return status;
+}
+
+static int mode_of(const char *rel) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", ws, rel);
+  return stat(p, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+}
+
+static void expect(const char *body, int status, const char *answer) {
+  char *got = NULL;
+  int s = request(body, &got);
+  if (s != status || !got || strcmp(got, answer) != 0)
+    printf("  request %s\n    expected %d %s\n    got      %d %s\n", body, status, answer, s, got ? got : "(none)");
+  CHECK(s == status);
+  CHECK_STR(got, answer);
+  free(got);
+}
+
+static void test_creates(void) {
+  expect("{\"a/b/c\":{\"mode\":700},\"d\":{}}", 200, "");
+  CHECK(mode_of("a") == 0755);
+  CHECK(mode_of("a/b") == 0755);
+  CHECK(mode_of("a/b/c") == 0700);
+  CHECK(mode_of("d") == 0755);
+  /* an existing directory keeps its mode */
+  expect("{\"a/b/c\":{\"mode\":755}}", 200, "");
+  CHECK(mode_of("a/b/c") == 0700);
+}
+
+static void test_errors(void) {
+  expect("", 400, "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. EOF\"}");
+  expect("{\"a\":1", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. unexpected EOF\"}");
+  expect("[1]", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. expected a "
+         "JSON object keyed by path\"}");
+  expect("{\"ok\":{},\"a\\tb\":3}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. the value "
+         "for \\\"a\\\\tb\\\" must be an object\"}");
+  CHECK(mode_of("ok") == -1); /* nothing made before the body is checked */
+  expect("{\"m\":{\"mode\":\"x<\"}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"invalid mode \\\"x\\u003c\\\" for m: give the octal digits "
+         "as a decimal integer, e.g. 644\"}");
+  expect("{\"m\":{\"mode\":7.5}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"invalid mode 7.5 for m: give the octal digits as a decimal "
+         "integer, e.g. 644\"}");
+  expect("{\"m\":{\"mode\":8}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"invalid mode 8 for m: give the octal digits as a decimal "
+         "integer, e.g. 644\"}");
+  expect("{\"first\":{},\"$NOPE_XD_1/${NOPE_XD_0}$$x\":{}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"path references undefined environment variables: "
+         "NOPE_XD_0,NOPE_XD_1\"}");
+  CHECK(mode_of("first") == 0755); /* the entries before it were made, as in the Node execd */
+  expect("{\"/proc/nope/a\":{\"mode\":755}}", 404,
+         "{\"code\":\"FILE_NOT_FOUND\",\"message\":\"file not found. mkdir /proc/nope: no such file or directory\"}");
+  char p[512], answer[1024];
+  snprintf(p, sizeof p, "%s/file", ws);
+  FILE *f = fopen(p, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  snprintf(answer, sizeof answer,
+           "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: mkdir %s/file: not a directory\"}", ws);
+  expect("{\"file/x\":{\"mode\":755}}", 500, answer);
+}
+
+static void test_handed_over(void) {
+  int before = handed;
+  expect("{\"x\":{}} trailing", 502, "");
+  expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 502, "");
+  expect("{\"z\":{\"mode\":[7]}}", 502, "");
+  CHECK(handed == before + 3);
+  CHECK(mode_of("x") == -1 && mode_of("y") == -1 && mode_of("z") == -1);
+}
+
+static void *client(void *arg) {
+  (void)arg;
+  RUN(test_creates);
+  RUN(test_errors);
+  RUN(test_handed_over);
+  uv_async_send(&done_async);
+  return NULL;
+}
+
+static xd_server *server;
+static void on_done(uv_async_t *a) {
+  uv_close((uv_handle_t *)a, NULL);
+  xd_server_close(server);
+}
+
+int main(void) {
+  if (!t_tempdir(ws, sizeof ws, "xd-dirs")) {
+    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    return 1;
+  }
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  xd_ctx ctx = {0};
+  ctx.loop = &loop;
+  ctx.workspace = ws;
+  void *dirs = xd_dirs_new(&ctx);
+  xd_route routes[] = {{dirs, xd_dirs_route}};
+  xd_server_opts o = {0};
+  o.loop = &loop;
+  o.routes = routes;
+  o.nroutes = 1;
+  o.handoff = on_handoff;
+  server = xd_server_new(&o);
+  int rc = server ? xd_server_listen_tcp(server, "127.0.0.1", 0, &port) : -1;
+  if (!dirs || rc != 0) {
+    printf("server did not start (%d)\n0 passed, 1 failed\n", rc);
+    return 1;
+  }
+  uv_async_init(&loop, &done_async, on_done);
+  pthread_t t;
+  pthread_create(&t, NULL, client, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  xd_dirs_close(dirs);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&loop) == 0);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
+  if (system(cmd) != 0) printf("could not remove %s\n", ws);
+  return t_summary();
+}
