@@ -1,4 +1,7 @@
 /* The request rules of execd's commands API (cmdreq.h): body validation, timeout duration, path expansion. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pipe2, memmem */
+#endif
 #include "cmdreq.h"
 
 #include <errno.h>
@@ -8,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "json.h"
+
+static int parse_checked(const char *body, size_t len, const char *orig, size_t orig_len, cJSON **out, osb_buf *msg);
 
 #define INT64_MAX_D 9223372036854775808.0 /* 2^63: what a double holds of Go's int64 maximum */
 
@@ -30,6 +36,14 @@ static const char *json_kind(const cJSON *v) {
   if (cJSON_IsNumber(v)) return "number";
   if (cJSON_IsString(v)) return "string";
   return "object";
+}
+
+const cJSON *xd_json_get(const cJSON *obj, const char *key) {
+  const cJSON *found = NULL;
+  for (const cJSON *c = cJSON_IsObject(obj) ? obj->child : NULL; c; c = c->next) {
+    if (c->string && strcmp(c->string, key) == 0) found = c;
+  }
+  return found;
 }
 
 int xd_json_present(const cJSON *v) { return v && !cJSON_IsNull(v); }
@@ -53,7 +67,80 @@ static void syntax_text(const char *body, size_t len, const char *at, osb_buf *m
   else osb_buf_appendf(msg, "invalid character 0x%02x in JSON at offset %zu", c, off);
 }
 
-int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
+/* Case-insensitive search of an ASCII needle in len bytes. */
+static int has_ci(const char *b, size_t len, const char *needle) {
+  size_t n = strlen(needle);
+  for (size_t i = 0; i + n <= len; i++) {
+    if (strncasecmp(b + i, needle, n) == 0) return 1;
+  }
+  return 0;
+}
+
+/* The body with every \u0000 escape inside a JSON string replaced by `esc` (a surrogate pair's escapes); -1 when
+ * out of memory, else the number replaced (0: out untouched). */
+static long rewrite_nul_escapes(const char *b, size_t len, const char *esc, osb_buf *out) {
+  long n = 0;
+  int in_string = 0;
+  size_t run = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!in_string) {
+      in_string = b[i] == '"';
+      continue;
+    }
+    if (b[i] == '"') {
+      in_string = 0;
+    } else if (b[i] == '\\' && i + 1 < len) {
+      if (b[i + 1] == 'u' && i + 5 < len && memcmp(b + i + 2, "0000", 4) == 0) {
+        if (osb_buf_append(out, b + run, i - run) != 0 || osb_buf_append_str(out, esc) != 0) return -1;
+        n++;
+        run = i + 6;
+      }
+      i++; /* the escaped character */
+    }
+  }
+  if (n > 0 && osb_buf_append(out, b + run, len - run) != 0) return -1;
+  return n;
+}
+
+int xd_cmd_parse(const char *body, size_t len, cJSON **out, char nul[5], osb_buf *msg) {
+  /* JSON strings with NUL characters: cJSON's strings end at a NUL, so each \u0000 escape is parsed as a character
+   * the body does not contain otherwise (a plane 13-16 noncharacter), which stands for NUL in the strings */
+  static const struct {
+    const char *utf8, *high, *esc;
+  } markers[] = {
+      {"\xf4\x8f\xbf\xbf", "\\udbff", "\\udbff\\udfff"},
+      {"\xf3\xbf\xbf\xbf", "\\udbbf", "\\udbbf\\udfff"},
+      {"\xf3\xaf\xbf\xbf", "\\udb7f", "\\udb7f\\udfff"},
+      {"\xf3\x9f\xbf\xbf", "\\udb3f", "\\udb3f\\udfff"},
+  };
+  nul[0] = 0;
+  osb_buf rewritten = {0};
+  const char *orig = body;
+  size_t orig_len = len;
+  if (has_ci(body, len, "\\u0000")) {
+    size_t k = 0;
+    while (k < 4 && (memmem(body, len, markers[k].utf8, 4) || has_ci(body, len, markers[k].high))) k++;
+    long n = k < 4 ? rewrite_nul_escapes(body, len, markers[k].esc, &rewritten) : 0;
+    if (n < 0 || k == 4) {
+      osb_buf_free(&rewritten);
+      osb_buf_reset(msg);
+      osb_buf_appendf(msg, "%s%s", DECODE, n < 0 ? "out of memory" : "NUL characters in strings that contain U+10FFFF, U+FFFFF, U+EFFFF and U+DFFFF too");
+      return -1;
+    }
+    if (n > 0) {
+      memcpy(nul, markers[k].utf8, 5);
+      body = rewritten.data;
+      len = rewritten.len;
+    }
+  }
+  int rc = parse_checked(body, len, orig, orig_len, out, msg);
+  osb_buf_free(&rewritten);
+  if (rc != 0) nul[0] = 0;
+  return rc;
+}
+
+/* xd_cmd_parse on the (rewritten) body; orig: the body as received, for the position of a syntax error. */
+static int parse_checked(const char *body, size_t len, const char *orig, size_t orig_len, cJSON **out, osb_buf *msg) {
   static const struct {
     const char *key, *go;
     int (*ok)(const cJSON *);
@@ -80,20 +167,26 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
   } else {
     end = cJSON_GetErrorPtr();
   }
+  if (!b && orig != body) { /* the position in the body as received */
+    cJSON_Delete(cJSON_ParseWithLengthOpts(orig, orig_len, &end, 0));
+    end = cJSON_GetErrorPtr();
+    body = orig;
+    len = orig_len;
+  }
   if (!b) return syntax_text(body, len, end, msg), -1;
   if (!cJSON_IsObject(b)) {
     osb_buf_appendf(msg, "json: cannot unmarshal %s into Go value of type model.RunCommandRequest", json_kind(b));
     goto fail;
   }
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, fields[i].key);
+    const cJSON *v = xd_json_get(b, fields[i].key);
     if (xd_json_present(v) && !fields[i].ok(v)) {
       osb_buf_appendf(msg, "json: cannot unmarshal %s into Go struct field RunCommandRequest.%s of type %s",
                       json_kind(v), fields[i].key, fields[i].go);
       goto fail;
     }
   }
-  const cJSON *timeout = cJSON_GetObjectItemCaseSensitive(b, "timeout");
+  const cJSON *timeout = xd_json_get(b, "timeout");
   if (is_int(timeout) && fabs(timeout->valuedouble) > INT64_MAX_D) {
     osb_buf_appendf(msg, "json: cannot unmarshal number %s%.0f into Go struct field RunCommandRequest.timeout of type int64",
                     timeout->valuedouble < 0 ? "-" : "", fabs(timeout->valuedouble));
@@ -101,20 +194,20 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
   }
   static const char *const ids[] = {"uid", "gid"};
   for (int i = 0; i < 2; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, ids[i]);
+    const cJSON *v = xd_json_get(b, ids[i]);
     if (xd_json_present(v) && (!is_int(v) || v->valuedouble < 0)) {
       osb_buf_appendf(msg, "%s must be a non-negative integer", ids[i]);
       goto fail;
     }
   }
-  const cJSON *envs = cJSON_GetObjectItemCaseSensitive(b, "envs");
+  const cJSON *envs = xd_json_get(b, "envs");
   if (xd_json_present(envs) && !cJSON_IsObject(envs)) {
     osb_buf_append_str(msg, "envs must be an object of strings");
     goto fail;
   }
   osb_buf_reset(msg);
   osb_buf_append_str(msg, XD_INVALID_REQUEST);
-  const cJSON *command = cJSON_GetObjectItemCaseSensitive(b, "command");
+  const cJSON *command = xd_json_get(b, "command");
   if (!cJSON_IsString(command) || command->valuestring[0] == 0) {
     osb_buf_append_str(msg, "Key: 'RunCommandRequest.Command' Error:Field validation for 'Command' failed on the 'required' tag");
     goto fail;
@@ -123,7 +216,7 @@ int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
     osb_buf_append_str(msg, "Key: 'RunCommandRequest.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag");
     goto fail;
   }
-  if (xd_json_present(cJSON_GetObjectItemCaseSensitive(b, "gid")) && !xd_json_present(cJSON_GetObjectItemCaseSensitive(b, "uid"))) {
+  if (xd_json_present(xd_json_get(b, "gid")) && !xd_json_present(xd_json_get(b, "uid"))) {
     osb_buf_append_str(msg, "uid is required when gid is provided");
     goto fail;
   }
@@ -296,3 +389,89 @@ int xd_path_resolve(const char *p, osb_buf *out) {
   return rc;
 }
 
+
+long xd_unmark_nul(const char *s, const char *nul, osb_buf *out) {
+  size_t ml = strlen(nul);
+  long n = 0;
+  const char *p = s;
+  if (ml > 0) {
+    const char *hit;
+    while ((hit = strstr(p, nul)) != NULL) {
+      if (osb_buf_append(out, p, (size_t)(hit - p)) != 0 || osb_buf_append(out, "", 1) != 0) return -1;
+      n++;
+      p = hit + ml;
+    }
+  }
+  return osb_buf_append_str(out, p) != 0 ? -1 : n;
+}
+
+/* UTF-16 code units of the UTF-8 character starting with byte c (a stray byte counts as one U+FFFD). */
+static size_t utf16_units(unsigned char c) { return c >= 0xf0 && c <= 0xf4 ? 2 : 1; }
+
+static int inspect_one(const char *s, size_t len, osb_buf *out) {
+  static const char hex[] = "0123456789ABCDEF";
+  char q = '\'';
+  if (memchr(s, '\'', len)) {
+    if (!memchr(s, '"', len)) q = '"';
+    else if (!memchr(s, '`', len) && !memmem(s, len, "${", 2)) q = '`';
+  }
+  if (osb_buf_append(out, &q, 1) != 0) return -1;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[5] = {'\\', 'x', 0, 0, 0};
+    const char *e = NULL;
+    size_t elen = 4;
+    int c1 = c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f;
+    if (c1) c = (unsigned char)s[++i]; /* a C1 control character, escaped as \xHH like the C0 ones */
+    if (c < 0x20 || c == 0x7f || c1) {
+      e = esc;
+      esc[2] = hex[c >> 4];
+      esc[3] = hex[c & 15];
+      if (c == '\b') e = "\\b", elen = 2;
+      else if (c == '\t') e = "\\t", elen = 2;
+      else if (c == '\n') e = "\\n", elen = 2;
+      else if (c == '\f') e = "\\f", elen = 2;
+      else if (c == '\r') e = "\\r", elen = 2;
+    } else if (c == '\\') {
+      e = "\\\\", elen = 2;
+    } else if (c == '\'' && q == '\'') {
+      e = "\\'", elen = 2;
+    }
+    if (e ? osb_buf_append(out, e, elen) : osb_buf_append(out, &s[i], 1)) return -1;
+  }
+  return osb_buf_append(out, &q, 1);
+}
+
+int xd_js_inspect_str(const char *s, size_t len, osb_buf *out) {
+  osb_buf t = {0};
+  size_t units = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (((unsigned char)s[i] & 0xc0) != 0x80) units += utf16_units((unsigned char)s[i]);
+  }
+  int rc = 0;
+  if (units > 124 && memchr(s, '\n', len)) { /* a long text is split after each newline, the pieces joined by + */
+    for (size_t at = 0; at < len && rc == 0;) {
+      const char *nl = memchr(s + at, '\n', len - at);
+      size_t end = nl ? (size_t)(nl - s) + 1 : len;
+      if (at > 0) rc = osb_buf_append_str(&t, " +\n  ");
+      if (rc == 0) rc = inspect_one(s + at, end - at, &t);
+      at = end;
+    }
+  } else {
+    rc = inspect_one(s, len, &t);
+  }
+  if (rc == 0) { /* Node's error texts keep the first 128 characters of it, then "..." */
+    size_t u = 0, i = 0;
+    while (i < t.len) {
+      size_t w = utf16_units((unsigned char)t.data[i]), step = 1;
+      while (i + step < t.len && ((unsigned char)t.data[i + step] & 0xc0) == 0x80) step++;
+      if (u + w > 128) break;
+      u += w;
+      i += step;
+    }
+    rc = osb_buf_append(out, t.data ? t.data : "", i);
+    if (rc == 0 && i < t.len) rc = osb_buf_append_str(out, "...");
+  }
+  osb_buf_free(&t);
+  return rc;
+}

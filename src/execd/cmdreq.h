@@ -1,12 +1,12 @@
 /* execd's commands API in C (commands.c, whose module functions xd_commands_* are declared in xd.h; its request
- * rules in cmdreq.c): POST /command
- * (foreground event stream or background start), GET /command/status/{id}, GET /command/{id}/logs?cursor=,
- * DELETE /command?id=, with exactly the Node execd's observable behaviour (lib/dev-server/execd/commands.js).
- * Commands run as `bash -c` (else `sh`) in a new session (setsid), started with vfork (no copy of page tables),
- * reaped on SIGCHLD (a uv_signal handle) with waitpid on their own pids only. Foreground output: two pipes read by
- * libuv, split into line events (lines.h), not read while the client's buffer is full; background output: one pipe
- * (stdout and stderr merged in write order) into a bounded log (logring.h). Finished records stay answerable:
- * the newest 1,000, with at most 16 MiB of logs, for at most 24 h.
+ * rules in cmdreq.c): POST /command (foreground event stream or background start), GET /command/status/{id},
+ * GET /command/{id}/logs?cursor=, DELETE /command?id=, with exactly the Node execd's observable behaviour
+ * (lib/dev-server/execd/commands.js). Commands run as `bash -c` (else `sh`) in a new session (setsid), started with
+ * vfork (no copy of page tables), reaped on SIGCHLD (a uv_signal handle) with waitpid on their own pids only.
+ * Foreground output: two pipes read by libuv, split into line events (lines.h), not read while the client's buffer
+ * is full; background output: one Unix socket pair (stdout and stderr merged in write order) into a bounded log
+ * (logring.h). Finished records stay answerable: the newest 1,000, with at most 16 MiB of logs, for at most 24 h.
+ * The module needs the loop to run on after xd_commands_close until its handles are closed (then it frees itself).
  *
  * This header: the module's pure request rules (cmdreq.c), also run by the unit tests (test/c/test_execd_cmd.c).
  * Ownership: every osb_buf is the caller's; cJSON trees returned are the caller's (cJSON_Delete). */
@@ -19,6 +19,9 @@
 /* The prefix of the 400 answers of the validator ("invalid request, validation error "). */
 extern const char XD_INVALID_REQUEST[];
 
+/* The member `key` of a JSON object as JSON.parse keeps it (the last of duplicates), or NULL. */
+const cJSON *xd_json_get(const cJSON *obj, const char *key);
+
 /* A JSON member that is there and not null (JavaScript's `!= null`). */
 int xd_json_present(const cJSON *v);
 
@@ -29,8 +32,18 @@ double xd_go_duration_ms(double timeout_ms);
 
 /* Parses and validates a RunCommandRequest body like execd (the Node execd's wording): 0 and *out set, or -1 with
  * the message of the 400 INVALID_REQUEST_BODY answer in msg ("error parsing request, MAYBE invalid body format. ..."
- * or "invalid request, validation error ..."; "out of memory" when that happened). */
-int xd_cmd_parse(const char *body, size_t len, cJSON **out, osb_buf *msg);
+ * or "invalid request, validation error ..."; "out of memory" when that happened). A string with NUL characters
+ * (\u0000) keeps them as a 4-byte character the body does not contain otherwise: nul gets its UTF-8 text (NUL-
+ * terminated), or "" when no string has a NUL. */
+int xd_cmd_parse(const char *body, size_t len, cJSON **out, char nul[5], osb_buf *msg);
+
+/* Appends s with every occurrence of the nul marker (xd_cmd_parse) as a NUL byte; returns how many there were
+ * (-1: out of memory). nul "" copies s as it is. */
+long xd_unmark_nul(const char *s, const char *nul, osb_buf *out);
+
+/* Node's util.inspect of a string (the `Received ...` part of its argument errors): quoted with ' (or " or ` when
+ * the text has quotes), control characters as \xHH (\b \t \n \f \r), at most 10000 characters. */
+int xd_js_inspect_str(const char *s, size_t len, osb_buf *out);
 
 /* A variable lookup for xd_expand_path: envp-style "NAME=value" strings, NULL-terminated. */
 const char *xd_env_get(char *const *envp, const char *name, size_t name_len);

@@ -3,6 +3,7 @@
  * and resume), the bounded log ring, Go's int64 Duration arithmetic, the request validation wording and the path
  * expansion. The expected texts are what the Node execd (lib/dev-server/execd) answers. The sources are compiled
  * into this test (one translation unit), so the Makefile needs only the test's name. */
+#define _GNU_SOURCE /* the sources below use memmem and pipe2 */
 #include "harness.h"
 
 #include "../../src/execd/json.c"
@@ -206,7 +207,8 @@ static void test_go_duration(void) {
 static void expect_parse(const char *body, const char *message) {
   osb_buf msg = {0};
   cJSON *out = NULL;
-  int rc = xd_cmd_parse(body, strlen(body), &out, &msg);
+  char nul[5];
+  int rc = xd_cmd_parse(body, strlen(body), &out, nul, &msg);
   if (message) {
     CHECK(rc == -1 && out == NULL);
     CHECK_STR(msg.data, message);
@@ -271,6 +273,60 @@ static void test_expand_path(void) {
   osb_buf_free(&err);
 }
 
+static void test_nul_characters(void) {
+  /* \u0000 inside a string is kept as a marker character the body does not contain; an escaped backslash is not one */
+  const char *body = "{\"command\":\"echo a\\u0000b\",\"cwd\":\"\\\\u0000\"}";
+  osb_buf msg = {0}, raw = {0};
+  cJSON *out = NULL;
+  char nul[5];
+  CHECK(xd_cmd_parse(body, strlen(body), &out, nul, &msg) == 0);
+  CHECK(strcmp(nul, "\xf4\x8f\xbf\xbf") == 0);
+  CHECK(xd_unmark_nul(xd_json_get(out, "command")->valuestring, nul, &raw) == 1);
+  CHECK(raw.len == 8 && memcmp(raw.data, "echo a\0b", 8) == 0);
+  osb_buf_reset(&raw);
+  CHECK(xd_unmark_nul(xd_json_get(out, "cwd")->valuestring, nul, &raw) == 0);
+  CHECK_STR(raw.data, "\\u0000");
+  cJSON_Delete(out);
+  /* a body holding U+10FFFF already gets the next marker */
+  const char *taken = "{\"command\":\"\xf4\x8f\xbf\xbf\\u0000\"}";
+  CHECK(xd_cmd_parse(taken, strlen(taken), &out, nul, &msg) == 0);
+  CHECK(strcmp(nul, "\xf3\xbf\xbf\xbf") == 0);
+  cJSON_Delete(out);
+  const char *none = "{\"command\":\"x\"}";
+  CHECK(xd_cmd_parse(none, strlen(none), &out, nul, &msg) == 0 && nul[0] == 0);
+  cJSON_Delete(out);
+  osb_buf_free(&msg);
+  osb_buf_free(&raw);
+}
+
+static void test_js_inspect(void) {
+  static const struct {
+    const char *in;
+    size_t len;
+    const char *out;
+  } cases[] = {
+      {"echo a\0; b", 10, "'echo a\\x00; b'"},
+      {"it's", 4, "\"it's\""},
+      {"it's \"q\"", 8, "`it's \"q\"`"},
+      {"'\"`", 3, "'\\'\"`'"},
+      {"t\tn\nv\vb\\ \x7f \xc2\x85 \xc3\xa9", 16, "'t\\tn\\nv\\x0Bb\\\\ \\x7F \\x85 \xc3\xa9'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    osb_buf b = {0};
+    CHECK(xd_js_inspect_str(cases[i].in, cases[i].len, &b) == 0);
+    CHECK_STR(b.data, cases[i].out);
+    osb_buf_free(&b);
+  }
+  /* longer than 124 characters with a newline: split after it; then the first 128 characters and "..." */
+  char longs[200];
+  memset(longs, 'a', sizeof longs);
+  longs[60] = '\n';
+  osb_buf b = {0};
+  CHECK(xd_js_inspect_str(longs, sizeof longs, &b) == 0);
+  CHECK(b.len == 131 && memcmp(b.data + 61, "\\n' +\n  'aa", 11) == 0 && memcmp(b.data + 128, "...", 3) == 0);
+  osb_buf_free(&b);
+}
+
 int main(void) {
   RUN(test_go_json_escaping);
   RUN(test_js_number);
@@ -281,5 +337,7 @@ int main(void) {
   RUN(test_go_duration);
   RUN(test_parse_wording);
   RUN(test_expand_path);
+  RUN(test_nul_characters);
+  RUN(test_js_inspect);
   return t_summary();
 }
