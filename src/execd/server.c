@@ -44,7 +44,7 @@ struct xd_res {
   void *on_drain_arg;
 };
 
-enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF };
+enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING };
 enum { ACT_ROUTE, ACT_UNAUTHORIZED, ACT_PING, ACT_TOO_LARGE };
 enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
 
@@ -440,6 +440,7 @@ static void request_done(conn *c) {
   request_reset(c);
   if (c->in.len == 0 && c->in.cap > 4u * 65536u) osb_buf_free(&c->in);
   if (close_after || wants_close || c->eof) {
+    c->state = ST_CLOSING; /* nothing after this answer is read or answered */
     reading(c, 0);
     if (c->pending_writes == 0) conn_close(c);
     else c->close_pending = 1;
@@ -492,7 +493,7 @@ static void conn_close(conn *c) {
 
 /* raw answer + close (bad framing, head too large, refusals that end the connection) */
 static void answer_raw_close(conn *c, const char *text) {
-  c->state = ST_ROUTED;
+  c->state = ST_CLOSING;
   reading(c, 0);
   if (conn_write(c, text, strlen(text), NULL, 0) != 0) return;
   c->close_pending = 1;
@@ -783,7 +784,7 @@ static void process(conn *c) {
       if (c->pending_writes == 0) handoff_now(c);
       break;
     }
-    if (c->state == ST_ROUTED) break;
+    if (c->state == ST_ROUTED || c->state == ST_CLOSING) break;
     if (c->state == ST_HEAD) {
       size_t skip = 0;
       while (skip < c->in.len && (c->in.data[skip] == '\r' || c->in.data[skip] == '\n')) skip++;
@@ -813,14 +814,14 @@ static void process(conn *c) {
         break;
       }
       if (rc == 1) { /* a refused target: answered in order, the connection closed after it */
+        if (!c->req.query) {
+          answer_raw_close(c, GO_BAD_REQUEST);
+          break;
+        }
         c->state = ST_ROUTED;
         c->res = new_res(c);
         if (!c->res) {
           conn_close(c);
-          break;
-        }
-        if (!c->req.query) {
-          answer_raw_close(c, GO_BAD_REQUEST);
           break;
         }
         osb_buf b = {0};
