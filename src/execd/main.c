@@ -210,6 +210,11 @@ int main(int argc, char **argv) {
   else printf("execd ready %d\n", bound);
   fflush(stdout);
   uv_run(loop, UV_RUN_DEFAULT);
+  /* everything closed in time: the bound's timer goes too, and the loop with it */
+  if (uv_is_active((uv_handle_t *)&exit_timer) && !uv_is_closing((uv_handle_t *)&exit_timer)) {
+    uv_close((uv_handle_t *)&exit_timer, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+  }
   uv_loop_close(loop);
   free(token_buf);
   return 0;
