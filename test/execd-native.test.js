@@ -1,5 +1,5 @@
 // The C execd (src/execd/, osb-execd) in front of the Node execd: a real server and sandbox, raw sockets to the
-// sandbox's execd endpoint. The C execd answers ping (and its native routes) without Node; the first other request
+// sandbox's execd endpoint. The C execd answers ping, POST /directories and commands without Node; the first other request
 // starts the Node execd (main.js --handoff) and is answered by it on the same connection; Node killed -> started again
 // at the next handed-off request; pipelined requests in order; its own 401/400 answers byte for byte.
 import assert from 'node:assert/strict';
@@ -112,12 +112,19 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('an idle sandbox that was only pinged runs no Node: only the C execd (and the entrypoint)', async () => {
+  it('ping, POST /directories and a command are answered without Node: the idle sandbox is the C execd alone', async () => {
     const text = await exchange(sb.port, get('/ping'), { done: (t) => t.endsWith('\r\n\r\n') });
     assert.deepEqual(answers(text), [{ head: PING_OK, body: '' }]);
-    const list = procs();
-    assert.deepEqual(nodeExecd(), [], JSON.stringify(list));
-    assert.ok(list.every((p) => !/(^|\/)node$/.test(p.argv[0])), JSON.stringify(list));
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
+    const dirs = await request(`http://127.0.0.1:${sb.port}/directories`, { method: 'POST', headers, body: { '/workspace/native/a': { mode: 755 } } });
+    assert.deepEqual([dirs.status, dirs.text], [200, '']);
+    const cmd = await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers, body: { command: 'ls -d /workspace/native/a && echo hi' } });
+    assert.equal(cmd.status, 200);
+    assert.deepEqual(cmd.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).filter((e) => e.type === 'stdout').map((e) => e.text), ['/workspace/native/a', 'hi']);
+    // nothing below the C execd once the command is done (the default entrypoint, tail -f /dev/null, is not run): no Node
+    await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the command is gone' });
+    assert.deepEqual(nodeExecd(), []);
+    assert.equal(path.basename(cmdline(execdPid)[0]), path.basename(execdBinary()));
   });
 
   it('the first files request starts the Node execd and is answered; later ones go to the same Node', async () => {
