@@ -865,6 +865,11 @@ static void process(conn *c) {
           continue;
         }
       }
+      /* a client waiting for leave to send its body gets it, as from Go's and Node's servers */
+      const char *expect = xd_header(&c->req, "expect");
+      if (expect && strcasecmp(expect, "100-continue") == 0 && (c->chunked || c->cl_left > 0) &&
+          c->in.len == c->head_len && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0) != 0)
+        break;
       if (c->discard) { /* the head is not needed any more: nothing of this request goes to Node */
         osb_buf_consume(&c->in, c->head_len);
         c->head_len = 0;

@@ -2,7 +2,7 @@
  * bytes while the main thread runs the loop. Checked byte for byte (Date values masked): GET /ping, the token's 401
  * after the body, Go's raw 400s, the target refusals, 431, the immediate 413, Content-Length and chunked bodies,
  * pipelined answers in order (a late answer holds the ones after it), Connection: close, streamed answers, a client
- * leaving mid-stream (the route's on_close), the handoff (the fd and every byte read from the request on, after the
+ * leaving mid-stream (the route's on_close), 100 Continue, the handoff (the fd and every byte read from the request on, after the
  * earlier answers were written), and the request-target and query rules as units. */
 #include "harness.h"
 
@@ -232,6 +232,25 @@ static void test_pipelined(void) {
          "HTTP/1.1 200 OK\r\nConnection: close\r\nDate: <date>\r\nContent-Length: 0\r\n\r\n");
 }
 
+static void test_expect_continue(void) {
+  /* the body waits for 100 Continue (HTTP/1.1 Expect: 100-continue), then the answer */
+  int fd = dial();
+  const char *head = "POST /command/echo HTTP/1.1\r\nHost: x\r\n" TOK "Expect: 100-continue\r\nContent-Length: 4\r\n"
+                     "Connection: close\r\n\r\n";
+  CHECK(write(fd, head, strlen(head)) == (ssize_t)strlen(head));
+  char buf[512];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = 0;
+  CHECK_STR(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+  CHECK(write(fd, "body", 4) == 4);
+  size_t got = 0;
+  while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+  buf[got] = 0;
+  CHECK(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0);
+  CHECK(got >= 4 && strcmp(buf + got - 4, "body") == 0);
+  close(fd);
+}
+
 static void test_stream(void) {
   expect("GET /command/stream HTTP/1.1\r\nHost: x\r\n" TOK "Connection: close\r\n\r\n",
          "HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: text/event-stream\r\n"
@@ -344,6 +363,7 @@ static void *client(void *arg) {
   RUN(test_ping_and_token);
   RUN(test_refusals);
   RUN(test_pipelined);
+  RUN(test_expect_continue);
   RUN(test_stream);
   RUN(test_handoff);
   uv_async_send(&done_async);
