@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { ChildProcess, spawn as nodeSpawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
-import { addonFile } from '../lib/addon-file.js';
+import { addonFile } from '../lib/dev-server/addon-file.js';
 import { spawn, spawnPath, useNativeAddon } from '../lib/dev-server/execd/spawn.js';
 import { OutputSockets } from '../lib/dev-server/execd/out-socket.js';
 import { startServer } from '../lib/dev-server/index.js';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
-import { addonFile } from '../addon-file.js';
+import { addonFile } from './addon-file.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
