@@ -214,13 +214,14 @@ int osb_spawn(osb_spawn_opts *o, pid_t *pid, int *err_no, const char **step) {
     errno = ENOMEM;
     goto fail;
   }
-  /* every signal blocked across the clone: no handler of the caller may run on the child's stack */
+  /* every signal blocked across the clone: no handler of the caller may run on the child's stack. sigprocmask, not
+   * pthread_sigmask (GLIBC_2.32 in libc, above the prebuilt's floor): on Linux it sets the calling thread's mask. */
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  sigprocmask(SIG_SETMASK, &all, &old);
   pid_t p = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
   int clone_err = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
   if (p < 0) {
     errno = clone_err;
     what = "clone";
@@ -350,9 +351,9 @@ osb_reaper *osb_reaper_new(osb_exit_cb cb, void *cb_ud, char *err, size_t errlen
   pthread_mutex_init(&r->mu, NULL);
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits: the caller's signal handlers never run on it */
+  sigprocmask(SIG_SETMASK, &all, &old); /* the thread inherits: the caller's signal handlers never run on it */
   int rc = pthread_create(&r->thread, NULL, reaper_main, r);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     pthread_mutex_destroy(&r->mu);
     errno = rc;
