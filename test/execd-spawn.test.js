@@ -241,14 +241,15 @@ describe("a sandbox's execd spawns through the server's addon", function () {
     await server?.close();
   });
 
-  it('execd gets --native-addon with the file under the read-only package and has it mapped after a command', async () => {
+  it('execd gets --native-addon (the file under the read-only package), loads it and starts commands with it', async () => {
     // $PPID of the command's shell is execd; its maps show the addon once spawn.js loaded it
     const ex = await sbx.commands.run('tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -A1 -x -- --native-addon | tail -1; ' +
-      'grep -c mastra_opensandbox /proc/$PPID/maps; test -w "$(tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -A1 -x -- --native-addon | tail -1)" && echo writable || echo read-only');
+      'grep -c mastra_opensandbox /proc/$PPID/maps; cat /proc/$PPID/task/*/comm | grep -c -x osb-reaper; test -w "$(tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -A1 -x -- --native-addon | tail -1)" && echo writable || echo read-only');
     const lines = ex.logs.stdout.map((m) => m.text);
     assert.equal(lines[0], ADDON);
     assert.ok(Number(lines[1]) > 0, `mapped in execd: ${lines[1]}`);
-    assert.equal(lines[2], 'read-only');
+    assert.equal(lines[2], '1', 'the reaper thread runs: this command was started natively');
+    assert.equal(lines[3], 'read-only');
     const bg = await sbx.commands.run('echo background; exit 5', { background: true });
     const done = await waitFor(async () => {
       const st = await sbx.commands.getCommandStatus(bg.id);

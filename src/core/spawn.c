@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -314,6 +315,7 @@ static void reap(osb_reaper *r, watch *w) {
 
 static void *reaper_main(void *arg) {
   osb_reaper *r = arg;
+  prctl(PR_SET_NAME, "osb-reaper"); /* findable in /proc/<pid>/task/<tid>/comm */
   struct epoll_event ev[32];
   for (;;) {
     int n = epoll_wait(r->ep, ev, 32, -1);

@@ -8,7 +8,7 @@
  * the PATH of envp, else /usr/bin:/bin, like libuv). Any failure (chdir, exec, ...) is reported synchronously as an
  * errno value; the failed child is reaped before osb_spawn returns.
  *
- * osb_reaper: one thread per reaper waiting (epoll) on the pidfd of every child it watches; it reaps the child
+ * osb_reaper: one thread per reaper (named osb-reaper) waiting (epoll) on the pidfd of every child it watches; it reaps the child
  * (waitid) and calls the exit callback on that thread. Needs pidfd_open (Linux >= 5.3): osb_reaper_new fails with a
  * message naming the requirement otherwise. Thread-safety: osb_spawn and osb_reaper_spawn may be called from any
  * thread; osb_reaper_stop from any thread but the reaper's own (never from the exit callback). */

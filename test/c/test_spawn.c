@@ -2,6 +2,7 @@
  * synchronous errors (missing program, not executable, missing cwd), no descriptor of ours in the child, and the
  * reaper thread's exit callbacks. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -342,6 +343,30 @@ static void test_many(void) {
   CHECK(!R || osb_reaper_count(R) == 0);
 }
 
+/* One reaper thread, named osb-reaper (none after osb_reaper_stop: counted in main). */
+static int reaper_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f) && strcmp(comm, "osb-reaper\n") == 0) n++;
+    fclose(f);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* The thread names itself when it starts: waited for, up to 5 s. */
+static void test_reaper_thread(void) {
+  int want = R ? 1 : 0, n = -1;
+  for (int i = 0; i < 500 && (n = reaper_threads()) != want; i++) usleep(10 * 1000);
+  CHECK(n == want);
+}
+
 static void reset_exits(void) {
   uv_mutex_lock(&X.mu);
   X.n = 0;
@@ -361,6 +386,7 @@ int main(void) {
     CHECK(strstr(err, "Linux >= 5.3") != NULL);
     printf("no reaper here (%s): osb_spawn tested with waitpid\n", err);
   }
+  RUN(test_reaper_thread);
   RUN(test_exit_code);
   RUN(test_signal_death);
   RUN(test_signals_reset);
@@ -381,6 +407,8 @@ int main(void) {
   const char *step = NULL;
   pid_t pid = run_sh("sleep 5", &o, &e, &step);
   osb_reaper_stop(R); /* NULL: no-op */
+  R = NULL;
+  RUN(test_reaper_thread); /* joined */
   if (pid > 0) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
