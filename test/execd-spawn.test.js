@@ -4,7 +4,10 @@
 // execd started with the server's addon runs its commands through it.
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn as nodeSpawn } from 'node:child_process';
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { addonFile } from '../lib/dev-server/addon-file.js';
 import { spawn, spawnPath, useNativeAddon } from '../lib/dev-server/execd/spawn.js';
@@ -256,5 +259,37 @@ describe("a sandbox's execd spawns through the server's addon", function () {
       return st.running === false && st;
     });
     assert.equal(done.exitCode, 5);
+  });
+});
+
+describe('an addon outside the directories bound into sandboxes', function () {
+  this.timeout(60000);
+  let server;
+  let sbx;
+  let dir;
+  const logs = [];
+  const saved = process.env.MASTRA_OPENSANDBOX_ADDON;
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-addon-'));
+    fs.copyFileSync(ADDON, path.join(dir, 'mastra_opensandbox.node'));
+    process.env.MASTRA_OPENSANDBOX_ADDON = path.join(dir, 'mastra_opensandbox.node');
+    server = await startServer({ commandTailMs: 50, log: (m) => logs.push(m) });
+    sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'python:3.11' });
+  });
+  after(async () => {
+    if (saved === undefined) delete process.env.MASTRA_OPENSANDBOX_ADDON;
+    else process.env.MASTRA_OPENSANDBOX_ADDON = saved;
+    await sbx?.kill().catch(() => {});
+    await sbx?.close();
+    await server?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('is not named to execd (it could not read it), which forks as before; the server says so', async () => {
+    const ex = await sbx.commands.run('tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -c -x -- --native-addon; ' +
+      'cat /proc/$PPID/task/*/comm | grep -c -x osb-reaper');
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ['0', '0']);
+    assert.ok(logs.includes(`dev-server: the native addon ${path.join(fs.realpathSync(dir), 'mastra_opensandbox.node')} is outside ` +
+      'the directories bound into sandboxes: execd starts processes through node:child_process (a fork of execd per process)'), logs.join('\n'));
   });
 });

@@ -98,7 +98,7 @@ const within = (d, parent) => d === parent || d.startsWith(parent + '/');
  * directories bound read-only into every sandbox (the package, its linked node_modules, node's). Else null: execd
  * then uses node:child_process (an addon named by $MASTRA_OPENSANDBOX_ADDON outside them is not bound in).
  */
-function execdAddon() {
+export function execdAddon() {
   const file = addonFile();
   if (!file) return null;
   const { nodeDir, pkgDir, linkedModules } = runtimeDirs();

@@ -68,8 +68,8 @@ function stdioSpec(stdio) {
   const list = stdio === undefined ? ['pipe', 'pipe', 'pipe'] : typeof stdio === 'string' ? [stdio, stdio, stdio] : stdio;
   if (!Array.isArray(list) || list.length > 8) return null;
   const spec = [];
-  for (const s of list) {
-    if (s === 'pipe' || s === undefined || s === null) spec.push(STDIO_PAIR);
+  for (const [i, s] of list.entries()) {
+    if (s === 'pipe' || ((s === undefined || s === null) && i < 3)) spec.push(STDIO_PAIR); // Node: 'ignore' from 3 on
     else if (s === 'ignore') spec.push(STDIO_NULL);
     else if (s instanceof net.Socket && Number.isInteger(s._handle?.fd) && s._handle.fd >= 0) spec.push(s._handle.fd);
     else return null;
