@@ -3,7 +3,7 @@
 // order, exit codes, signals, stdout/stderr bytes, spawn errors, process groups; the fallbacks; and a sandbox's
 // execd started with the server's addon runs its commands through it.
 import assert from 'node:assert/strict';
-import { ChildProcess, spawn as nodeSpawn } from 'node:child_process';
+import { ChildProcess, execFile, spawn as nodeSpawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
@@ -214,6 +214,27 @@ describe('execd spawn without fork (native addon)', function () {
     child.stdout.on('data', (b) => out.push(b));
     await new Promise((r) => child.on('close', r));
     assert.equal(Buffer.concat(out).toString(), `${process.getuid()}\n`);
+  });
+
+  it('a kernel without pidfd_open (seccomp answers ENOSYS): the addon refuses, node:child_process takes over', async () => {
+    // /usr/bin/python3 with python3-seccomp (what the server's own filter is built with) loads the filter and execs node
+    const load = 'import errno, os, sys, seccomp\n' +
+      'f = seccomp.SyscallFilter(seccomp.ALLOW)\n' +
+      "f.add_rule(seccomp.ERRNO(errno.ENOSYS), 'pidfd_open')\n" +
+      'f.load()\n' +
+      'os.execv(sys.argv[1], sys.argv[1:])\n';
+    const script = `import { spawn, spawnPath, useNativeAddon } from ${JSON.stringify(new URL('../lib/dev-server/execd/spawn.js', import.meta.url).href)};
+      useNativeAddon(${JSON.stringify(ADDON)});
+      const c = spawn('sh', ['-c', 'echo hi'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      c.stdout.on('data', (b) => process.stdout.write(b));
+      c.on('close', (code) => console.log(code, c.constructor.name, JSON.stringify(spawnPath())));`;
+    const { stdout, stderr } = await new Promise((resolve, reject) => {
+      execFile('/usr/bin/python3', ['-c', load, process.execPath, '--input-type=module', '-e', script], { timeout: 30000 },
+        (err, out, errOut) => (err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve({ stdout: out, stderr: errOut })));
+    });
+    const why = 'pidfd_open is not available (Function not implemented): spawning without fork needs Linux >= 5.3';
+    assert.equal(stdout, `hi\n0 ChildProcess ${JSON.stringify({ native: false, reason: why })}\n`);
+    assert.equal(stderr, `execd: processes start through node:child_process: ${why}\n`);
   });
 
   it('an addon that does not load: node:child_process, with the reason', async () => {
