@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
+import { addonFile } from './addon-file.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
@@ -87,6 +88,21 @@ const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
 
 function underSystemDir(p) {
   return SYSTEM_DIRS.some((d) => p === d || p.startsWith(d + '/'));
+}
+
+/** d is parent or below it (both absolute, normalised). */
+const within = (d, parent) => d === parent || d.startsWith(parent + '/');
+
+/**
+ * The addon file execd starts processes with (execd/spawn.js), when execd can read it at the same path: under the
+ * directories bound read-only into every sandbox (the package, its linked node_modules, node's). Else null: execd
+ * then uses node:child_process (an addon named by $MASTRA_OPENSANDBOX_ADDON outside them is not bound in).
+ */
+export function execdAddon() {
+  const file = addonFile();
+  if (!file) return null;
+  const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+  return [nodeDir, pkgDir, linkedModules].some((d) => d && within(file, d)) ? file : null;
 }
 
 /**
@@ -213,7 +229,6 @@ export class SandboxProcess {
     }
     // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
-    const within = (d, parent) => d === parent || d.startsWith(parent + '/');
     if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
     // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
@@ -260,6 +275,8 @@ export class SandboxProcess {
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
+    const addon = execdAddon();
+    if (addon) execdArgs.push('--native-addon', addon);
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,
