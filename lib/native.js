@@ -7,16 +7,13 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { addonCandidates } from './dev-server/addon-file.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
 
 function load() {
-  const explicit = process.env.MASTRA_OPENSANDBOX_ADDON;
-  const files = explicit ? [path.resolve(explicit)] : [
-    path.join(root, 'prebuilds', `${process.platform}-${process.arch}`, 'mastra_opensandbox.node'),
-    path.join(root, 'build', 'Release', 'mastra_opensandbox.node'),
-  ];
+  const { explicit, files } = addonCandidates();
   const failures = [];
   for (const file of files) {
     if (!explicit && !fs.existsSync(file)) continue;

@@ -8,7 +8,8 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
-import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
+import { bindFdProblem, execdAddon, findBwrap, probeBwrap } from './runner.js';
+import { addonFile } from './addon-file.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
@@ -228,6 +229,9 @@ export async function startServer(options = {}) {
     }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
+  }
+  if (addonFile() && !execdAddon()) {
+    warn(`dev-server: the native addon ${addonFile()} is outside the directories bound into sandboxes: execd starts processes through node:child_process (a fork of execd per process)`);
   }
   // resource limits (cgroups) and the disk bound: docs/dev-server-security.md "Resource limits"
   let limits = null;

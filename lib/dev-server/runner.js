@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { execdBinary } from './execd-binary.js';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
+import { addonFile } from './addon-file.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
@@ -106,6 +107,21 @@ const hostnameOf = (id) => id.replace(/-/g, '').slice(0, 12);
 
 function underSystemDir(p) {
   return SYSTEM_DIRS.some((d) => p === d || p.startsWith(d + '/'));
+}
+
+/** d is parent or below it (both absolute, normalised). */
+const within = (d, parent) => d === parent || d.startsWith(parent + '/');
+
+/**
+ * The addon file execd starts processes with (execd/spawn.js), when execd can read it at the same path: under the
+ * directories bound read-only into every sandbox (the package, its linked node_modules, node's). Else null: execd
+ * then uses node:child_process (an addon named by $MASTRA_OPENSANDBOX_ADDON outside them is not bound in).
+ */
+export function execdAddon() {
+  const file = addonFile();
+  if (!file) return null;
+  const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+  return [nodeDir, pkgDir, linkedModules].some((d) => d && within(file, d)) ? file : null;
 }
 
 /**
@@ -285,6 +301,8 @@ export class SandboxProcess {
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
+    const addon = execdAddon();
+    if (addon) execdArgs.push('--native-addon', addon);
     // the C execd answers ping, directories and commands itself and starts the Node execd for the rest (handoff.h)
     const execdArgv = execdFile ? [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN] : [process.execPath, EXECD_MAIN, ...execdArgs];
     const env = {

@@ -5,6 +5,7 @@
  *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
  *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
  *                                         no native module takes (handoff.h)
+ *   --native-addon FILE                   passed on to the Node execd (the addon its spawn.js starts processes with)
  * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
@@ -100,10 +101,10 @@ static void on_signal(uv_signal_t *h, int sig) {
 
 int main(int argc, char **argv) {
   const char *socket_path = NULL, *port_s = NULL, *host = "127.0.0.1", *workspace = "/workspace";
-  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL;
+  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL, *native_addon = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");
   int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
-  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_VERSION };
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_ADDON, O_VERSION };
   static const struct option opts[] = {
       {"socket", required_argument, NULL, O_SOCKET},
       {"port", required_argument, NULL, O_PORT},
@@ -117,6 +118,7 @@ int main(int argc, char **argv) {
       {"command-tail-ms", required_argument, NULL, O_TAIL},
       {"node", required_argument, NULL, O_NODE},
       {"node-execd", required_argument, NULL, O_NODE_EXECD},
+      {"native-addon", required_argument, NULL, O_ADDON},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
   };
@@ -136,6 +138,7 @@ int main(int argc, char **argv) {
       case O_TAIL: tail_s = optarg; break;
       case O_NODE: node_path = optarg; break;
       case O_NODE_EXECD: node_execd = optarg; break;
+      case O_ADDON: native_addon = optarg; break; /* the Node execd's (spawn.js): passed on */
       case O_VERSION: printf("osb-execd %s\n", OSB_EXECD_VERSION); return 0; /* the package's (scripts/build.js) */
       default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
     }
@@ -186,6 +189,7 @@ int main(int argc, char **argv) {
   if (pty_exit_race) nargs[na++] = "--pty-exit-race";
   if (signal_forwarding) nargs[na++] = "--signal-forwarding";
   if (pty_close_linger) nargs[na++] = "--pty-close-linger";
+  if (native_addon) nargs[na++] = "--native-addon", nargs[na++] = native_addon;
   nargs[na] = NULL;
   node = xd_node_new(&(xd_node_opts){.loop = loop, .node = node_path, .args = nargs, .token = token});
   if (!node) die("out of memory", NULL);

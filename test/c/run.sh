@@ -71,7 +71,7 @@ run() {
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1
-VG="valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=99"
+VG="valgrind -q --child-silent-after-fork=yes --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=99"
 for t in $(cd "$B/asan" && ls test_* | sort); do # every TESTS entry of the Makefile
   run "asan $t" "$B/asan/$t"
   run "valgrind $t" $VG "$B/plain/$t"

@@ -8,11 +8,11 @@
 // cell the kernel writes the cell's random marker to both, so a cell ends only when `done` has arrived AND
 // both markers have been read: every byte of output is forwarded before the final event.
 // Interrupt = SIGINT to the kernel's process group (children included).
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import { fileURLToPath } from 'node:url';
+import { spawn } from './spawn.js';
 
 const here = (name) => fileURLToPath(new URL(name, import.meta.url));
 const READY_TIMEOUT_MS = 20_000;

@@ -1,9 +1,9 @@
 // `POST /code` without `context.language`: execd runs the code as a foreground shell command, with the
 // event semantics of `/command` (bash -c in its own process group, output line-split per stream, exit status
 // as `execution_complete` or an `error` CommandExecError whose evalue is the exit code).
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { LineSplitter } from './lines.js';
+import { spawn } from './spawn.js';
 
 const TERM_GRACE_MS = 3000;
 const PIPE_DRAIN_MS = 200;

@@ -1,7 +1,6 @@
 // execd route module: commands (POST /command foreground + background, GET /command/status/{id},
 // GET /command/{id}/logs?cursor=, DELETE /command?id=), framed like the real execd:
 // compact JSON events each followed by a blank line, no `data:` prefix, stream held open a tail after the final event.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +11,7 @@ import { LogRing } from './log-ring.js';
 import { OutputSockets } from './out-socket.js';
 import { osMessage } from './files-info.js';
 import { expandPath } from './files-paths.js';
+import { spawn } from './spawn.js';
 
 const PING_INTERVAL_MS = 3000;
 const INTERRUPT_GRACE_MS = 3000;

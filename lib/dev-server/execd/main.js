@@ -20,6 +20,7 @@
 //   ptyCloseLinger: --pty-close-linger given (a client's close is answered, the TCP connection never closed);
 //   commandTailMs: how long a /command stream stays open after its final event (execd's graceful-shutdown tail);
 //   self: where this execd listens ({ socketPath } or { host, port }), for /proxy/44772 to reach execd itself;
+//   (--native-addon FILE: the addon spawn.js starts processes with, see there)
 //   interrupters: array of async (id) => boolean; DELETE /command?id= asks them for ids that are not commands
 //   (e.g. code contexts) before answering "no such session";
 //   relaySignal(sig): hands a signal execd received to the foreground command (signalForwarding; set by commands.js).
@@ -30,6 +31,7 @@ import { answerBadRequest, parseTarget, sendBadRequest, sendEmpty, sendError, se
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
 import { createRoutes as proxyRoutes } from './proxy.js';
+import { useNativeAddon } from './spawn.js';
 // CommonJS require for node:http: an ESM import of it builds its whole namespace, which loads undici (~25 ms of start)
 const http = createRequire(import.meta.url)('node:http');
 
@@ -46,8 +48,11 @@ const { values: opts } = parseArgs({
     'pty-close-linger': { type: 'boolean', default: false },
     'command-tail-ms': { type: 'string', default: '1000' },
     handoff: { type: 'boolean', default: false },
+    'native-addon': { type: 'string' }, // the addon file whose spawn() starts processes (loaded at the first one)
   },
 });
+
+useNativeAddon(opts['native-addon']);
 
 // the token must not leak into commands through the environment
 delete process.env.EXECD_ACCESS_TOKEN;

@@ -6,11 +6,11 @@
 // Both run bash in its own session/process group, with execd's environment (TERM=xterm in PTY mode, as execd).
 // A run reports `processExit` as soon as the process is gone and `exit` once its output is fully drained
 // (pipes at EOF; bounded by DRAIN_MS when a background process keeps them open).
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ReplayBuffer } from './pty-replay.js';
+import { spawn } from './spawn.js';
 
 const HELPER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'pty-helper.py');
 const PYTHON = fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
