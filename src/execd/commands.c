@@ -602,6 +602,21 @@ static void on_drain_deadline(uv_timer_t *t) {
     rec->after_resume = 1;
     return;
   }
+  /* What the process wrote before it exited is in the pipes now (a process cannot exit with its write pending): read
+   * it to the end before closing, so a deadline that fires before the loop polled them (a loop that was busy, e.g.
+   * starting 200 commands) loses nothing. */
+  for (int k = 0; k < 2; k++) {
+    uv_os_fd_t fd;
+    if (!rec->pipe_open[k] || uv_fileno((uv_handle_t *)&rec->pipes[k], &fd) != 0) continue;
+    ssize_t n;
+    while (!rec->paused && (n = read(fd, rec->m->readbuf, sizeof rec->m->readbuf)) > 0) {
+      xd_lines_push(&rec->split[k], rec->m->readbuf, (size_t)n);
+    }
+  }
+  if (rec->paused) { /* the client's buffer filled meanwhile: the deadline counts again once it drained */
+    rec->after_resume = 1;
+    return;
+  }
   close_pipe(rec, 0);
   close_pipe(rec, 1);
   end_fg(rec);
@@ -619,6 +634,7 @@ static void on_exit_status(cmd *rec, int wstatus) {
     end_fg(rec);
     return;
   }
+  uv_update_time(rec->m->loop); /* the 200 ms count from now, not from the start of a busy loop turn */
   uv_timer_start(&rec->drain_timer, on_drain_deadline, PIPE_DRAIN_MS, 0);
 }
 
