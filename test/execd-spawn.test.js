@@ -13,6 +13,7 @@ import { addonFile } from '../lib/dev-server/addon-file.js';
 import { spawn, spawnPath, useNativeAddon } from '../lib/dev-server/execd/spawn.js';
 import { OutputSockets } from '../lib/dev-server/execd/out-socket.js';
 import { startServer } from '../lib/dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 
 const ADDON = addonFile();
@@ -265,21 +266,29 @@ describe("a sandbox's execd spawns through the server's addon", function () {
     await server?.close();
   });
 
-  it('execd gets --native-addon (the file under the read-only package), loads it and starts commands with it', async () => {
-    // $PPID of the command's shell is execd; its maps show the addon once spawn.js loaded it
-    const ex = await sbx.commands.run('tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -A1 -x -- --native-addon | tail -1; ' +
-      'grep -c mastra_opensandbox /proc/$PPID/maps; cat /proc/$PPID/task/*/comm | grep -c -x osb-reaper; test -w "$(tr "\\0" "\\n" < /proc/$PPID/cmdline | grep -A1 -x -- --native-addon | tail -1)" && echo writable || echo read-only');
-    const lines = ex.logs.stdout.map((m) => m.text);
-    assert.equal(lines[0], ADDON);
-    assert.ok(Number(lines[1]) > 0, `mapped in execd: ${lines[1]}`);
-    assert.equal(lines[2], '1', 'the reaper thread runs: this command was started natively');
-    assert.equal(lines[3], 'read-only');
-    const bg = await sbx.commands.run('echo background; exit 5', { background: true });
-    const done = await waitFor(async () => {
-      const st = await sbx.commands.getCommandStatus(bg.id);
-      return st.running === false && st;
-    });
-    assert.equal(done.exitCode, 5);
+  it('the Node execd gets --native-addon (the file under the read-only package), loads it and starts processes with it', async () => {
+    // commands are the C execd's (src/execd/commands.c); a background process is a PTY session of the Node execd,
+    // which the C execd starts on that first request and which then starts the process through spawn.js
+    const ours = new OpenSandboxSandbox({ domain: server.domain, sandboxId: sbx.id });
+    const proc = await ours.processes.spawn('sleep 30');
+    try {
+      // the Node execd: the process whose command line carries --handoff; its maps show the addon once spawn.js loaded it
+      const find = 'for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/cmdline 2>/dev/null | grep -qx -- --handoff && { echo ${p#/proc/}; break; }; done';
+      // the reaper thread names itself once it runs: wait for it (bounded) rather than race its first instructions
+      const lines = await waitFor(async () => {
+        const ex = await sbx.commands.run(`n=$(${find}); tr "\\0" "\\n" < /proc/$n/cmdline | grep -A1 -x -- --native-addon | tail -1; ` +
+          'grep -c mastra_opensandbox /proc/$n/maps; cat /proc/$n/task/*/comm | grep -c -x osb-reaper; ' +
+          'test -w "$(tr "\\0" "\\n" < /proc/$n/cmdline | grep -A1 -x -- --native-addon | tail -1)" && echo writable || echo read-only');
+        const out = ex.logs.stdout.map((m) => m.text);
+        return out[2] === '1' && out;
+      }, { message: 'the Node execd\'s reaper thread (osb-reaper) names itself' });
+      assert.equal(lines[0], ADDON);
+      assert.ok(Number(lines[1]) > 0, `mapped in the Node execd: ${lines[1]}`);
+      assert.equal(lines[3], 'read-only');
+    } finally {
+      await proc.kill().catch(() => {});
+      await ours.destroy().catch(() => {});
+    }
   });
 });
 
