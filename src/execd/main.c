@@ -24,6 +24,7 @@
 static uv_loop_t *loop;
 static xd_server *server;
 static xd_node *node;
+static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
 static uv_signal_t sigs[6];
 static size_t nsigs;
@@ -72,6 +73,8 @@ static void shutdown_all(void) {
   for (size_t i = 0; i < nsigs; i++) uv_close((uv_handle_t *)&sigs[i], NULL);
   nsigs = 0;
   xd_server_close(server);
+  xd_commands_close(commands); /* kills the running commands */
+  commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
   xd_node_close(node);
@@ -88,7 +91,9 @@ static void on_signal(uv_signal_t *h, int sig) {
     shutdown_all();
     return;
   }
-  /* --signal-forwarding: a signal execd received goes on to the foreground command, which the Node execd runs */
+  /* --signal-forwarding: a signal execd received goes on to the foreground command (commands.c), and to the Node
+   * execd, which relays it to what it runs */
+  xd_commands_relay_signal(commands, sig);
   int pid = node ? xd_node_pid(node) : 0;
   if (pid > 0) kill(pid, sig);
 }
@@ -164,8 +169,9 @@ int main(int argc, char **argv) {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
   };
+  if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{dirs, xd_dirs_route}};
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
