@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -164,6 +165,13 @@ int main(int argc, char **argv) {
     long p = strtol(port_s, &end, 10);
     if (*end || p < 0 || p > 65535) die("--port is not a port number", port_s);
     port = (int)p;
+  }
+  /* as Node does at start (the Node execd did): the soft limit of open files up to the hard one, for execd's
+   * connections and its commands' pipes (inherited by the commands, as from the Node execd) */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
   }
   if (!signal_forwarding) signal(SIGPIPE, SIG_IGN);
   loop = uv_default_loop();

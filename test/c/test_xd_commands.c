@@ -1,0 +1,280 @@
+/* The commands API of the C execd (src/execd/commands.c) through its real HTTP server (server.c) on loopback, with
+ * real processes: a client thread sends each request over TCP while the main thread runs the loop. Checks the event
+ * streams (lines, exit codes, signals), background status and logs, DELETE, timeout, a client that reads slowly
+ * (backpressure: every line arrives, in order) and one that goes away, and that closing the module kills what still
+ * runs and frees everything (valgrind and ASan see the whole lifecycle). */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "execd/server.h"
+#include "execd/xd.h"
+
+static char ws[256];
+static int port;
+static uv_async_t done_async;
+
+static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
+  (void)arg, (void)is_unix, (void)head, (void)len;
+  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  ssize_t w = write(fd, reply, sizeof reply - 1);
+  (void)w;
+  close(fd);
+}
+
+static int connect_execd(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int send_request(const char *method, const char *target, const char *body) {
+  int fd = connect_execd();
+  if (fd < 0) return -1;
+  char head[512];
+  size_t bl = body ? strlen(body) : 0;
+  int hl = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                    method, target, bl);
+  if (write(fd, head, (size_t)hl) != hl || (bl && write(fd, body, bl) != (ssize_t)bl)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Reads the whole answer (the server closes after it); pause_every: sleep 20 ms after each such many bytes. */
+static char *read_all(int fd, size_t pause_every) {
+  size_t cap = 65536, n = 0, since = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (n + 4097 > cap) buf = realloc(buf, cap *= 2);
+    ssize_t r = read(fd, buf + n, 4096);
+    if (r <= 0) break;
+    n += (size_t)r;
+    since += (size_t)r;
+    if (pause_every && since >= pause_every) {
+      since = 0;
+      usleep(20000);
+    }
+  }
+  close(fd);
+  buf[n] = 0;
+  return buf;
+}
+
+static char *call(const char *method, const char *target, const char *body) {
+  int fd = send_request(method, target, body);
+  char *a = fd < 0 ? strdup("") : read_all(fd, 0);
+  if (!strstr(a, "\r\n\r\n")) printf("  %s %s: no answer (%d, %s): [%s]\n", method, target, fd, strerror(errno), a);
+  return a;
+}
+
+/* The 32-hex id of the init event of a stream answer, copied to id[33]. */
+static void init_id(const char *answer, char id[33]) {
+  const char *p = strstr(answer, "{\"type\":\"init\",\"text\":\"");
+  id[0] = 0;
+  if (p && strlen(p) > 55) {
+    memcpy(id, p + 23, 32);
+    id[32] = 0;
+  }
+}
+
+/* Reads until `until` arrived (the headers may come in a read of their own); the init event's id to id[33]. */
+static void read_init(int fd, char id[33], const char *until) {
+  char head[8192];
+  size_t n = 0;
+  id[0] = 0;
+  while (n < sizeof head - 1) {
+    ssize_t r = read(fd, head + n, sizeof head - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+    head[n] = 0;
+    init_id(head, id);
+    if (strstr(head, until)) break;
+  }
+}
+
+static size_t count(const char *s, const char *what) {
+  size_t n = 0;
+  for (const char *p = s; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+  return n;
+}
+
+static void test_foreground(void) {
+  char *a = call("POST", "/command", "{\"command\":\"echo hi; echo err >&2; printf 'a\\\\r\\\\nb'; exit 3\"}");
+  CHECK(strstr(a, "HTTP/1.1 200 OK\r\n") == a);
+  CHECK(strstr(a, "{\"type\":\"ping\",\"text\":\"pong\""));
+  CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"hi\""));
+  CHECK(strstr(a, "{\"type\":\"stderr\",\"text\":\"err\""));
+  CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"a\""));
+  CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"b\""));
+  CHECK(strstr(a, "\"error\":{\"ename\":\"CommandExecError\",\"evalue\":\"3\",\"traceback\":[\"exit status 3\"]}}"));
+  CHECK(strstr(a, "\r\n0\r\n\r\n")); /* the terminating chunk */
+  free(a);
+  a = call("POST", "/command", "{\"command\":\"pwd; echo $FOO\",\"envs\":{\"FOO\":1.5}}");
+  char want[400];
+  snprintf(want, sizeof want, "{\"type\":\"stdout\",\"text\":\"%s\"", ws);
+  CHECK(strstr(a, want));
+  CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"1.5\""));
+  CHECK(strstr(a, "{\"type\":\"execution_complete\""));
+  free(a);
+  a = call("POST", "/command", "{\"command\":\"\"}");
+  CHECK(strstr(a, "HTTP/1.1 400 "));
+  CHECK(strstr(a, "failed on the 'required' tag\"}"));
+  free(a);
+}
+
+static void test_background_status_logs(void) {
+  char *a = call("POST", "/command", "{\"command\":\"echo one; echo two >&2; exit 4\",\"background\":true}");
+  char id[33], target[128];
+  init_id(a, id);
+  CHECK(strlen(id) == 32);
+  CHECK(strstr(a, "{\"type\":\"execution_complete\""));
+  if (strlen(id) != 32) printf("  answer: %s\n", a);
+  free(a);
+  snprintf(target, sizeof target, "/command/status/%s", id);
+  for (int i = 0; i < 100; i++) { /* until it finished (deadline 5 s) */
+    a = call("GET", target, NULL);
+    int done = strstr(a, "\"running\":false") != NULL;
+    if (done) {
+      CHECK(strstr(a, "\"exit_code\":4,\"error\":\"exit status 4\""));
+      free(a);
+      break;
+    }
+    free(a);
+    CHECK(i < 99);
+    usleep(50000);
+  }
+  snprintf(target, sizeof target, "/command/%s/logs?cursor=2", id);
+  a = call("GET", target, NULL);
+  CHECK(strstr(a, "Execd-Commands-Tail-Cursor: 8\r\n"));
+  CHECK(strstr(a, "\r\n\r\ne\ntwo\n"));
+  free(a);
+  a = call("GET", "/command/status/nope", NULL);
+  CHECK(strstr(a, "HTTP/1.1 404 ") && strstr(a, "command not found: nope"));
+  free(a);
+}
+
+static void test_delete_and_timeout(void) {
+  int fd = send_request("POST", "/command", "{\"command\":\"echo start; sleep 30\"}");
+  char id[33], target[128];
+  read_init(fd, id, "\"text\":\"start\""); /* the shell runs */
+  CHECK(strlen(id) == 32);
+  snprintf(target, sizeof target, "/command?id=%s", id);
+  char *d = call("DELETE", target, NULL);
+  CHECK(strstr(d, "HTTP/1.1 200 OK\r\n") == d);
+  free(d);
+  char *rest = read_all(fd, 0);
+  CHECK(strstr(rest, "\"traceback\":[\"signal: terminated\"]"));
+  if (!strstr(rest, "signal: terminated")) printf("  stream: %s\n", rest);
+  free(rest);
+  d = call("DELETE", target, NULL);
+  CHECK(strstr(d, "HTTP/1.1 500 ") && strstr(d, "is not running"));
+  free(d);
+  char *a = call("POST", "/command", "{\"command\":\"echo start; sleep 5\",\"timeout\":300}");
+  CHECK(strstr(a, "\"traceback\":[\"signal: killed\"]"));
+  free(a);
+}
+
+static void test_slow_reader_gets_every_line(void) {
+  int fd = send_request("POST", "/command", "{\"command\":\"seq 1 60000\"}");
+  char *a = read_all(fd, 256 * 1024);
+  CHECK(count(a, "{\"type\":\"stdout\"") == 60000);
+  CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"60000\""));
+  CHECK(strstr(a, "{\"type\":\"execution_complete\""));
+  const char *p59 = strstr(a, "\"text\":\"59999\""), *p60 = strstr(a, "\"text\":\"60000\"");
+  CHECK(p59 && p60 && p59 < p60);
+  free(a);
+}
+
+static void test_client_leaves(void) {
+  /* the command goes on without its client; its output is read and dropped */
+  int fd = send_request("POST", "/command", "{\"command\":\"yes | head -c 20000000; sleep 30\"}");
+  char id[33], target[128];
+  read_init(fd, id, "\"type\":\"ping\"");
+  CHECK(strlen(id) == 32);
+  close(fd);
+  snprintf(target, sizeof target, "/command/status/%s", id);
+  usleep(300000);
+  char *a = call("GET", target, NULL);
+  CHECK(strstr(a, "\"running\":true"));
+  free(a);
+  /* left running: closing the module at the end must kill it */
+}
+
+static void *client(void *arg) {
+  (void)arg;
+  sigset_t all; /* signals (SIGCHLD of the commands) are the loop thread's: no EINTR in this thread's reads */
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  RUN(test_foreground);
+  RUN(test_background_status_logs);
+  RUN(test_delete_and_timeout);
+  RUN(test_slow_reader_gets_every_line);
+  RUN(test_client_leaves);
+  char *a = call("POST", "/command", "{\"command\":\"sleep 30\",\"background\":true}");
+  free(a);
+  uv_async_send(&done_async);
+  return NULL;
+}
+
+static xd_server *server;
+static void *commands;
+static void on_done(uv_async_t *a) {
+  uv_close((uv_handle_t *)a, NULL);
+  xd_server_close(server);
+  xd_commands_close(commands);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  if (!t_tempdir(ws, sizeof ws, "xd-commands")) {
+    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    return 1;
+  }
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  xd_ctx ctx = {0};
+  ctx.loop = &loop;
+  ctx.workspace = ws;
+  ctx.command_tail_ms = 50;
+  commands = xd_commands_new(&ctx);
+  xd_route routes[] = {{commands, xd_commands_route}};
+  xd_server_opts o = {0};
+  o.loop = &loop;
+  o.routes = routes;
+  o.nroutes = 1;
+  o.handoff = on_handoff;
+  server = xd_server_new(&o);
+  int rc = server ? xd_server_listen_tcp(server, "127.0.0.1", 0, &port) : -1;
+  if (!commands || rc != 0) {
+    printf("server did not start (%d)\n0 passed, 1 failed\n", rc);
+    return 1;
+  }
+  uv_async_init(&loop, &done_async, on_done);
+  pthread_t t;
+  pthread_create(&t, NULL, client, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT); /* returns once the server and the module closed every handle */
+  pthread_join(t, NULL);
+  CHECK(uv_loop_close(&loop) == 0);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
+  if (system(cmd) != 0) printf("could not remove %s\n", ws);
+  return t_summary();
+}
