@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The package as a user gets it (part of scripts/test.sh): `npm pack` (its prepack builds the prebuilt addon and the C
 # execd osb-execd with scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports; the tarball must carry
-# both, osb-execd executable, and `osb-execd --version` must run in the environment below and for arm64 under qemu),
+# both, osb-execd executable, and `osb-execd --version` must run in the environment below and for arm64 under qemu,
+# where it also serves ping and a native POST /directories on its own),
 # then, inside a bubblewrap environment with
 # no compiler, no headers and a library folder holding only glibc's, libstdc++, libgcc_s and what bash and
 # coreutils need (no curl, libwebsockets, cJSON, OpenSSL or zlib), the tarball is installed into a fresh project
@@ -227,6 +228,33 @@ if [ "$arch" = x64 ]; then
     die "the arm64 osb-execd --version under qemu-aarch64"
   [ "$v" = "osb-execd $pkg_version" ] || die "the arm64 osb-execd --version printed '$v', expected 'osb-execd $pkg_version'"
   say "linux-arm64 osb-execd runs under qemu-aarch64: $v"
+  # ...and serves, on its own (no sandbox, no Node started): GET /ping and a POST /directories made natively (its
+  # file system work on libuv's thread pool), checked on disk
+  xws=$tmp/arm64-execd-ws
+  mkdir -p "$xws"
+  pkgdir=$app/node_modules/mastra-opensandbox
+  qemu-aarch64 -L "$arm64_root" "$pkgdir/prebuilds/linux-arm64/osb-execd" --port 0 --workspace "$xws" --access-token arm64 \
+    --node "$nodebin" --node-execd "$pkgdir/lib/dev-server/execd/main.js" > "$tmp/arm64-execd.out" 2>&1 &
+  xpid=$!
+  xport=
+  for _ in $(seq 300); do
+    xport=$(sed -n 's/^execd ready \([0-9][0-9]*\)$/\1/p' "$tmp/arm64-execd.out")
+    [ -n "$xport" ] || ! kill -0 "$xpid" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ -n "$xport" ] || { cat "$tmp/arm64-execd.out"; kill "$xpid" 2>/dev/null; die "the arm64 osb-execd did not listen within 30 s"; }
+  got=$(node --input-type=module -e '
+    const base = `http://127.0.0.1:${process.argv[1]}`, headers = { "X-EXECD-ACCESS-TOKEN": "arm64" };
+    const ping = await fetch(`${base}/ping`, { headers });
+    const dirs = await fetch(`${base}/directories`, { method: "POST", headers, body: JSON.stringify({ "a/b": { mode: 700 } }) });
+    console.log(ping.status, dirs.status, JSON.stringify(await dirs.text()));' "$xport") || got="fetch failed"
+  children=$(pgrep -P "$xpid" || true) # a Node execd would be its child
+  kill "$xpid" 2>/dev/null
+  wait "$xpid" 2>/dev/null
+  [ "$got" = '200 200 ""' ] || { cat "$tmp/arm64-execd.out"; die "the arm64 osb-execd answered: $got"; }
+  [ "$(stat -c %a "$xws/a" "$xws/a/b" | tr '\n' ' ')" = "755 700 " ] || die "the arm64 osb-execd's POST /directories: $(stat -c '%n %a' "$xws/a" "$xws/a/b" 2>&1)"
+  [ -z "$children" ] || die "the arm64 osb-execd started a child for ping and POST /directories: $children"
+  say "linux-arm64 osb-execd serves under qemu-aarch64: ping and POST /directories natively"
   mkfifo "$tmp/srv.in"
   (cd "$app" && exec env MASTRA_TELEMETRY_DISABLED=1 "$nodebin" smoke-server.mjs "$tmp/ca.pem" "$tmp/key.pem" < "$tmp/srv.in" > "$tmp/srv.out") &
   srv_pid=$!

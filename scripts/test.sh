@@ -4,7 +4,8 @@
 # addons and smoke-tested as a user installs it (scripts/test-packed.sh: no compiler, no C libraries; the arm64 one
 # under qemu-user), then mocha runs
 # every JS test against the local OpenSandbox-compatible server — loading that prebuilt .node
-# (MASTRA_OPENSANDBOX_ADDON), so the binary that ships is the one the whole suite exercises; the source build is
+# (MASTRA_OPENSANDBOX_ADDON) and, in the sandboxes, the prebuilt C execd osb-execd beside it (execd-binary.js), so the
+# binaries that ship are the ones the whole suite exercises; the source build is
 # exercised by the C tests and compiled here. Every benchmark then runs at smoke size (`scripts/bench-all.js --smoke`,
 # seconds) so that none breaks unnoticed. The last line sums everything up as "N passed, N failed, N skipped".
 set -uo pipefail

@@ -1,5 +1,5 @@
-// How the addon is found and what it links: lib/native.js's load order and its error, and the source build's
-// OpenSSL (the prebuilt binary's promise — glibc floor, NEEDED, exports — is checked by scripts/prebuild.sh, which
+// How the addon is found and what it links: lib/native.js's load order and its error, the source build's
+// OpenSSL and its C execd osb-execd (the prebuilt binary's promise — glibc floor, NEEDED, exports — is checked by scripts/prebuild.sh, which
 // the test command runs through npm pack, see scripts/test-packed.sh).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -50,5 +50,18 @@ describe('the native addon: loading and linking', function () {
       assert.ok(imports.length > 50, `${lib} imports OpenSSL`);
       assert.deepEqual(imports.filter((s) => !exported.has(s)), [], `${lib}: OpenSSL functions Node does not export`);
     }
+  });
+
+  it('source build: the C execd build/Release/osb-execd beside the addon, the one the local server runs, prints the package version', async () => {
+    const execd = path.join(root, 'build', 'Release', 'osb-execd');
+    const { execdBinary } = await import(pathToFileURL(path.join(root, 'lib', 'dev-server', 'execd-binary.js')).href);
+    assert.equal(execdBinary({ MASTRA_OPENSANDBOX_ADDON: sourceBuild }), execd);
+    const version = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).version;
+    assert.equal(execFileSync(execd, ['--version'], { encoding: 'utf8' }), `osb-execd ${version}\n`);
+    // Debian's shared libuv and cJSON (pkg-config), never Node's libuv: no libnode, no curl or libwebsockets
+    const ldd = execFileSync('ldd', [execd], { encoding: 'utf8' });
+    assert.match(ldd, /libuv\.so\.1 => /);
+    assert.match(ldd, /libcjson\.so\.1 => /);
+    assert.doesNotMatch(ldd, /lib(node|curl|websockets)/);
   });
 });

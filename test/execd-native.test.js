@@ -1,17 +1,20 @@
 // The C execd (src/execd/, osb-execd) in front of the Node execd: a real server and sandbox, raw sockets to the
-// sandbox's execd endpoint. The C execd answers ping (and its native routes) without Node; the first other request
+// sandbox's execd endpoint. The C execd answers ping, POST /directories and commands without Node; the first other request
 // starts the Node execd (main.js --handoff) and is answered by it on the same connection; Node killed -> started again
 // at the next handed-off request; pipelined requests in order; its own 401/400 answers byte for byte.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { startServer } from '../lib/dev-server/index.js';
 import { execdBinary } from '../lib/dev-server/execd-binary.js';
 import { descendants } from '../lib/dev-server/proctree.js';
 import { waitFor } from './helpers/poll.js';
-import { request } from './helpers/raw.js';
+import { request, parseEvents } from './helpers/raw.js';
 
 const TOKEN = 'native-token';
 
@@ -112,12 +115,19 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('an idle sandbox that was only pinged runs no Node: only the C execd (and the entrypoint)', async () => {
+  it('ping, POST /directories and a command are answered without Node: the idle sandbox is the C execd alone', async () => {
     const text = await exchange(sb.port, get('/ping'), { done: (t) => t.endsWith('\r\n\r\n') });
     assert.deepEqual(answers(text), [{ head: PING_OK, body: '' }]);
-    const list = procs();
-    assert.deepEqual(nodeExecd(), [], JSON.stringify(list));
-    assert.ok(list.every((p) => !/(^|\/)node$/.test(p.argv[0])), JSON.stringify(list));
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
+    const dirs = await request(`http://127.0.0.1:${sb.port}/directories`, { method: 'POST', headers, body: { '/workspace/native/a': { mode: 755 } } });
+    assert.deepEqual([dirs.status, dirs.text], [200, '']);
+    const cmd = await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers, body: { command: 'ls -d /workspace/native/a && echo hi' } });
+    assert.equal(cmd.status, 200);
+    assert.deepEqual(cmd.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).filter((e) => e.type === 'stdout').map((e) => e.text), ['/workspace/native/a', 'hi']);
+    // nothing below the C execd once the command is done (the default entrypoint, tail -f /dev/null, is not run): no Node
+    await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the command is gone' });
+    assert.deepEqual(nodeExecd(), []);
+    assert.equal(path.basename(cmdline(execdPid)[0]), path.basename(execdBinary()));
   });
 
   it('the first files request starts the Node execd and is answered; later ones go to the same Node', async () => {
@@ -208,5 +218,44 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.equal(big, 'HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n');
     const chunked = await exchange(sb.port, `GET /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n${get('/ping')}`, { done: (t) => answers(t).length === 2 });
     assert.deepEqual(answers(chunked), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
+  });
+});
+
+describe('the C execd standalone', function () {
+  this.timeout(30000);
+
+  it('raises its open-files soft limit to the hard one, as Node does, and its commands inherit it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-fd-'));
+    const main = fileURLToPath(new URL('../lib/dev-server/execd/main.js', import.meta.url));
+    // started with a soft limit of 256 (as under a service manager's low default)
+    const child = spawn('/bin/sh', ['-c', 'ulimit -Sn 256 && exec "$@"', 'sh', execdBinary(), '--socket', path.join(dir, 'x.sock'),
+      '--workspace', dir, '--command-tail-ms', '0', '--node', process.execPath, '--node-execd', main], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      await waitFor(() => out === 'execd ready\n', { timeoutMs: 10000, message: 'execd ready' });
+      const hard = (await new Promise((resolve, reject) => {
+        const sh = spawn('/bin/sh', ['-c', 'ulimit -Hn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+        let t = '';
+        sh.stdout.on('data', (d) => { t += d; });
+        sh.on('exit', () => resolve(t.trim()));
+        sh.on('error', reject);
+      }));
+      const text = await new Promise((resolve, reject) => {
+        const body = JSON.stringify({ command: 'ulimit -Sn' });
+        const req = http.request({ socketPath: path.join(dir, 'x.sock'), path: '/command', method: 'POST', headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+          let t = '';
+          res.on('data', (d) => { t += d; });
+          res.on('end', () => resolve(t));
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+      assert.deepEqual(parseEvents(text).filter((e) => e.type === 'stdout').map((e) => e.text), [hard]);
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

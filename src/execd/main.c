@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -162,6 +163,13 @@ int main(int argc, char **argv) {
     if (*end || p < 0 || p > 65535) die("--port is not a port number", port_s);
     port = (int)p;
   }
+  /* as Node does at start (the Node execd did): the soft limit of open files up to the hard one, for execd's
+   * connections and its commands' pipes (inherited by the commands, as from the Node execd) */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (!signal_forwarding) signal(SIGPIPE, SIG_IGN);
   loop = uv_default_loop();
 
@@ -210,6 +218,11 @@ int main(int argc, char **argv) {
   else printf("execd ready %d\n", bound);
   fflush(stdout);
   uv_run(loop, UV_RUN_DEFAULT);
+  /* everything closed in time: the bound's timer goes too, and the loop with it */
+  if (uv_is_active((uv_handle_t *)&exit_timer) && !uv_is_closing((uv_handle_t *)&exit_timer)) {
+    uv_close((uv_handle_t *)&exit_timer, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+  }
   uv_loop_close(loop);
   free(token_buf);
   return 0;

@@ -44,7 +44,7 @@ struct xd_res {
   void *on_drain_arg;
 };
 
-enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF };
+enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING };
 enum { ACT_ROUTE, ACT_UNAUTHORIZED, ACT_PING, ACT_TOO_LARGE };
 enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
 
@@ -89,6 +89,7 @@ struct conn {
   xd_res *res;
   int handoff_pending; /* waiting for writes to finish before the fd goes */
   int close_pending;   /* close once writes are done */
+  int failed;          /* a write could not be queued: closed from the loop, not inside the route's call */
 };
 
 struct xd_server {
@@ -353,12 +354,24 @@ static void after_write(uv_write_t *w, int status) {
   }
 }
 
+static void idle_fire(uv_timer_t *t);
+
+/* A write could not be queued (out of memory, a dead socket): the connection is closed on the next loop turn, so a
+ * route's on_close callback never runs inside the route's own xd_send or xd_stream_write call. */
+static void conn_fail(conn *c) {
+  if (c->closing || c->failed) return;
+  c->failed = 1;
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = 0;
+  uv_timer_start(&c->idle, idle_fire, 0, 0);
+}
+
 /* queues bytes on the connection; -1 when it is gone */
 static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t blen) {
-  if (c->closing) return -1;
+  if (c->closing || c->failed) return -1;
   wreq *r = malloc(sizeof *r + alen + blen);
   if (!r) {
-    conn_close(c);
+    conn_fail(c);
     return -1;
   }
   r->c = c;
@@ -368,7 +381,7 @@ static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t
   uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
   if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
     free(r);
-    conn_close(c);
+    conn_fail(c);
     return -1;
   }
   c->pending_writes++;
@@ -403,7 +416,7 @@ static void request_reset(conn *c) {
 static void idle_fire(uv_timer_t *t) { conn_close(t->data); }
 
 static void idle_arm(conn *c) {
-  if (!c->closing) uv_timer_start(&c->idle, idle_fire, XD_IDLE_MS, 0);
+  if (!c->closing && !c->failed) uv_timer_start(&c->idle, idle_fire, XD_IDLE_MS, 0);
 }
 
 static void read_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -420,7 +433,7 @@ static void read_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
 static void reading(conn *c, int on) {
-  if (c->closing || c->eof || on == c->reading) return;
+  if (c->closing || c->failed || c->eof || on == c->reading) return;
   if (on) {
     if (uv_read_start(&c->h.stream, read_alloc, on_read) == 0) c->reading = 1;
   } else {
@@ -439,7 +452,8 @@ static void request_done(conn *c) {
   int wants_close = c->req.wants_close;
   request_reset(c);
   if (c->in.len == 0 && c->in.cap > 4u * 65536u) osb_buf_free(&c->in);
-  if (close_after || wants_close || c->eof) {
+  if (close_after || wants_close || c->eof || c->failed) {
+    c->state = ST_CLOSING; /* nothing after this answer is read or answered */
     reading(c, 0);
     if (c->pending_writes == 0) conn_close(c);
     else c->close_pending = 1;
@@ -492,7 +506,7 @@ static void conn_close(conn *c) {
 
 /* raw answer + close (bad framing, head too large, refusals that end the connection) */
 static void answer_raw_close(conn *c, const char *text) {
-  c->state = ST_ROUTED;
+  c->state = ST_CLOSING;
   reading(c, 0);
   if (conn_write(c, text, strlen(text), NULL, 0) != 0) return;
   c->close_pending = 1;
@@ -778,12 +792,12 @@ static void dispatch(conn *c) {
 static void process(conn *c) {
   if (c->in_process) return;
   c->in_process = 1;
-  while (!c->closing) {
+  while (!c->closing && !c->failed) {
     if (c->state == ST_HANDOFF) {
       if (c->pending_writes == 0) handoff_now(c);
       break;
     }
-    if (c->state == ST_ROUTED) break;
+    if (c->state == ST_ROUTED || c->state == ST_CLOSING) break;
     if (c->state == ST_HEAD) {
       size_t skip = 0;
       while (skip < c->in.len && (c->in.data[skip] == '\r' || c->in.data[skip] == '\n')) skip++;
@@ -813,14 +827,14 @@ static void process(conn *c) {
         break;
       }
       if (rc == 1) { /* a refused target: answered in order, the connection closed after it */
+        if (!c->req.query) {
+          answer_raw_close(c, GO_BAD_REQUEST);
+          break;
+        }
         c->state = ST_ROUTED;
         c->res = new_res(c);
         if (!c->res) {
           conn_close(c);
-          break;
-        }
-        if (!c->req.query) {
-          answer_raw_close(c, GO_BAD_REQUEST);
           break;
         }
         osb_buf b = {0};
@@ -851,6 +865,11 @@ static void process(conn *c) {
           continue;
         }
       }
+      /* a client waiting for leave to send its body gets it, as from Go's and Node's servers */
+      const char *expect = xd_header(&c->req, "expect");
+      if (expect && strcasecmp(expect, "100-continue") == 0 && (c->chunked || c->cl_left > 0) &&
+          c->in.len == c->head_len && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0) != 0)
+        break;
       if (c->discard) { /* the head is not needed any more: nothing of this request goes to Node */
         osb_buf_consume(&c->in, c->head_len);
         c->head_len = 0;
@@ -874,7 +893,7 @@ static void process(conn *c) {
     if (rc == 2) c->req.wants_close = 1;
     dispatch(c);
   }
-  if (!c->closing) {
+  if (!c->closing && !c->failed) {
     /* hold later pipelined requests while one is answered; read on while a head or body is incomplete */
     if (c->state == ST_ROUTED && c->in.len > PIPELINE_HOLD) reading(c, 0);
     else if (c->state == ST_HEAD || c->state == ST_BODY) {
@@ -923,6 +942,8 @@ void xd_send(xd_res *res, int status, const char *const *headers, size_t nheader
     finish(res, 0);
     return;
   }
+  res->on_close = NULL; /* the route is done with it: no callback any more */
+  res->on_drain = NULL;
   osb_buf h = {0};
   int has_conn = 0, close_after = 0;
   int rc = osb_buf_appendf(&h, "HTTP/1.1 %d %s\r\n", status, status_text(status));
@@ -937,7 +958,7 @@ void xd_send(xd_res *res, int status, const char *const *headers, size_t nheader
   if (rc == 0) rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %zu\r\n\r\n", http_date(c->srv), len);
   if (rc != 0) {
     osb_buf_free(&h);
-    conn_close(c);
+    conn_fail(c);
     finish(res, 1);
     return;
   }
@@ -984,13 +1005,13 @@ void xd_stream_open(xd_res *res) {
 
 int xd_stream_write(xd_res *res, const void *data, size_t len) {
   conn *c = res->c;
-  if (!c || c->closing) return -1;
+  if (!c || c->closing || c->failed) return -1;
   if (len == 0) return 0;
   char pre[24];
   int n = snprintf(pre, sizeof pre, "%zx\r\n", len);
   wreq *r = malloc(sizeof *r + (size_t)n + len + 2);
   if (!r) {
-    conn_close(c);
+    conn_fail(c);
     return -1;
   }
   r->c = c;
@@ -1001,7 +1022,7 @@ int xd_stream_write(xd_res *res, const void *data, size_t len) {
   uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
   if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
     free(r);
-    conn_close(c);
+    conn_fail(c);
     return -1;
   }
   c->pending_writes++;
@@ -1023,11 +1044,13 @@ void xd_stream_on_drain(xd_res *res, void (*fn)(void *arg), void *arg) {
 
 void xd_stream_end(xd_res *res) {
   conn *c = res->c;
+  res->on_close = NULL;
+  res->on_drain = NULL;
   if (c) conn_write(c, "0\r\n\r\n", 5, NULL, 0);
   finish(res, c ? c->req.wants_close : 0);
 }
 
-int xd_res_closed(const xd_res *res) { return res->closed || !res->c || res->c->closing; }
+int xd_res_closed(const xd_res *res) { return res->closed || !res->c || res->c->closing || res->c->failed; }
 
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg) {
   res->on_close = fn;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -79,6 +80,13 @@ static int mode_of(const char *rel) {
   return stat(p, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
 }
 
+static long owner_of(const char *rel) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", ws, rel);
+  return stat(p, &st) == 0 ? (long)st.st_uid : -1;
+}
+
 static void expect(const char *body, int status, const char *answer) {
   char *got = NULL;
   int s = request(body, &got);
@@ -98,6 +106,16 @@ static void test_creates(void) {
   /* an existing directory keeps its mode */
   expect("{\"a/b/c\":{\"mode\":755}}", 200, "");
   CHECK(mode_of("a/b/c") == 0700);
+  /* owner and group go to the directories made (not to existing ones); an unknown name is ignored */
+  struct passwd *nobody = getpwnam("nobody");
+  if (getuid() == 0 && nobody) {
+    uid_t uid = nobody->pw_uid;
+    expect("{\"a/o/p\":{\"owner\":\"nobody\",\"group\":\"no-such-group-xd\",\"mode\":711}}", 200, "");
+    CHECK(owner_of("a") == 0);
+    CHECK(owner_of("a/o") == (long)uid);
+    CHECK(owner_of("a/o/p") == (long)uid);
+    CHECK(mode_of("a/o/p") == 0711);
+  }
 }
 
 static void test_errors(void) {

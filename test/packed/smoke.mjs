@@ -2,7 +2,8 @@
 // compiler and without the curl, libwebsockets, cJSON and OpenSSL libraries, in a fresh project where the tarball
 // was installed. Uses only the package's public entry points: the local server behind an https front with a private
 // CA (smoke-server.mjs; in this process, or already running at <domain> when given), and OpenSandboxSandbox with
-// caFile over https and wss — a command, a background process fed through stdin, a file upload.
+// caFile over https and wss — a command, a background process fed through stdin, a file upload; the sandbox's execd is
+// the package's prebuilt osb-execd.
 // argv: <CA cert> <CA key> [<domain>]. Prints "smoke ok".
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -31,6 +32,19 @@ try {
   const loaded = [...new Set(maps.split('\n').map((l) => l.split(/\s+/)[5]).filter((f) => f && f.startsWith('/')))];
   assert.deepEqual(loaded.filter((f) => f.endsWith('.node')), [path.join(pkgDir, 'prebuilds', `linux-${process.arch}`, 'mastra_opensandbox.node')]);
   assert.deepEqual(loaded.filter((f) => /lib(curl|websockets|cjson|ssl|crypto|z)\.so/.test(f)), [], 'no system curl/lws/cjson/OpenSSL library is loaded');
+  if (server) {
+    // the sandbox's execd is the package's prebuilt C execd, osb-execd beside the addon (the same file: device and inode)
+    const want = fs.statSync(path.join(pkgDir, 'prebuilds', `linux-${process.arch}`, 'osb-execd'));
+    const execds = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d)).filter((pid) => {
+      try {
+        const st = fs.statSync(`/proc/${pid}/exe`);
+        return st.ino === want.ino && st.dev === want.dev;
+      } catch {
+        return false;
+      }
+    });
+    assert.equal(execds.length, 1, 'the sandbox runs the prebuilt osb-execd');
+  }
 
   await sandbox.writeFiles([{ path: 'up/data.txt', content: 'uploaded over https\n' }]);
   const h = await sandbox.processes.spawn('read line; echo "stdin: $line"; cat up/data.txt');

@@ -205,7 +205,10 @@ if (opts.handoff) {
     if (!handle) return;
     const socket = new net.Socket({ handle, readable: true, writable: true });
     if (typeof msg?.head === 'string' && msg.head) socket.unshift(Buffer.from(msg.head, 'base64'));
-    server.emit('connection', socket);
+    // served from the next loop iteration on, as a connection accepted here would be (its request is read one
+    // iteration after the accept): connections that ended in this iteration are closed first (e.g. a PTY client's
+    // previous WebSocket, whose close releases the session the new one asks for)
+    setImmediate(() => setImmediate(() => server.emit('connection', socket)));
   });
   // the C execd went away (its end of the channel closed): nothing can reach this process any more
   process.on('disconnect', shutdown);
