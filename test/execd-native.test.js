@@ -219,6 +219,31 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     const chunked = await exchange(sb.port, `GET /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n${get('/ping')}`, { done: (t) => answers(t).length === 2 });
     assert.deepEqual(answers(chunked), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
   });
+
+  it('a command the Node execd ran (sent on a connection handed to it): its status and logs are found from any connection', async () => {
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
+    const body = JSON.stringify({ command: 'echo from-node', background: true });
+    const post = `POST /command HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    // the files request hands the connection to the Node execd: the command after it on that connection is Node's
+    const text = await exchange(sb.port, get('/files/info?path=/etc/hostname') + post, { done: (t) => t.includes('"type":"execution_complete"') });
+    const id = /"type":"init","text":"([0-9a-f]{32})"/.exec(text)?.[1];
+    assert.ok(id, text);
+    const base = `http://127.0.0.1:${sb.port}`;
+    // new connections: the C execd does not know the id and hands these requests to the Node execd, which does
+    const status = await waitFor(async () => {
+      const r = await request(`${base}/command/status/${id}`, { headers });
+      return r.json?.running === false && r;
+    }, { timeoutMs: 10000, message: 'the Node execd\'s command finished' });
+    assert.equal(status.status, 200);
+    assert.deepEqual([status.json.id, status.json.content, status.json.exit_code], [id, 'echo from-node', 0]);
+    const logs = await request(`${base}/command/${id}/logs`, { headers });
+    assert.deepEqual([logs.status, logs.text, logs.headers['execd-commands-tail-cursor']], [200, 'from-node\n', '10']);
+    // an id neither knows: the same answer as when only the C execd runs
+    const none = await request(`${base}/command/status/nope`, { headers });
+    assert.deepEqual([none.status, none.json], [404, { code: 'INVALID_REQUEST_BODY', message: 'command not found: nope' }]);
+    const noneLogs = await request(`${base}/command/nope/logs`, { headers });
+    assert.deepEqual([noneLogs.status, noneLogs.json], [400, { code: 'INVALID_REQUEST_BODY', message: 'command not found: nope' }]);
+  });
 });
 
 describe('the C execd standalone', function () {
