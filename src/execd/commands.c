@@ -1154,18 +1154,9 @@ done:
   osb_buf_free(&msg);
 }
 
-/* An id this module does not know may be a command the Node execd ran (sent on a connection handed to it): when
- * it runs, the request is its to answer. 1 when handed over. */
-static int hand_unknown(module *m, xd_res *res) {
-  if (!m->node_running || !m->node_running()) return 0;
-  xd_handoff(res);
-  return 1;
-}
-
 static void status_route(module *m, xd_res *res, const char *id) {
   cmd *rec = find_cmd(m, id);
   osb_buf b = {0};
-  if (!rec && hand_unknown(m, res)) return;
   if (!rec) {
     osb_buf_appendf(&b, "command not found: %s", id);
     xd_send_error(res, 404, "INVALID_REQUEST_BODY", b.data ? b.data : "command not found");
@@ -1195,7 +1186,6 @@ static void status_route(module *m, xd_res *res, const char *id) {
 static void logs_route(module *m, const xd_req *req, xd_res *res, const char *id) {
   cmd *rec = find_cmd(m, id);
   osb_buf b = {0};
-  if (!rec && hand_unknown(m, res)) return;
   if (!rec || !rec->background) {
     if (!rec) osb_buf_appendf(&b, "command not found: %s", id);
     else osb_buf_appendf(&b, "command %s is not running in background", id);
@@ -1271,7 +1261,10 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
   cmd *rec = find_cmd(m, id);
   if (!rec) {
     free(id);
-    if (hand_unknown(m, res)) return 1; /* a code context, or a command the Node execd ran */
+    if (m->node_running && m->node_running()) { /* a code context lives in the Node execd */
+      xd_handoff(res);
+      return 1;
+    }
     xd_send_error(res, 500, "RUNTIME_ERROR", "error interruptting code context. no such session"); /* execd's spelling */
     return 1;
   }
