@@ -164,6 +164,28 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.equal(Object.keys(JSON.parse(second[0].body))[0], '/etc/hostname');
   });
 
+  it('native routes on a connection handed to Node go back to the C execd: one command registry', async () => {
+    const body = JSON.stringify({ command: 'sleep 0.2; echo bg', background: true });
+    // a files request hands the connection over; the background command then sent on it is the C execd's
+    const reqs = get('/files/info?path=/etc/hostname') +
+      `POST /command HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
+    const text = await exchange(sb.port, reqs);
+    const id = /"type":"init","text":"([0-9a-f]{32})"/.exec(text)?.[1];
+    assert.ok(id, text);
+    // its status on a fresh connection (answered by the C execd), then its log once it is done
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
+    const status = await request(`http://127.0.0.1:${sb.port}/command/status/${id}`, { headers });
+    assert.equal(status.status, 200, status.text);
+    assert.equal(status.json.id, id);
+    await waitFor(async () => (await request(`http://127.0.0.1:${sb.port}/command/status/${id}`, { headers })).json.running === false, { timeoutMs: 10000, message: 'the command ends' });
+    const logs = await request(`http://127.0.0.1:${sb.port}/command/${id}/logs?cursor=0`, { headers });
+    assert.deepEqual([logs.status, logs.text], [200, 'bg\n']);
+    // an id neither execd knows, deleted on a handed connection: the C execd's answer, not a loop between the two
+    const del = await exchange(sb.port, get('/files/info?path=/etc/hostname') + `DELETE /command?id=nope HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`);
+    assert.match(del, /HTTP\/1\.1 500 Internal Server Error\r\n[^]*\{"code":"RUNTIME_ERROR","message":"error interruptting code context\. no such session"\}$/);
+    assert.equal(nodeExecd().length, 1);
+  });
+
   it('pipelined requests, native and handed off, are answered in order', async () => {
     const reqs = get('/ping') + get('/ping') + get('/files/info?path=/etc/hostname') + get('/ping');
     const text = await exchange(sb.port, reqs, { done: (t) => answers(t).length === 4 });

@@ -64,7 +64,15 @@ static char *read_fd(int fd) {
   return s;
 }
 
-static int node_running(void) { return node && xd_node_running(node); }
+/* xd_ctx.node_running: the Node execd runs, and the request being routed is not its own (main.js --handoff passes
+ * the native routes of a connection it was handed back here: an id neither knows must not go to it again) */
+static int peer_is_node(void *arg, int pid) { return pid == xd_node_pid(arg); }
+
+static int node_running(void) {
+  if (!node || !xd_node_running(node)) return 0;
+  int peer = server ? xd_server_routing_peer(server) : 0;
+  return !(peer > 0 && peer == xd_node_pid(node));
+}
 
 static void on_exit_timer(uv_timer_t *t) {
   (void)t;
@@ -203,7 +211,8 @@ int main(int argc, char **argv) {
   if (!node) die("out of memory", NULL);
 
   server = xd_server_new(&(xd_server_opts){
-      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes, .handoff = xd_node_give, .handoff_arg = node});
+      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes, .handoff = xd_node_give, .handoff_arg = node,
+      .peer_is_handoff = peer_is_node});
   if (!server) die("out of memory", NULL);
   int rc, bound = 0;
   if (socket_path) rc = xd_server_listen_unix(server, socket_path);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +61,7 @@ struct conn {
   xd_server *srv;
   conn *prev, *next;
   int is_unix;
+  int peer_pid; /* the connecting process (Unix socket, SO_PEERCRED), 0 when unknown */
   int closing;
   int eof;
   int reading;
@@ -104,6 +106,7 @@ struct xd_server {
   int is_unix;
   int closing;
   conn *conns;
+  const conn *routing; /* the connection whose request the routes are being asked about */
   char date[40];
   time_t date_at;
 };
@@ -512,6 +515,12 @@ static void answer_raw_close(conn *c, const char *text) {
   c->close_pending = 1;
 }
 
+/* the connection comes from where connections are handed (the Node execd passing a route back) */
+static int from_handoff_peer(const conn *c) {
+  const xd_server_opts *o = &c->srv->o;
+  return c->peer_pid > 0 && o->peer_is_handoff && o->peer_is_handoff(o->handoff_arg, c->peer_pid);
+}
+
 /* hands the connection to Node once every earlier answer is written */
 static void handoff_now(conn *c) {
   c->state = ST_HANDOFF;
@@ -781,11 +790,16 @@ static void dispatch(conn *c) {
     return;
   }
   xd_res *res = c->res;
-  for (size_t i = 0; i < c->srv->o.nroutes; i++) {
-    const xd_route *r = &c->srv->o.routes[i];
-    if (r->route(r->module, &c->req, res)) return;
+  xd_server *s = c->srv;
+  const conn *outer = s->routing;
+  s->routing = c;
+  int taken = 0;
+  for (size_t i = 0; i < s->o.nroutes && !taken; i++) {
+    const xd_route *r = &s->o.routes[i];
+    taken = r->route(r->module, &c->req, res);
   }
-  xd_handoff(res);
+  s->routing = outer;
+  if (!taken) xd_handoff(res);
 }
 
 /* handles what is buffered, one request at a time */
@@ -854,7 +868,7 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (!xd_server_native_candidate(c->req.method, c->path)) {
+      } else if (!xd_server_native_candidate(c->req.method, c->path) && !from_handoff_peer(c)) {
         handoff_now(c);
         break;
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
@@ -1063,6 +1077,11 @@ void xd_handoff(xd_res *res) {
     if (!res->in_gone) free(res);
     return;
   }
+  if (from_handoff_peer(c)) { /* never back to where it came from: Go's mux answer for what no route takes */
+    static const char *const h[] = {"Content-Type: text/plain"};
+    xd_send(res, 404, h, 1, "404 page not found", 18);
+    return;
+  }
   c->res = NULL;
   free(res);
   c->state = ST_HANDOFF;
@@ -1096,6 +1115,12 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   }
   if (!s->is_unix) uv_tcp_nodelay(&c->h.tcp, 1);
+  else {
+    uv_os_fd_t fd;
+    struct ucred cr;
+    socklen_t crl = sizeof cr;
+    if (uv_fileno(&c->h.handle, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) c->peer_pid = (int)cr.pid;
+  }
   idle_arm(c);
   reading(c, 1);
 }
@@ -1132,6 +1157,8 @@ int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound) {
   *bound = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
   return 0;
 }
+
+int xd_server_routing_peer(const xd_server *s) { return s->routing ? s->routing->peer_pid : 0; }
 
 static void server_freed(uv_handle_t *h) { free(h->data); }
 

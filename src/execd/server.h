@@ -36,6 +36,10 @@ typedef struct {
   size_t nroutes;
   xd_handoff_fn handoff;
   void *handoff_arg;
+  /* Optional: whether the process `pid` that connected is the one connections are handed to (the Node execd, which
+   * passes the command routes back): what it sends is never handed to it again; what no module takes is then Go's
+   * 404 `404 page not found`. */
+  int (*peer_is_handoff)(void *handoff_arg, int pid);
 } xd_server_opts;
 
 typedef struct xd_server xd_server;
@@ -49,6 +53,12 @@ int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound);
 /* Closes the listener and every connection (routes' on_close callbacks run); frees the server once the handles are
  * closed (the loop must run on). */
 void xd_server_close(xd_server *s);
+
+/* While a route module is asked about a request (synchronously, from the server): the pid of the process that
+ * connected (Unix socket: SO_PEERCRED; the sandbox's own pid namespace), else 0. main.c tells the modules that the
+ * Node execd is not there for a request the Node execd itself sent (main.js --handoff passes the native routes back:
+ * nothing is handed to it again, no loop). */
+int xd_server_routing_peer(const xd_server *s);
 
 /* Whether a method + canonical path is one a native module may take: such a request's body is read before routing;
  * any other request is handed to Node as soon as its headers are in (its body, e.g. a large upload, is Node's). */
