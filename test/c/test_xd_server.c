@@ -2,9 +2,9 @@
  * bytes while the main thread runs the loop. Checked byte for byte (Date values masked): GET /ping, the token's 401
  * after the body, Go's raw 400s, the target refusals, 431, the immediate 413, Content-Length and chunked bodies,
  * pipelined answers in order (a late answer holds the ones after it), Connection: close, streamed answers, a client
- * leaving mid-stream (the route's on_close), 100 Continue, the handoff (the fd and every byte read from the request on, after the
- * earlier answers were written; nothing handed back to the process connections go to, on a Unix socket), and the
- * request-target and query rules as units. */
+ * leaving mid-stream (the route's on_close), 100 Continue, the handoff (the fd and every byte read from the request
+ * on, after the earlier answers were written; nothing handed back to the process connections go to, on a Unix
+ * socket), and the request-target and query rules as units. */
 #include "harness.h"
 
 #include <arpa/inet.h>
