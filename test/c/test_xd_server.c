@@ -285,12 +285,18 @@ static void test_handoff(void) {
   CHECK(handed == before + 1);
   CHECK_STR(handed_head, second);
   CHECK(handed_len == strlen(second));
-  /* a module handing over after reading the body: the whole request goes */
-  const char *third = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: 2\r\n\r\nhi";
+  /* a module handing over after reading the body: the whole request goes, with what came after it */
+  const char *third = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: 2\r\n\r\nhi"
+                      "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n";
   got = exchange(third, 0);
   CHECK_STR(got, "HTTP/1.1 299 Node\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   free(got);
   CHECK_STR(handed_head, third);
+  const char *chunked = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Transfer-Encoding: chunked\r\n\r\n"
+                        "2\r\nhi\r\n0\r\n\r\n";
+  got = exchange(chunked, 0);
+  free(got);
+  CHECK_STR(handed_head, chunked);
   /* a WebSocket upgrade goes over with its head, whatever its target */
   const char *ws = "GET /pty/x/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
   got = exchange(ws, 0);
