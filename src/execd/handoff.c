@@ -154,8 +154,9 @@ static void run_end(run *r) {
 
 static void node_exited(uv_process_t *p, int64_t status, int sig) {
   run *r = p->data;
-  if (sig) fprintf(stderr, "execd: the Node execd (pid %d) was killed by signal %d; the next request that needs it starts it again\n", r->pid, sig);
-  else fprintf(stderr, "execd: the Node execd (pid %d) exited with status %lld; the next request that needs it starts it again\n", r->pid, (long long)status);
+  static const char again[] = "the next request that needs it starts it again";
+  if (sig) fprintf(stderr, "execd: the Node execd (pid %d) was killed by signal %d; %s\n", r->pid, sig, again);
+  else fprintf(stderr, "execd: the Node execd (pid %d) exited with status %lld; %s\n", r->pid, (long long)status, again);
   run_end(r);
 }
 

@@ -86,6 +86,7 @@ struct conn {
   uint64_t ch_left;
   size_t trailer_bytes;
   size_t pos;    /* parse position in `in` (body) */
+  int body_cut;  /* a Content-Length body kept is moved out of `in` into `body` (a handoff puts it back between) */
   uint64_t body_total;
   osb_buf body;
   xd_res *res;
@@ -412,6 +413,7 @@ static void request_reset(conn *c) {
   c->ch_left = 0;
   c->trailer_bytes = 0;
   c->pos = 0;
+  c->body_cut = 0;
   c->body_total = 0;
   c->state = ST_HEAD;
 }
@@ -534,8 +536,24 @@ static void handoff_now(conn *c) {
   uv_os_fd_t fd;
   int dupfd = -1;
   if (uv_fileno(&c->h.handle, &fd) == 0) dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (dupfd >= 0 && c->srv->o.handoff) c->srv->o.handoff(c->srv->o.handoff_arg, dupfd, c->is_unix, c->in.data, c->in.len);
+  osb_buf whole = {0}; /* head + the body moved out of `in` + what follows, when a route hands over after the body */
+  const char *bytes = c->in.data;
+  size_t len = c->in.len;
+  if (c->body_cut && c->head_len) {
+    if (osb_buf_reserve_exact(&whole, c->in.len + c->body.len) != 0) {
+      if (dupfd >= 0) close(dupfd);
+      conn_close(c);
+      return;
+    }
+    osb_buf_append(&whole, c->in.data, c->head_len);
+    osb_buf_append(&whole, c->body.data, c->body.len);
+    osb_buf_append(&whole, c->in.data + c->head_len, c->in.len - c->head_len);
+    bytes = whole.data;
+    len = whole.len;
+  }
+  if (dupfd >= 0 && c->srv->o.handoff) c->srv->o.handoff(c->srv->o.handoff_arg, dupfd, c->is_unix, bytes, len);
   else if (dupfd >= 0) close(dupfd);
+  osb_buf_free(&whole);
   conn_close(c);
 }
 
@@ -697,7 +715,14 @@ static int read_body(conn *c) {
       if (avail == 0) return 0;
       size_t n = avail < c->cl_left ? avail : (size_t)c->cl_left;
       if (body_take(c, base + c->pos, n) != 0) return -2;
-      c->pos += n;
+      if (c->discard) c->pos += n;
+      else { /* kept once, in `body`: out of `in` (what follows it moves up) */
+        size_t at = base + c->pos;
+        memmove(c->in.data + at, c->in.data + at + n, c->in.len - at - n);
+        c->in.len -= n;
+        c->in.data[c->in.len] = 0;
+        c->body_cut = 1;
+      }
       c->cl_left -= n;
     } else if (c->ch_state == CH_SIZE || c->ch_state == CH_TRAILER) {
       const char *nl = memchr(d, '\n', avail);

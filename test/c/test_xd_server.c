@@ -2,8 +2,9 @@
  * bytes while the main thread runs the loop. Checked byte for byte (Date values masked): GET /ping, the token's 401
  * after the body, Go's raw 400s, the target refusals, 431, the immediate 413, Content-Length and chunked bodies,
  * pipelined answers in order (a late answer holds the ones after it), Connection: close, streamed answers, a client
- * leaving mid-stream (the route's on_close), 100 Continue, the handoff (the fd and every byte read from the request on, after the
- * earlier answers were written), and the request-target and query rules as units. */
+ * leaving mid-stream (the route's on_close), 100 Continue, the handoff (the fd and every byte read from the request
+ * on, after the earlier answers were written; nothing handed back to the process connections go to, on a Unix
+ * socket), and the request-target and query rules as units. */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/buf.h"
@@ -18,6 +20,7 @@
 #include "execd/xd.h"
 
 static int port;
+static char unix_path[108]; /* the second server: a Unix socket whose peers are all "the handoff's" */
 static uv_loop_t loop;
 static uv_async_t done_async;
 static xd_server *server;
@@ -282,18 +285,50 @@ static void test_handoff(void) {
   CHECK(handed == before + 1);
   CHECK_STR(handed_head, second);
   CHECK(handed_len == strlen(second));
-  /* a module handing over after reading the body: the whole request goes */
-  const char *third = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: 2\r\n\r\nhi";
+  /* a module handing over after reading the body: the whole request goes, with what came after it */
+  const char *third = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: 2\r\n\r\nhi"
+                      "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n";
   got = exchange(third, 0);
   CHECK_STR(got, "HTTP/1.1 299 Node\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   free(got);
   CHECK_STR(handed_head, third);
+  const char *chunked = "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Transfer-Encoding: chunked\r\n\r\n"
+                        "2\r\nhi\r\n0\r\n\r\n";
+  got = exchange(chunked, 0);
+  free(got);
+  CHECK_STR(handed_head, chunked);
   /* a WebSocket upgrade goes over with its head, whatever its target */
   const char *ws = "GET /pty/x/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
   got = exchange(ws, 0);
   free(got);
   CHECK_STR(handed_head, ws);
   osb_buf_free(&req);
+}
+
+static void test_handoff_peer(void) {
+  /* what the process connections are handed to sends is never handed back to it: Go's 404 instead */
+  int before = handed;
+  const char *reqs[] = {"GET /files/info?path=/ HTTP/1.1\r\nHost: x\r\n" TOK "Connection: close\r\n\r\n",
+                        "POST /command/handoff HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: 2\r\nConnection: close\r\n\r\nhi"};
+  for (int i = 0; i < 2; i++) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {0};
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", unix_path);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(write(fd, reqs[i], strlen(reqs[i])) == (ssize_t)strlen(reqs[i]));
+    char buf[1024];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+    buf[got] = 0;
+    close(fd);
+    CHECK(strncmp(buf, "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nConnection: close\r\nDate: ", 75) == 0);
+    CHECK(got > 18 && strcmp(buf + got - 18, "404 page not found") == 0);
+  }
+  CHECK(handed == before);
 }
 
 /* ------------------------------------------------------------ units */
@@ -366,13 +401,21 @@ static void *client(void *arg) {
   RUN(test_expect_continue);
   RUN(test_stream);
   RUN(test_handoff);
+  RUN(test_handoff_peer);
   uv_async_send(&done_async);
   return NULL;
+}
+
+static xd_server *unix_server;
+static int peer_is_me(void *arg, int pid) {
+  (void)arg;
+  return pid == (int)getpid();
 }
 
 static void on_done(uv_async_t *a) {
   uv_close((uv_handle_t *)a, NULL);
   xd_server_close(server);
+  xd_server_close(unix_server);
 }
 
 int main(void) {
@@ -392,11 +435,20 @@ int main(void) {
     printf("server did not start (%d)\n0 passed, 1 failed\n", rc);
     return 1;
   }
+  xd_server_opts u = o;
+  u.peer_is_handoff = peer_is_me;
+  unix_server = xd_server_new(&u);
+  snprintf(unix_path, sizeof unix_path, "/tmp/osb-test-xd-server-%d.sock", (int)getpid());
+  if (!unix_server || xd_server_listen_unix(unix_server, unix_path) != 0) {
+    printf("unix server did not start\n0 passed, 1 failed\n");
+    return 1;
+  }
   uv_async_init(&loop, &done_async, on_done);
   pthread_t t;
   pthread_create(&t, NULL, client, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(t, NULL);
   CHECK(uv_loop_close(&loop) == 0);
+  unlink(unix_path);
   return t_summary();
 }
