@@ -893,7 +893,9 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (!xd_server_native_candidate(c->req.method, c->path) && !from_handoff_peer(c)) {
+      } else if (!xd_server_native_candidate(c->req.method, c->path)) {
+        /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
+         * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
         break;
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
@@ -1102,7 +1104,9 @@ void xd_handoff(xd_res *res) {
     if (!res->in_gone) free(res);
     return;
   }
-  if (from_handoff_peer(c)) { /* never back to where it came from: Go's mux answer for what no route takes */
+  if (from_handoff_peer(c) && strncmp(c->path, "/command", 8) == 0) {
+    /* the command routes the Node execd passed here (main.js --handoff) never go back to it, or they would loop:
+     * Go's mux answer for what no route takes */
     static const char *const h[] = {"Content-Type: text/plain"};
     xd_send(res, 404, h, 1, "404 page not found", 18);
     return;
