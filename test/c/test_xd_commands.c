@@ -4,6 +4,7 @@
  * (backpressure: every line arrives, in order) and one that goes away, and that closing the module kills what still
  * runs and frees everything (valgrind and ASan see the whole lifecycle). */
 #include "harness.h"
+#include "xd_dial.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,21 +29,7 @@ static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t 
   close(fd);
 }
 
-static int connect_execd(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct timeval tv = {20, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+static int connect_execd(void) { return xd_dial(port, 20); }
 
 static int send_request(const char *method, const char *target, const char *body) {
   int fd = connect_execd();

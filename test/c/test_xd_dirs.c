@@ -3,6 +3,7 @@
  * execd's (lib/dev-server/execd/files.js), byte for byte; a body dirs.c must not answer (trailing data after the
  * JSON, a duplicate key) is handed over, which the test's handoff function records and answers with 502 itself. */
 #include "harness.h"
+#include "xd_dial.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,18 +36,8 @@ static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t 
 /* One request on a fresh connection; the status and the body (malloc'd) of the answer. */
 static int request(const char *body, char **out) {
   *out = NULL;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = xd_dial(port, 10);
   if (fd < 0) return -1;
-  struct timeval tv = {10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
   char head[256];
   size_t bl = strlen(body);
   int hl = snprintf(head, sizeof head,
