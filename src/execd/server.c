@@ -370,18 +370,22 @@ static void conn_fail(conn *c) {
   uv_timer_start(&c->idle, idle_fire, 0, 0);
 }
 
-/* queues bytes on the connection; -1 when it is gone */
-static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t blen) {
+/* queues the parts, copied into one write, on the connection; -1 when it is gone */
+static int conn_writev(conn *c, const uv_buf_t *parts, size_t nparts) {
   if (c->closing || c->failed) return -1;
-  wreq *r = malloc(sizeof *r + alen + blen);
+  size_t total = 0;
+  for (size_t i = 0; i < nparts; i++) total += parts[i].len;
+  wreq *r = malloc(sizeof *r + total);
   if (!r) {
     conn_fail(c);
     return -1;
   }
   r->c = c;
-  r->len = alen + blen;
-  if (alen) memcpy(r->data, a, alen);
-  if (blen) memcpy(r->data + alen, b, blen);
+  r->len = 0;
+  for (size_t i = 0; i < nparts; i++) {
+    if (parts[i].len) memcpy(r->data + r->len, parts[i].base, parts[i].len);
+    r->len += parts[i].len;
+  }
   uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
   if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
     free(r);
@@ -390,6 +394,12 @@ static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t
   }
   c->pending_writes++;
   return 0;
+}
+
+/* queues bytes on the connection; -1 when it is gone */
+static int conn_write(conn *c, const void *a, size_t alen, const void *b, size_t blen) {
+  uv_buf_t parts[2] = {uv_buf_init((char *)a, (unsigned)alen), uv_buf_init((char *)b, (unsigned)blen)};
+  return conn_writev(c, parts, 2);
 }
 
 /* ---------------------------------------------------------------- request lifecycle */
@@ -1050,24 +1060,8 @@ int xd_stream_write(xd_res *res, const void *data, size_t len) {
   if (len == 0) return 0;
   char pre[24];
   int n = snprintf(pre, sizeof pre, "%zx\r\n", len);
-  wreq *r = malloc(sizeof *r + (size_t)n + len + 2);
-  if (!r) {
-    conn_fail(c);
-    return -1;
-  }
-  r->c = c;
-  r->len = (size_t)n + len + 2;
-  memcpy(r->data, pre, (size_t)n);
-  memcpy(r->data + n, data, len);
-  memcpy(r->data + n + len, "\r\n", 2);
-  uv_buf_t buf = uv_buf_init(r->data, (unsigned)r->len);
-  if (uv_write(&r->w, &c->h.stream, &buf, 1, after_write) != 0) {
-    free(r);
-    conn_fail(c);
-    return -1;
-  }
-  c->pending_writes++;
-  return 0;
+  uv_buf_t parts[3] = {uv_buf_init(pre, (unsigned)n), uv_buf_init((char *)data, (unsigned)len), uv_buf_init("\r\n", 2)};
+  return conn_writev(c, parts, 3);
 }
 
 size_t xd_stream_pending(const xd_res *res) {
