@@ -37,8 +37,8 @@ typedef struct {
   xd_handoff_fn handoff;
   void *handoff_arg;
   /* Optional: whether the process `pid` that connected is the one connections are handed to (the Node execd, which
-   * passes the command routes back): what it sends is never handed to it again; what no module takes is then Go's
-   * 404 `404 page not found`. */
+   * passes the command routes back): a command route it sends is never handed to it again (Go's 404 `404 page not
+   * found` if a module asks to); anything else it sends goes to it like every request no module takes. */
   int (*peer_is_handoff)(void *handoff_arg, int pid);
 } xd_server_opts;
 
@@ -56,8 +56,8 @@ void xd_server_close(xd_server *s);
 
 /* While a route module is asked about a request (synchronously, from the server): the pid of the process that
  * connected (Unix socket: SO_PEERCRED; the sandbox's own pid namespace), else 0. main.c tells the modules that the
- * Node execd is not there for a request the Node execd itself sent (main.js --handoff passes the native routes back:
- * nothing is handed to it again, no loop). */
+ * Node execd is not there for a request the Node execd itself sent (main.js --handoff passes the command routes back:
+ * they are not handed to it again, no loop). */
 int xd_server_routing_peer(const xd_server *s);
 
 /* Whether a method + canonical path is one a native module may take: such a request's body is read before routing;
