@@ -3,7 +3,7 @@
  * execd's (lib/dev-server/execd/files.js), byte for byte; a body dirs.c must not answer (trailing data after the
  * JSON, a duplicate key) is handed over, which the test's handoff function records and answers with 502 itself. */
 #include "harness.h"
-#include "xd_dial.h"
+#include "xd_loopback.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -180,16 +180,10 @@ int main(void) {
   ctx.loop = &loop;
   ctx.workspace = ws;
   void *dirs = xd_dirs_new(&ctx);
-  xd_route routes[] = {{dirs, xd_dirs_route}};
-  xd_server_opts o = {0};
-  o.loop = &loop;
-  o.routes = routes;
-  o.nroutes = 1;
-  o.handoff = on_handoff;
-  server = xd_server_new(&o);
-  int rc = server ? xd_server_listen_tcp(server, "127.0.0.1", 0, &port) : -1;
-  if (!dirs || rc != 0) {
-    printf("server did not start (%d)\n0 passed, 1 failed\n", rc);
+  xd_route route = {dirs, xd_dirs_route};
+  server = dirs ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
+  if (!server) {
+    printf("server did not start\n0 passed, 1 failed\n");
     return 1;
   }
   uv_async_init(&loop, &done_async, on_done);

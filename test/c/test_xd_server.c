@@ -6,7 +6,7 @@
  * on, after the earlier answers were written; nothing handed back to the process connections go to, on a Unix
  * socket), and the request-target and query rules as units. */
 #include "harness.h"
-#include "xd_dial.h"
+#include "xd_loopback.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,14 +1,34 @@
-/* The C execd tests' client side (test_xd_*.c): a blocking TCP connection to the execd server under test on
- * 127.0.0.1:port, reads bounded by a timeout of timeout_s seconds. Returns the socket (the caller closes it) or -1. */
-#ifndef XD_DIAL_H
-#define XD_DIAL_H
+/* The C execd tests' loopback (test_xd_*.c): the server under test with one route module on 127.0.0.1, and the
+ * client's connection to it. */
+#ifndef XD_LOOPBACK_H
+#define XD_LOOPBACK_H
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include "execd/server.h"
 
+/* A server on `loop` asking the one module `route` (borrowed: the server keeps the pointer, so it must outlive it),
+ * handing everything else to `handoff`, listening on 127.0.0.1 on a free port (*port). NULL when it cannot start;
+ * the caller closes it (xd_server_close). */
+static inline xd_server *xd_listen_one(uv_loop_t *loop, const xd_route *route, xd_handoff_fn handoff, int *port) {
+  xd_server_opts o = {0};
+  o.loop = loop;
+  o.routes = route;
+  o.nroutes = 1;
+  o.handoff = handoff;
+  xd_server *server = xd_server_new(&o);
+  if (server && xd_server_listen_tcp(server, "127.0.0.1", 0, port) != 0) {
+    xd_server_close(server);
+    return NULL;
+  }
+  return server;
+}
+
+/* A blocking TCP connection to 127.0.0.1:port, reads bounded by timeout_s seconds: the socket (the caller closes it),
+ * or -1. */
 static inline int xd_dial(int port, int timeout_s) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
