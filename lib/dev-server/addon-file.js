@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /** { explicit, files }: the candidates in order; explicit when the environment names the one file to use. */
-export function addonCandidates() {
-  const explicit = process.env.MASTRA_OPENSANDBOX_ADDON;
+export function addonCandidates(env = process.env) {
+  const explicit = env.MASTRA_OPENSANDBOX_ADDON;
   return {
     explicit: Boolean(explicit),
     files: explicit ? [path.resolve(explicit)] : [
