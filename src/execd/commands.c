@@ -7,7 +7,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <math.h>
 #include <pwd.h>
 #include <signal.h>
@@ -27,6 +26,7 @@
 #include "json.h"
 #include "lines.h"
 #include "logring.h"
+#include "spawn.h"
 #include "xd.h"
 
 extern char **environ;
@@ -756,84 +756,6 @@ oom:
   return NULL;
 }
 
-/* The executable execvp would run for `file` with the child's PATH; 0, or an errno (ENOENT, EACCES). */
-static int find_exec(const char *file, char *const *envp, char *out, size_t cap) {
-  const char *path = xd_env_get(envp, "PATH", 4);
-  if (!path) path = "/usr/bin:/bin";
-  int err = ENOENT;
-  for (const char *p = path;;) {
-    const char *e = strchr(p, ':');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    int n = len ? snprintf(out, cap, "%.*s/%s", (int)len, p, file) : snprintf(out, cap, "%s", file);
-    struct stat st;
-    if (n > 0 && (size_t)n < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
-      if (access(out, X_OK) == 0) return 0;
-      err = EACCES;
-    }
-    if (!e) break;
-    p = e + 1;
-  }
-  return err;
-}
-
-/* An fd at 3 or above (so that the child's dup2 onto 0-2 never clobbers another source), close-on-exec. */
-static int high_fd(int fd) {
-  if (fd > 2) return fd;
-  int h = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  close(fd);
-  return h;
-}
-
-typedef struct {
-  const char *path;
-  char *const *argv;
-  char *const *envp;
-  const char *cwd;
-  int in, out, err;
-  int set_uid, set_gid;
-  uid_t uid;
-  gid_t gid;
-} spawn_spec;
-
-/* Starts the process in a new session with vfork (the child shares our memory until it execs: no page tables are
- * copied). Returns the pid, or -errno (a failure in the child is reported through shared memory). The order of
- * libuv's child: setsid, stdio, chdir, setgroups/setgid/setuid, default signal handling, exec. */
-static pid_t spawn_vfork(const spawn_spec *s) {
-  volatile int child_err = 0;
-  sigset_t all, old;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, &old);
-  pid_t pid = vfork();
-  if (pid == 0) {
-    setsid();
-    if (dup2(s->in, 0) < 0 || dup2(s->out, 1) < 0 || dup2(s->err, 2) < 0) goto fail;
-    if (s->cwd && chdir(s->cwd) != 0) goto fail;
-    if (s->set_uid || s->set_gid) (void)setgroups(0, NULL);
-    if (s->set_gid && setgid(s->gid) != 0) goto fail;
-    if (s->set_uid && setuid(s->uid) != 0) goto fail;
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < _NSIG; sig++) {
-      if (sig != SIGKILL && sig != SIGSTOP) (void)sigaction(sig, &dfl, NULL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(s->path, s->argv, s->envp);
-  fail:
-    child_err = errno ? errno : EINVAL;
-    _exit(127);
-  }
-  int err = pid < 0 ? errno : child_err;
-  sigprocmask(SIG_SETMASK, &old, NULL);
-  if (pid > 0 && err) {
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-    }
-  }
-  return err ? -err : pid;
-}
-
 /* Node's spawn errors: these codes are reported by an `error` event after the record exists ("spawn bash EACCES"),
  * others are thrown before it does ("spawn EPERM"). */
 static int async_spawn_error(int err) {
@@ -943,7 +865,7 @@ static cmd *start(module *m, const cJSON *body, const char *cwd, const char *nul
   char path[4096];
   int fds[4] = {-1, -1, -1, -1}; /* read end, write end (stdout or the merged output), and stderr's */
   int in = -1;
-  int e = find_exec(m->shell, envp, path, sizeof path);
+  int e = xd_find_exec(m->shell, envp, path, sizeof path);
   if (!e) {
     int p1[2] = {-1, -1}, p2[2] = {-1, -1};
     in = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -959,22 +881,22 @@ static cmd *start(module *m, const cJSON *body, const char *cwd, const char *nul
       }
     } else {
       fds[0] = p1[0];
-      fds[1] = high_fd(p1[1]);
+      fds[1] = xd_high_fd(p1[1]);
       fds[2] = p2[0];
-      fds[3] = background ? -1 : high_fd(p2[1]);
-      in = high_fd(in);
+      fds[3] = background ? -1 : xd_high_fd(p2[1]);
+      in = xd_high_fd(in);
     }
   }
   pid_t pid = -e;
   if (!e) {
     char *argv[] = {(char *)m->shell, "-c", (char *)command, NULL};
-    spawn_spec s = {
+    xd_spawn_spec s = {
         .path = path, .argv = argv, .envp = envp, .cwd = cwd, .in = in, .out = fds[1],
         .err = background ? fds[1] : fds[3],
         .set_uid = xd_json_present(uid), .set_gid = xd_json_present(gid),
         .uid = xd_json_present(uid) ? (uid_t)uid->valuedouble : 0, .gid = xd_json_present(gid) ? (gid_t)gid->valuedouble : 0,
     };
-    pid = spawn_vfork(&s);
+    pid = xd_spawn(&s);
     /* the process has its own copies; EOF comes when it and its children are done */
     close(in);
     close(fds[1]);
@@ -1309,22 +1231,6 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
 }
 
 /* Percent-decodes a path segment of the canonical path (the id of a route). Caller frees. */
-static char *decode_segment(const char *s, size_t len) {
-  char *out = malloc(len + 1);
-  if (!out) return NULL;
-  size_t n = 0;
-  for (size_t i = 0; i < len; i++) {
-    if (s[i] == '%' && i + 2 < len && isxdigit((unsigned char)s[i + 1]) && isxdigit((unsigned char)s[i + 2])) {
-      char hex[3] = {s[i + 1], s[i + 2], 0};
-      out[n++] = (char)strtol(hex, NULL, 16);
-      i += 2;
-    } else {
-      out[n++] = s[i];
-    }
-  }
-  out[n] = 0;
-  return out;
-}
 
 int xd_commands_route(void *module_, const xd_req *req, xd_res *res) {
   module *m = module_;
@@ -1351,7 +1257,7 @@ int xd_commands_route(void *module_, const xd_req *req, xd_res *res) {
     seg = rest;
     seglen = (size_t)(slash - rest);
   }
-  char *id = decode_segment(seg, seglen);
+  char *id = xd_decode_segment(seg, seglen);
   if (!id) {
     xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
     return 1;
