@@ -4,6 +4,7 @@
 #endif
 #include "cmdreq.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <pwd.h>
@@ -56,6 +57,20 @@ const char XD_INVALID_REQUEST[] = "invalid request, validation error ";
 /* The text of Go's JSON decoder for what does not parse: input that ends too early is "unexpected EOF". */
 static void syntax_text(const char *body, size_t len, const char *at, osb_buf *msg) {
   size_t off = at && at >= body && at <= body + len ? (size_t)(at - body) : len;
+  if (len > 0 && off == len - 1) {
+    /* cJSON reports an error at the end of its input on the last byte: parsed again with a space after it, input
+     * that is only cut short fails past that byte */
+    char *padded = malloc(len + 2);
+    if (padded) {
+      memcpy(padded, body, len);
+      padded[len] = ' ';
+      padded[len + 1] = 0;
+      cJSON_Delete(cJSON_ParseWithLengthOpts(padded, len + 1, NULL, 0));
+      const char *e = cJSON_GetErrorPtr();
+      if (e && e >= padded + len) off = len;
+      free(padded);
+    }
+  }
   size_t i = off;
   while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) i++;
   if (i >= len) {
@@ -474,4 +489,41 @@ int xd_js_inspect_str(const char *s, size_t len, osb_buf *out) {
   }
   osb_buf_free(&t);
   return rc;
+}
+
+char *xd_decode_segment(const char *s, size_t len) {
+  char *out = malloc(len + 1);
+  if (!out) return NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == '%' && i + 2 < len && isxdigit((unsigned char)s[i + 1]) && isxdigit((unsigned char)s[i + 2])) {
+      char hex[3] = {s[i + 1], s[i + 2], 0};
+      out[n++] = (char)strtol(hex, NULL, 16);
+      i += 2;
+    } else {
+      out[n++] = s[i];
+    }
+  }
+  out[n] = 0;
+  return out;
+}
+
+int xd_json_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
+  const char *end = NULL;
+  cJSON *b = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+  if (b) {
+    const char *p = end;
+    while (p < body + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    if (p < body + len) { /* JSON.parse refuses anything after the value */
+      cJSON_Delete(b);
+      b = NULL;
+      end = p;
+    }
+  } else {
+    end = cJSON_GetErrorPtr();
+  }
+  *out = b;
+  if (b) return 0;
+  syntax_text(body, len, end, msg);
+  return -1;
 }

@@ -57,4 +57,11 @@ int xd_expand_path(const char *p, char *const *envp, osb_buf *out, osb_buf *err)
 int xd_path_normalize(const char *p, int keep_trailing, osb_buf *out);
 int xd_path_resolve(const char *p, osb_buf *out);
 
+/* A path segment with its %XX escapes decoded (a malformed escape stays as it is), malloc'd (NULL on OOM). */
+char *xd_decode_segment(const char *s, size_t len);
+
+/* JSON.parse of a whole body (only whitespace after the value): 0 with *out (the caller's, cJSON_Delete), or -1 with
+ * the text of Go's decoder appended to msg ("unexpected EOF", "invalid character 'x' in JSON at offset N"). */
+int xd_json_parse(const char *body, size_t len, cJSON **out, osb_buf *msg);
+
 #endif
