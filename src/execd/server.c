@@ -45,7 +45,7 @@ struct xd_res {
   void *on_drain_arg;
 };
 
-enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING };
+enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING, ST_RAW };
 enum { ACT_ROUTE, ACT_UNAUTHORIZED, ACT_PING, ACT_TOO_LARGE };
 enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
 
@@ -93,6 +93,9 @@ struct conn {
   int handoff_pending; /* waiting for writes to finish before the fd goes */
   int close_pending;   /* close once writes are done */
   int failed;          /* a write could not be queued: closed from the loop, not inside the route's call */
+  /* ST_RAW (xd_upgrade): the route's byte pipe */
+  const xd_raw_callbacks *raw_cb; /* NULL once the route closed it or was told it ended */
+  void *raw_arg;
 };
 
 struct xd_server {
@@ -289,6 +292,7 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
 
 int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
+  if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
   return strcmp(method, "POST") == 0 && strcmp(path, "/directories") == 0;
 }
 
@@ -346,6 +350,11 @@ static void after_write(uv_write_t *w, int status) {
     return;
   }
   if (c->closing) return;
+  if (c->state == ST_RAW) {
+    if (c->pending_writes == 0 && c->close_pending) conn_close(c);
+    else if (c->raw_cb && c->raw_cb->on_drain && uv_stream_get_write_queue_size(&c->h.stream) == 0) c->raw_cb->on_drain(c->raw_arg);
+    return;
+  }
   xd_res *res = c->res;
   if (res && res->on_drain && uv_stream_get_write_queue_size(&c->h.stream) == 0) {
     void (*fn)(void *) = res->on_drain;
@@ -506,6 +515,9 @@ static void conn_freed(uv_handle_t *h) {
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
+  const xd_raw_callbacks *raw = c->raw_cb;
+  c->raw_cb = NULL;
+  if (raw) raw->on_end(c->raw_arg); /* closing is set: a close or write from the callback does nothing */
   xd_server *s = c->srv;
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
@@ -686,6 +698,13 @@ static int parse_head(conn *c, size_t len) {
   return 0;
 }
 
+/* GET /pty/{id}/ws: an upgrade the native PTY module (pty.c) takes */
+static int native_upgrade(const char *path) {
+  if (strncmp(path, "/pty/", 5) != 0) return 0;
+  const char *id = path + 5, *slash = strchr(id, '/');
+  return slash && slash > id && strcmp(slash, "/ws") == 0;
+}
+
 static int is_upgrade(const conn *c) {
   return xd_header(&c->req, "upgrade") != NULL && has_token(xd_header(&c->req, "connection"), "upgrade");
 }
@@ -846,7 +865,7 @@ static void process(conn *c) {
       if (c->pending_writes == 0) handoff_now(c);
       break;
     }
-    if (c->state == ST_ROUTED || c->state == ST_CLOSING) break;
+    if (c->state == ST_ROUTED || c->state == ST_CLOSING || c->state == ST_RAW) break;
     if (c->state == ST_HEAD) {
       size_t skip = 0;
       while (skip < c->in.len && (c->in.data[skip] == '\r' || c->in.data[skip] == '\n')) skip++;
@@ -871,9 +890,14 @@ static void process(conn *c) {
         answer_raw_close(c, rc == -3 ? GO_NO_HOST : GO_BAD_REQUEST);
         break;
       }
-      if (is_upgrade(c)) { /* WebSocket: Node's, target and token checks included */
-        handoff_now(c);
-        break;
+      if (is_upgrade(c)) {
+        /* WebSocket: the PTY API's is native (token checked like any request; an answer other than the 101 closes
+         * the connection, as the Node execd's); any other is Node's, target and token checks included */
+        if (rc != 0 || !native_upgrade(c->path)) {
+          handoff_now(c);
+          break;
+        }
+        c->req.wants_close = 1;
       }
       if (rc == 1) { /* a refused target: answered in order, the connection closed after it */
         if (!c->req.query) {
@@ -959,6 +983,16 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   conn *c = s->data;
   if (n == 0) return;
+  if (c->state == ST_RAW) {
+    if (n < 0) {
+      reading(c, 0);
+      conn_close(c); /* on_end */
+      return;
+    }
+    c->in.len = 0; /* the bytes are in the buffer read_alloc gave: handed on, not kept */
+    if (c->raw_cb) c->raw_cb->on_data(c->raw_arg, c->in.data, (size_t)n);
+    return;
+  }
   if (n < 0) {
     reading(c, 0);
     if (n != UV_EOF || c->state == ST_ROUTED) { /* reset, or the client left while its answer is under way */
@@ -1109,6 +1143,67 @@ void xd_handoff(xd_res *res) {
   free(res);
   c->state = ST_HANDOFF;
   if (!c->in_process) process(c);
+}
+
+/* ---------------------------------------------------------------- xd.h: upgraded connections */
+
+const char *xd_upgrade_of(const xd_req *req) {
+  const char *u = xd_header(req, "upgrade");
+  return u && has_token(xd_header(req, "connection"), "upgrade") ? u : NULL;
+}
+
+/* the bytes the client sent after the upgrade request, handed on from the loop (not inside the route's call) */
+static void raw_leftover(uv_timer_t *t) {
+  conn *c = t->data;
+  if (c->closing || !c->raw_cb || c->in.len == 0) return;
+  size_t n = c->in.len;
+  c->in.len = 0;
+  c->raw_cb->on_data(c->raw_arg, c->in.data, n);
+}
+
+xd_raw *xd_upgrade(xd_res *res, const char *head, size_t len, const xd_raw_callbacks *cb, void *arg) {
+  conn *c = res->c;
+  if (!c || c->closing || c->failed) {
+    finish(res, 1);
+    return NULL;
+  }
+  if (conn_write(c, head, len, NULL, 0) != 0) {
+    finish(res, 1);
+    return NULL;
+  }
+  /* the request stays parsed (freed with the connection); only what follows it is the route's */
+  osb_buf_consume(&c->in, c->discard ? c->pos : c->head_len + c->pos);
+  c->head_len = c->pos = 0;
+  c->res = NULL;
+  free(res);
+  c->state = ST_RAW;
+  c->raw_cb = cb;
+  c->raw_arg = arg;
+  uv_timer_stop(&c->idle);
+  if (c->in.len > 0) uv_timer_start(&c->idle, raw_leftover, 0, 0);
+  reading(c, 1);
+  return (xd_raw *)c;
+}
+
+int xd_raw_write(xd_raw *r, const char *const *parts, const size_t *lens, size_t nparts) {
+  conn *c = (conn *)r;
+  uv_buf_t bufs[8];
+  if (nparts > 8) return -1;
+  for (size_t i = 0; i < nparts; i++) bufs[i] = uv_buf_init((char *)parts[i], (unsigned)lens[i]);
+  return conn_writev(c, bufs, nparts);
+}
+
+size_t xd_raw_pending(const xd_raw *r) { return uv_stream_get_write_queue_size(&((const conn *)r)->h.stream); }
+
+void xd_raw_pause(xd_raw *r, int paused) { reading((conn *)r, !paused); }
+
+void xd_raw_close(xd_raw *r, int now) {
+  conn *c = (conn *)r;
+  c->raw_cb = NULL;
+  if (c->closing) return;
+  reading(c, 0);
+  if (now || c->pending_writes == 0) conn_close(c);
+  else c->close_pending = 1;
 }
 
 /* ---------------------------------------------------------------- listening */

@@ -67,6 +67,29 @@ void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
  * context, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
 void xd_handoff(xd_res *res);
 
+/* --- upgraded connections (WebSocket): after its 101 answer the connection is the route's, as a byte pipe --- */
+typedef struct xd_raw xd_raw;
+typedef struct {
+  void (*on_data)(void *arg, const char *data, size_t len); /* bytes from the client */
+  void (*on_end)(void *arg);   /* the client closed or reset the connection, or the server is closing: the xd_raw is
+                                * gone after this returns (no more calls, and the route must not use it) */
+  void (*on_drain)(void *arg); /* every queued byte was written (after an xd_raw_write) */
+} xd_raw_callbacks;
+/* Writes `head` (the whole answer head, e.g. "HTTP/1.1 101 ...\r\n\r\n") and turns the request's connection into a
+ * raw byte pipe: res is finished; bytes the client sent after the request come through on_data (from the next loop
+ * turn on). Callbacks are borrowed and must outlive the pipe. NULL when the client is already gone (nothing called). */
+xd_raw *xd_upgrade(xd_res *res, const char *head, size_t len, const xd_raw_callbacks *cb, void *arg);
+/* Queues the parts (copied into one write). 0, or -1 when the connection is gone or failing (on_end follows). */
+int xd_raw_write(xd_raw *r, const char *const *parts, const size_t *lens, size_t nparts);
+/* Bytes queued and not yet written. */
+size_t xd_raw_pending(const xd_raw *r);
+/* Stops (1) or resumes (0) reading from the client. */
+void xd_raw_pause(xd_raw *r, int paused);
+/* Closes the connection once what is queued is written (FIN), or at once (`now`): no callback runs after this call. */
+void xd_raw_close(xd_raw *r, int now);
+/* The upgrade header a request asks for ("websocket"), or NULL when it is not an upgrade. */
+const char *xd_upgrade_of(const xd_req *req);
+
 /* --- Go-compatible JSON text (what encoding/json writes): --- */
 /* Appends s (len bytes, any bytes) as a JSON string literal: \" \\ \n \r \t, other bytes < 0x20 as \u00XX, < > &
  * U+2028 U+2029 as \u003c \u003e \u0026 \u2028 \u2029, invalid UTF-8 bytes as \ufffd. Returns 0, -1 on OOM. */
@@ -89,6 +112,9 @@ typedef struct {
   /* The Node execd is running (connections were handed to it): a request for an id this module does not know
    * (DELETE /command?id= of a code context) may be handed over instead of answered. */
   int (*node_running)(void);
+  /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
+   * closed connection (pty.c) */
+  void (*relay_signal)(int sig);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -101,5 +127,9 @@ void xd_commands_close(void *module);              /* shutdown: kills running co
 void *xd_dirs_new(const xd_ctx *ctx);
 int xd_dirs_route(void *module, const xd_req *req, xd_res *res);
 void xd_dirs_close(void *module);
+/* pty.c: POST /pty, GET and DELETE /pty/{id}, the WebSocket GET /pty/{id}/ws */
+void *xd_pty_new(const xd_ctx *ctx);
+int xd_pty_route(void *module, const xd_req *req, xd_res *res);
+void xd_pty_close(void *module);               /* shutdown: closes its clients, kills its runs */
 
 #endif
