@@ -17,8 +17,8 @@
 
 /* ws's key check: exactly 22 base64 chars [+/0-9A-Za-z] followed by "==". 1 valid, 0 not (NULL is not). */
 int xd_ws_key_valid(const char *key);
-/* Sec-WebSocket-Accept for a client key: base64(SHA-1(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")), NUL-terminated
- * into out (28 chars + NUL). */
+/* Sec-WebSocket-Accept for a client key (non-NULL, any length): base64(SHA-1(key +
+ * "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")), NUL-terminated into out (28 chars + NUL). */
 void xd_ws_accept(const char *key, char out[29]);
 /* Header of one unmasked server frame with FIN set: writes 2, 4 or 10 bytes into out, returns how many. */
 size_t xd_ws_frame_header(unsigned char out[10], int opcode, uint64_t payload_len);
