@@ -196,7 +196,8 @@ static int check_length(xd_ws_parser *p) {
 }
 
 /* dst = src XOR the mask, starting pos bytes into it. */
-static void unmask_copy(unsigned char *dst, const unsigned char *src, size_t n, const unsigned char *mask, unsigned pos) {
+static void unmask_copy(unsigned char *dst, const unsigned char *src, size_t n, const unsigned char *mask,
+                        unsigned pos) {
   unsigned char m[4];
   for (unsigned k = 0; k < 4; k++) m[k] = mask[(pos + k) & 3];
   uint32_t m32;

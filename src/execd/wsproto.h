@@ -5,7 +5,8 @@
  *
  * Ownership: the parser's only allocation is the data message being assembled (grown as its bytes arrive, never to
  * more than the payload its frames announced, at most XD_WS_MAX_PAYLOAD; up to 64 KiB kept for the next message),
- * owned by the parser and released by xd_ws_parser_free, an error or the close frame. Data passed to a callback is the parser's: valid only during the call. One thread at a time. */
+ * owned by the parser and released by xd_ws_parser_free, an error or the close frame. Data passed to a callback is
+ * the parser's: valid only during the call. One thread at a time. */
 #ifndef XD_WSPROTO_H
 #define XD_WSPROTO_H
 #include <stddef.h>
@@ -30,10 +31,12 @@ size_t xd_ws_close_payload(unsigned char out[125], unsigned code, const char *re
 /* Incremental parser of CLIENT frames (masked). A NULL callback is skipped. A callback must not free the parser
  * (set stop, then free it after xd_ws_parse returned). */
 typedef struct {
-  void (*on_message)(void *ud, int binary, const unsigned char *data, size_t len); /* a whole (defragmented) text/binary message */
+  /* a whole (defragmented) text/binary message */
+  void (*on_message)(void *ud, int binary, const unsigned char *data, size_t len);
   void (*on_ping)(void *ud, const unsigned char *data, size_t len);
   void (*on_pong)(void *ud, const unsigned char *data, size_t len);
-  void (*on_close)(void *ud, unsigned code, const unsigned char *reason, size_t len); /* code 1005 when the frame had no body */
+  /* code 1005 when the frame had no body */
+  void (*on_close)(void *ud, unsigned code, const unsigned char *reason, size_t len);
 } xd_ws_callbacks;
 
 typedef struct xd_ws_parser {

@@ -265,8 +265,8 @@ static void mixed_stream(osb_buf *s) {
   frame(s, 0x81, "after close");
 }
 
-static const char MIXED_LOG[] = "P p1\nO \nM t Hello, world\nM b \\x01\\x02\nP \nM t \\xe2\\x82\\xac!\nM b <300 bytes>\n"
-                                "C 1000 done\n";
+static const char MIXED_LOG[] = "P p1\nO \nM t Hello, world\nM b \\x01\\x02\nP \n"
+                                "M t \\xe2\\x82\\xac!\nM b <300 bytes>\nC 1000 done\n";
 
 static void test_fragments_with_ping(void) {
   osb_buf s = {0};
