@@ -185,7 +185,7 @@ static int check_length(xd_ws_parser *p) {
   else if (l == 127) {
     n = 0;
     for (int i = 0; i < 8; i++) n = n << 8 | p->hdr[2 + i];
-    if (n >> 53) return 1009; /* above JavaScript's safe integers: ws's own bound */
+    if (n >> 53) return 1009; /* above JavaScript's safe integers: ws's own bound, and the sum below cannot wrap */
   }
   if (n && p->opcode < 8) {
     p->msg_total += n; /* <= XD_WS_MAX_PAYLOAD + 2^53: no overflow */

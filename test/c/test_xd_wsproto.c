@@ -479,6 +479,18 @@ static void test_max_payload(void) {
     rec_free(&r);
     xd_ws_parser_free(&p);
   }
+  /* a continuation announcing 2^64 - 5 bytes after 10: the sum must not wrap around to 5 */
+  {
+    osb_buf w = {0};
+    frame(&w, 0x02, "0123456789");
+    static const unsigned char h[10] = {0x80, 0x80 | 127, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfb};
+    osb_buf_append(&w, h, sizeof h);
+    CHECK(feed_all(&r, &p, w.data, w.len) == 1009);
+    CHECK(p.consumed == w.len);
+    rec_free(&r);
+    xd_ws_parser_free(&p);
+    osb_buf_free(&w);
+  }
   /* a text message is limited alike */
   {
     unsigned char h[10] = {0x81, 0x80 | 127, 0, 0, 0, 0, 0x01, 0, 0, 0x01};
@@ -603,6 +615,109 @@ static void test_no_callbacks(void) {
   osb_buf_free(&s);
 }
 
+/* ---- ws's own behaviour, recorded ---- */
+
+/* The events of one stream in ws-receiver/record.js's format ("M t <hex>;P <hex>;...;E 1002"). */
+typedef struct {
+  osb_buf out;
+} hexlog;
+
+static void hl_sep(hexlog *h) {
+  if (h->out.len) osb_buf_append(&h->out, ";", 1);
+}
+static void hl_hex(hexlog *h, const unsigned char *d, size_t n) {
+  for (size_t i = 0; i < n; i++) osb_buf_appendf(&h->out, "%02x", d[i]);
+}
+static void hl_message(void *ud, int binary, const unsigned char *d, size_t n) {
+  hl_sep(ud);
+  osb_buf_append_str(&((hexlog *)ud)->out, binary ? "M b " : "M t ");
+  hl_hex(ud, d, n);
+}
+static void hl_ping(void *ud, const unsigned char *d, size_t n) {
+  hl_sep(ud);
+  osb_buf_append_str(&((hexlog *)ud)->out, "P ");
+  hl_hex(ud, d, n);
+}
+static void hl_pong(void *ud, const unsigned char *d, size_t n) {
+  hl_sep(ud);
+  osb_buf_append_str(&((hexlog *)ud)->out, "O ");
+  hl_hex(ud, d, n);
+}
+static void hl_close(void *ud, unsigned code, const unsigned char *d, size_t n) {
+  hl_sep(ud);
+  osb_buf_appendf(&((hexlog *)ud)->out, "C %u ", code);
+  hl_hex(ud, d, n);
+}
+static const xd_ws_callbacks hl_cbs = {hl_message, hl_ping, hl_pong, hl_close};
+
+/* Parses the stream in pieces of 1 to max_piece bytes (0: whole); the events, malloc'd. */
+static char *hl_parse(const unsigned char *s, size_t n, size_t max_piece, unsigned seed) {
+  hexlog h = {{0}};
+  xd_ws_parser p;
+  memset(&p, 0, sizeof p);
+  int failed = 0;
+  for (size_t at = 0; at < n;) {
+    size_t k = n - at;
+    if (max_piece) {
+      seed = seed * 1103515245u + 12345u;
+      size_t want = 1 + (seed >> 16) % max_piece;
+      if (want < k) k = want;
+    }
+    int rc = xd_ws_parse(&p, s + at, k, &hl_cbs, &h);
+    if (rc != 0 && !failed) {
+      hl_sep(&h);
+      osb_buf_appendf(&h.out, "E %d", rc);
+      failed = 1;
+    }
+    at += k;
+  }
+  xd_ws_parser_free(&p);
+  char *text = strdup(h.out.data ? h.out.data : "");
+  osb_buf_free(&h.out);
+  return text;
+}
+
+/* test/fixtures/ws-receiver/cases.txt: what ws v8's receiver did with 250 streams of valid and broken client frames
+ * (record.js there); the parser, fed whole, in pieces of up to 40 bytes and a byte at a time, does the same. */
+static void test_ws_recorded(void) {
+  FILE *f = fopen("../fixtures/ws-receiver/cases.txt", "r");
+  CHECK(f != NULL);
+  if (!f) return;
+  size_t cap = 1 << 16, cases = 0;
+  char *line = malloc(cap);
+  unsigned char *bytes = malloc(cap);
+  while (fgets(line, (int)cap, f)) {
+    size_t ll = strlen(line);
+    CHECK(ll > 0 && line[ll - 1] == '\n'); /* no line longer than the buffer */
+    line[--ll] = '\0';
+    char *tab = strchr(line, '\t');
+    CHECK(tab != NULL);
+    if (!tab) break;
+    *tab = '\0';
+    const char *want = tab + 1;
+    size_t n = strlen(line) / 2;
+    for (size_t i = 0; i < n; i++) {
+      unsigned v;
+      sscanf(line + 2 * i, "%2x", &v);
+      bytes[i] = (unsigned char)v;
+    }
+    size_t pieces[3] = {0, 40, 1};
+    for (int k = 0; k < 3; k++) {
+      char *got = hl_parse(bytes, n, pieces[k], (unsigned)cases);
+      if (strcmp(got, want) != 0) {
+        printf("  FAIL case %zu (pieces of %zu): got \"%s\", ws \"%s\"\n", cases + 1, pieces[k], got, want);
+        t_cur_failed = 1;
+      }
+      free(got);
+    }
+    cases++;
+  }
+  CHECK(cases == 250);
+  free(line);
+  free(bytes);
+  fclose(f);
+}
+
 int main(void) {
   RUN(test_accept);
   RUN(test_key_valid);
@@ -616,5 +731,6 @@ int main(void) {
   RUN(test_close);
   RUN(test_stop);
   RUN(test_no_callbacks);
+  RUN(test_ws_recorded);
   return t_summary();
 }
