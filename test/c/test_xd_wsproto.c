@@ -2,7 +2,8 @@
  * server's frame headers and close bodies, and the client-frame parser against ws v8's receiver rules: whole,
  * fragmented and interleaved messages fed whole, a byte at a time and in random splits; every protocol error with
  * its close code; the 16 MiB message limit across fragments, found from the headers alone; close frames; the stop
- * flag. Pure module: no server, no loop. */
+ * flag; and what ws itself did with 250 recorded streams (test/fixtures/ws-receiver). Pure module: no server, no
+ * loop; run from test/c (run.sh does), where the recorded file is ../fixtures/ws-receiver/cases.txt. */
 #include "harness.h"
 
 #include <stdint.h>
