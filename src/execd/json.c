@@ -1,37 +1,11 @@
 /* Go-compatible JSON strings and JavaScript number text (json.h). */
 #include "json.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when the bytes there are not one (overlong,
- * surrogate, above U+10FFFF, truncated): Go's utf8.DecodeRune rules. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  size_t len;
-  unsigned lo = 0x80, hi = 0xbf;
-  if (c >= 0xc2 && c <= 0xdf) len = 2;
-  else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (n < len) return 0;
-  if (s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-  }
-  return len;
-}
 
 /* go: Go's encoding/json (<>& U+2028 U+2029 escaped, an invalid byte as \ufffd); else JavaScript's JSON.stringify
  * of the string Node decodes from the bytes (those as they are, an invalid byte as U+FFFD itself). */
@@ -68,7 +42,7 @@ static int json_str(osb_buf *out, const char *str, size_t len, int go) {
           elen = 6;
       }
     } else {
-      size_t sl = utf8_seq(s + i, len - i);
+      size_t sl = xd_utf8_seq(s + i, len - i);
       if (sl == 0) {
         memcpy(esc, go ? "\\ufffd" : "\xef\xbf\xbd", go ? 6 : 3);
         elen = go ? 6 : 3;

@@ -1,5 +1,6 @@
 /* Line splitter for command output (lines.h). */
 #include "lines.h"
+#include "utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +12,6 @@ void xd_lines_init(xd_lines *l, size_t max_line, xd_line_fn fn, void *arg) {
   l->max_line = max_line ? max_line : XD_MAX_LINE_BYTES;
 }
 
-/* Where to cut b at most n bytes in (b has more than n bytes) so that no UTF-8 character is split (n when the bytes
- * there are not UTF-8). */
-static size_t utf8_cut(const unsigned char *b, size_t n) {
-  size_t cut = n;
-  while (cut + 3 > n && cut > 0 && (b[cut] & 0xc0) == 0x80) cut--;
-  if (cut == 0 || (b[cut] & 0xc0) == 0x80) return n;
-  return cut;
-}
-
 static void deliver(xd_lines *l, const char *p, size_t n) {
   if (l->fn(l->arg, p, n) == 0) l->blocked = 1;
 }
@@ -28,7 +20,7 @@ static void deliver(xd_lines *l, const char *p, size_t n) {
 static int add(xd_lines *l, const char *p, size_t n) {
   if (n && osb_buf_append(&l->cur, p, n) != 0) return -1;
   while (l->cur.len > l->max_line) {
-    size_t cut = utf8_cut((const unsigned char *)l->cur.data, l->max_line);
+    size_t cut = xd_utf8_cut((const unsigned char *)l->cur.data, l->max_line);
     deliver(l, l->cur.data, cut);
     if (l->discarding) return 0;
     osb_buf_consume(&l->cur, cut);

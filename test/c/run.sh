@@ -102,6 +102,7 @@ fuzz() {
 fuzz fuzz_events corpus
 fuzz fuzz_process corpus-process
 fuzz fuzz_target corpus-target
+fuzz fuzz_wsproto corpus-wsproto
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -8,6 +8,7 @@
 
 #include "../../src/execd/json.c"
 #include "../../src/execd/lines.c"
+#include "../../src/execd/utf8.c"
 #include "../../src/execd/logring.c"
 #include "../../src/execd/cmdreq.c"
 
