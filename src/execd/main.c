@@ -28,6 +28,7 @@ static xd_server *server;
 static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
+static void *pty; /* pty.c: /pty* */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -74,6 +75,8 @@ static int node_running(void) {
   return !(peer > 0 && peer == xd_node_pid(node));
 }
 
+static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
+
 static void on_exit_timer(uv_timer_t *t) {
   (void)t;
   exit(0);
@@ -87,6 +90,8 @@ static void shutdown_all(void) {
   commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
+  xd_pty_close(pty); /* kills the PTY sessions' processes */
+  pty = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -187,10 +192,12 @@ int main(int argc, char **argv) {
   xd_ctx ctx = {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
+      .relay_signal = relay_signal,
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}};
+  if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {pty, xd_pty_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
