@@ -124,6 +124,12 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     const cmd = await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers, body: { command: 'ls -d /workspace/native/a && echo hi' } });
     assert.equal(cmd.status, 200);
     assert.deepEqual(cmd.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).filter((e) => e.type === 'stdout').map((e) => e.text), ['/workspace/native/a', 'hi']);
+    // a PTY session and its WebSocket (how the client runs processes) are the C execd's too
+    const pty = await request(`http://127.0.0.1:${sb.port}/pty`, { method: 'POST', headers, body: { command: 'tty' } });
+    assert.equal(pty.status, 201, pty.text);
+    const ws = await exchange(sb.port, `GET /pty/${pty.json.session_id}/ws HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n` +
+      'Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n', { done: (t) => t.includes('process exited') });
+    assert.match(ws, /\x01\/dev\/pts\/\d+\r\n[^]*\{"type":"exit","exit_code":0\}\n/);
     // nothing below the C execd once the command is done (the default entrypoint, tail -f /dev/null, is not run): no Node
     await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the command is gone' });
     assert.deepEqual(nodeExecd(), []);
@@ -184,6 +190,31 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     const del = await exchange(sb.port, get('/files/info?path=/etc/hostname') + `DELETE /command?id=nope HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`);
     assert.match(del, /HTTP\/1\.1 500 Internal Server Error\r\n[^]*\{"code":"RUNTIME_ERROR","message":"error interruptting code context\. no such session"\}$/);
     assert.equal(nodeExecd().length, 1);
+  });
+
+  // Regression: a PTY session made on a keep-alive connection that a files request had handed to Node was Node's, so
+  // the WebSocket (a fresh connection, the C execd's) got 404 and Mastra's LSP servers never started.
+  it('PTY routes on a connection handed to Node go back to the C execd: one session registry, the WebSocket too', async () => {
+    const body = JSON.stringify({ command: 'echo pty-$((6*7))' });
+    const reqs = get('/files/info?path=/etc/hostname') +
+      `POST /pty HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
+    const made = answers(await exchange(sb.port, reqs));
+    assert.equal(made.length, 2);
+    assert.match(made[1].head, /^HTTP\/1\.1 201 Created\r\n/);
+    const id = JSON.parse(made[1].body).session_id;
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
+    const status = await request(`http://127.0.0.1:${sb.port}/pty/${id}`, { headers });
+    assert.deepEqual([status.status, status.json], [200, { session_id: id, running: false, output_offset: 0 }]);
+    // the WebSocket on a connection handed over first, then on a fresh one: both reach the C execd's session
+    const upgrade = `GET /pty/${id}/ws?pty=0 HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nUpgrade: websocket\r\n` +
+      'Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
+    for (const pre of [get('/files/info?path=/etc/hostname'), '']) {
+      const text = await exchange(sb.port, pre + upgrade, { done: (t) => t.includes('process exited') });
+      assert.match(text, /HTTP\/1\.1 101 Switching Protocols\r\n[^]*Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=\r\n/);
+      assert.match(text, /\x01pty-42\n[^]*\{"type":"exit","exit_code":0\}\n[^]*\x03\xe8process exited$/);
+    }
+    const del = await request(`http://127.0.0.1:${sb.port}/pty/${id}`, { method: 'DELETE', headers });
+    assert.equal(del.status, 200);
   });
 
   it('pipelined requests, native and handed off, are answered in order', async () => {

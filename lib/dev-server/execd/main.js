@@ -30,7 +30,7 @@ import { parseArgs } from 'node:util';
 import { answerBadRequest, parseTarget, sendBadRequest, sendEmpty, sendError, sendJson, sendNotFound } from './http.js';
 import { createRoutes as commandRoutes } from './commands.js';
 import { createRoutes as fileRoutes } from './files.js';
-import { createRoutes as proxyRoutes, proxyRequest } from './proxy.js';
+import { createRoutes as proxyRoutes, proxyRequest, proxyUpgrade } from './proxy.js';
 import { useNativeAddon } from './spawn.js';
 // CommonJS require for node:http: an ESM import of it builds its whole namespace, which loads undici (~25 ms of start)
 const http = createRequire(import.meta.url)('node:http');
@@ -111,16 +111,23 @@ function lazyRoutes(prefix, load) {
 }
 
 /**
- * --handoff: the command routes (commands.js's: POST and DELETE /command, GET /command/status/{id} and
- * /command/{id}/logs), arriving on a connection the C execd handed over, are passed back to it (ctx.self), so that
- * every command is in its one registry (a command run here would have a status and logs the C execd never sees). A
- * DELETE /command?id= of a code context (an interrupter's) is this execd's; the C execd hands nothing this process
- * sent it back here (it knows the peer's pid).
+ * --handoff: the C execd's own routes — the commands (POST and DELETE /command, GET /command/status/{id} and
+ * /command/{id}/logs) and the PTY API (POST /pty, GET and DELETE /pty/{id}, the WebSocket /pty/{id}/ws) — arriving on
+ * a connection the C execd handed over (a keep-alive connection whose earlier request was a file's), are passed back
+ * to it (ctx.self), so that every command and PTY session is in its one registry (a session made here would be
+ * unknown to the WebSocket the C execd serves). A DELETE /command?id= of a code context (an interrupter's) is this
+ * execd's; the C execd hands nothing this process sent it back here (it knows the peer's pid).
  */
 function nativeBack() {
   const native = (method, p) => (p === '/command' && (method === 'POST' || method === 'DELETE')) ||
-    (method === 'GET' && (/^\/command\/status\/[^/]+$/.test(p) || /^\/command\/[^/]+\/logs$/.test(p)));
+    (method === 'GET' && (/^\/command\/status\/[^/]+$/.test(p) || /^\/command\/[^/]+\/logs$/.test(p))) ||
+    (p === '/pty' && method === 'POST') || ((method === 'GET' || method === 'DELETE') && /^\/pty\/[^/]+$/.test(p));
   return {
+    upgrade(req, socket, head, url) {
+      if (!/^\/pty\/[^/]+\/ws$/.test(url.pathname)) return false;
+      proxyUpgrade(req, socket, head, ctx.self, url.pathname + url.search);
+      return true;
+    },
     async handle(req, res, url) {
       if (!native(req.method, url.pathname)) return false;
       const id = req.method === 'DELETE' && url.pathname === '/command' ? url.searchParams.get('id') : null;
