@@ -39,9 +39,20 @@ function childrenOf(pid) {
     return [];
   }
 }
+/** Resident MB of pid; 0 once it is gone or a zombie (no VmRSS line, or no file: it exited between listing and reading). */
 function rssMb(pid) {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return Number(m[1]) / 1024;
+  let status = '';
+  try {
+    status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    return 0;
+  }
+  const m = /VmRSS:\s+(\d+) kB/.exec(status);
+  return m ? Number(m[1]) / 1024 : 0;
+}
+/** The Node execd the C execd started (a child of it running main.js; a vfork child about to exec shows the C execd's own argv and is not one). */
+function isNodeExecd(pid) {
+  return Boolean(cmdline(pid)[1]?.endsWith('execd/main.js'));
 }
 /** Bytes a process has written so far (Linux /proc/<pid>/io wchar). */
 function written(pid) {
@@ -75,8 +86,10 @@ describe('dev-server execd bounded memory (soak)', function () {
   const phases = []; // [title, peak MB] per test
 
   const sample = () => {
-    // the C execd and the Node execd it hands routes to (started on the first such request) count together
-    const mb = [execdPid, ...childrenOf(execdPid).filter(isExecd)].reduce((sum, pid) => sum + rssMb(pid), 0);
+    // the C execd and the Node execd it hands routes to (started on the first such request) count together; a
+    // command's vfork child shows the C execd's argv until it execs, and is gone a moment later (regression: the
+    // sampler read a zombie's status without VmRSS and threw)
+    const mb = [execdPid, ...childrenOf(execdPid).filter(isNodeExecd)].reduce((sum, pid) => sum + rssMb(pid), 0);
     peak = Math.max(peak, mb);
     if (phases.length) phases.at(-1)[1] = Math.max(phases.at(-1)[1], mb);
     return mb;
