@@ -285,11 +285,22 @@ static void test_handoff(void) {
   got = exchange(chunked, 0);
   free(got);
   CHECK_STR(handed_head, chunked);
-  /* a WebSocket upgrade goes over with its head, whatever its target */
-  const char *ws = "GET /pty/x/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+  /* a WebSocket upgrade goes over with its head (token and target checks are the Node execd's) unless it is the PTY
+   * API's; that one is routed like any request (its token checked here), and handed over when no module takes it */
+  const char *ws = "GET /proxy/80/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
   got = exchange(ws, 0);
   free(got);
   CHECK_STR(handed_head, ws);
+  int n = handed;
+  got = exchange("GET /pty/x/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 0);
+  CHECK(got && strncmp(got, "HTTP/1.1 401 Unauthorized\r\n", 27) == 0 && strstr(got, "\r\nConnection: close\r\n") != NULL);
+  free(got);
+  CHECK(handed == n);
+  const char *pty_ws = "GET /pty/x/ws HTTP/1.1\r\nHost: x\r\n" TOK "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+  got = exchange(pty_ws, 0);
+  free(got);
+  CHECK(handed == n + 1);
+  CHECK_STR(handed_head, pty_ws);
   osb_buf_free(&req);
 }
 
