@@ -1003,7 +1003,7 @@ static void conn_text_frame(wsconn *c, const unsigned char *data, size_t len) {
 
 static void ws_on_message(void *ud, int binary, const unsigned char *data, size_t len) {
   wsconn *c = ud;
-  uv_timer_again(&c->reader);
+  if (!c->done) uv_timer_again(&c->reader); /* a detached client's timers stay stopped */
   if (c->done) return;
   if (!binary) {
     conn_text_frame(c, data, len);
@@ -1021,7 +1021,7 @@ static void ws_on_message(void *ud, int binary, const unsigned char *data, size_
 
 static void ws_on_ping(void *ud, const unsigned char *data, size_t len) {
   wsconn *c = ud;
-  uv_timer_again(&c->reader);
+  if (!c->done) uv_timer_again(&c->reader); /* a detached client's timers stay stopped */
   if (!c->closing) conn_frame(c, 10, data, len, NULL, 0);
 }
 
@@ -1029,7 +1029,7 @@ static void ws_on_pong(void *ud, const unsigned char *data, size_t len) {
   (void)data;
   (void)len;
   wsconn *c = ud;
-  uv_timer_again(&c->reader);
+  if (!c->done) uv_timer_again(&c->reader); /* a detached client's timers stay stopped */
 }
 
 static void ws_on_close(void *ud, unsigned code, const unsigned char *reason, size_t len) {
