@@ -226,6 +226,18 @@ static void expect_parse(const char *body, const char *message) {
 static void test_parse_wording(void) {
   expect_parse("", DEC "EOF");
   expect_parse("{\"command\": \"echo hi\", ", DEC "unexpected EOF");
+  /* regression: cJSON reports an error at the end of its input on the last byte (here the ':'): still a cut body */
+  expect_parse("{\"command\":", DEC "unexpected EOF");
+  expect_parse("{\"command\":\"x\"}x", DEC "invalid character 'x' in JSON at offset 15");
+  {
+    cJSON *v = NULL;
+    osb_buf m = {0};
+    CHECK(xd_json_parse("{\"a\":", 5, &v, &m) == -1 && v == NULL);
+    CHECK_STR(m.data, "unexpected EOF");
+    osb_buf_free(&m);
+    CHECK(xd_json_parse(" {\"a\":[1]} ", 11, &v, &m) == 0 && v != NULL);
+    cJSON_Delete(v);
+  }
   expect_parse("[1,2]", DEC "json: cannot unmarshal array into Go value of type model.RunCommandRequest");
   expect_parse("null", DEC "json: cannot unmarshal null into Go value of type model.RunCommandRequest");
   expect_parse("{\"command\":123}", DEC "json: cannot unmarshal number into Go struct field RunCommandRequest.command of type string");
