@@ -61,7 +61,8 @@
 #define RACE_HOLD_MS 250
 #define KILLED_EXIT_HOLD_MS 200 /* signal forwarding: the exit frame of a run killed by DELETE waits this long */
 #define CLOSE_WAIT_MS 5000      /* after our close frame: the client's answer, else the connection is cut */
-#define HIGH_WATER (8u * 1024u * 1024u)
+#define HIGH_WATER (8u * 1024u * 1024u) /* queued toward a client, or toward a process's stdin: stop reading */
+#define STDIN_LOW_WATER (1024u * 1024u)
 #define READ_CHUNK 65536u
 
 typedef struct module module;
@@ -183,6 +184,7 @@ struct wsconn {
   int later_exit_code; /* the exit frame the `later` timer sends (KILLED_EXIT_HOLD_MS) */
   int later_is_exit;
   uint64_t serial;     /* tells a stdin write's connection from a later one */
+  int stdin_paused;    /* not read while its process's stdin holds more than HIGH_WATER */
 };
 
 struct module {
@@ -720,6 +722,10 @@ static void conn_detach(wsconn *c) {
   if (c->done) return;
   c->done = 1;
   conn_stop_timers(c);
+  if (c->stdin_paused && c->raw) { /* its frames no longer go to a process: read on (a close answer among them) */
+    c->stdin_paused = 0;
+    xd_raw_pause(c->raw, 0);
+  }
   session *s = c->s;
   c->s = NULL;
   c->r = NULL;
@@ -880,8 +886,13 @@ static void conn_client_gone(wsconn *c) {
 
 static void on_stdin_written(uv_write_t *w, int status) {
   stdin_write *sw = (stdin_write *)w;
-  wsconn *c = sw->r->s->holder;
-  if (c && c->serial != sw->serial) c = NULL;
+  wsconn *h = sw->r->s->holder, *c = h && h->serial == sw->serial ? h : NULL;
+  /* stdin backpressure: the client's frames are read again once the process took most of what waited */
+  if (h && h->stdin_paused && h->raw && (status < 0 || uv_stream_get_write_queue_size(w->handle) < STDIN_LOW_WATER)) {
+    h->stdin_paused = 0;
+    xd_raw_pause(h->raw, 0);
+    if (!h->done) uv_timer_again(&h->reader);
+  }
   free(sw);
   if (status < 0 && status != UV_ECANCELED && c && !c->done) {
     const char *msg = status == UV_EPIPE ? "write EPIPE" : uv_strerror(status);
@@ -913,6 +924,12 @@ static void conn_stdin(wsconn *c, const char *data, size_t n) {
     free(sw);
     conn_error(c, "STDIN_WRITE_FAILED", "stdin is closed", 15);
     conn_finish(c, 1011, "stdin write failed");
+    return;
+  }
+  if (uv_stream_get_write_queue_size(to) > HIGH_WATER && c->raw && !c->stdin_paused) {
+    c->stdin_paused = 1; /* a process that does not read its stdin: no more frames are read from its client */
+    xd_raw_pause(c->raw, 1);
+    uv_timer_stop(&c->reader); /* its silence is ours meanwhile */
   }
 }
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "execd/server.h"
@@ -382,6 +383,52 @@ static void test_create_errors_and_start_failure(void) {
   close(c.fd);
 }
 
+/* A process that does not read its stdin: once 8 MiB wait for it, execd stops reading the client (its memory stays
+ * bounded; the client's writes block); DELETE ends it and the client still gets the exit frame. */
+static void test_stdin_backpressure(void) {
+  char id[37], path[128], *out;
+  new_session("{\"command\":\"sleep 30\"}", id);
+  wsc c;
+  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
+  CHECK(ws_open(&c, path) == 101);
+  char *p;
+  size_t n;
+  CHECK(ws_frame(&c, &p, &n) == 1);
+  free(p);
+  struct timeval tv = {1, 0};
+  int sndbuf = 65536;
+  setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(c.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  static unsigned char frame[14 + 65536];
+  size_t len = 65535; /* 0x00 + 65,534 bytes */
+  frame[0] = 0x82;
+  frame[1] = 0x80 | 126;
+  frame[2] = (unsigned char)(len >> 8);
+  frame[3] = (unsigned char)len;
+  memset(frame + 4, 0, 4); /* mask 0: the payload as it is */
+  memset(frame + 8, 'x', len);
+  frame[8] = 0x00;
+  size_t sent = 0, total = 8 + len;
+  int blocked = 0;
+  for (int i = 0; i < 1000 && !blocked; i++) { /* up to 64 MiB */
+    for (size_t off = 0; off < total;) {
+      ssize_t w = write(c.fd, frame + off, total - off);
+      if (w < 0) {
+        blocked = errno == EAGAIN || errno == EWOULDBLOCK;
+        break;
+      }
+      off += (size_t)w;
+      sent += (size_t)w;
+    }
+  }
+  CHECK(blocked);
+  CHECK(sent < 32u * 1024u * 1024u);
+  snprintf(path, sizeof path, "/pty/%s", id);
+  CHECK(request("DELETE", path, NULL, &out) == 200);
+  free(out);
+  close(c.fd);
+}
+
 static void *client(void *arg) {
   (void)arg;
   sigset_t all; /* the loop thread takes SIGCHLD: no read here is interrupted by it (valgrind delivers it anywhere) */
@@ -392,6 +439,7 @@ static void *client(void *arg) {
   RUN(test_one_client_takeover_and_delete);
   RUN(test_protocol_error_and_client_close);
   RUN(test_create_errors_and_start_failure);
+  RUN(test_stdin_backpressure);
   uv_async_send(&done_async);
   return NULL;
 }
