@@ -169,26 +169,18 @@ static int parse_checked(const char *body, size_t len, const char *orig, size_t 
   osb_buf_reset(msg);
   osb_buf_append_str(msg, DECODE);
   if (len == 0) return osb_buf_append_str(msg, "EOF"), -1;
-  const char *end = NULL;
-  cJSON *b = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-  if (b) {
-    const char *p = end;
-    while (p < body + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    if (p < body + len) { /* JSON.parse refuses anything after the value */
-      cJSON_Delete(b);
-      b = NULL;
-      end = p;
-    }
-  } else {
-    end = cJSON_GetErrorPtr();
+  cJSON *b = NULL;
+  osb_buf syntax = {0};
+  if (xd_json_parse(body, len, &b, &syntax) != 0) {
+    cJSON *o = NULL;
+    osb_buf as_sent = {0}; /* the position in the body as received */
+    if (orig != body && xd_json_parse(orig, orig_len, &o, &as_sent) != 0) osb_buf_append(msg, as_sent.data, as_sent.len);
+    else osb_buf_append(msg, syntax.data, syntax.len);
+    cJSON_Delete(o);
+    osb_buf_free(&as_sent);
+    osb_buf_free(&syntax);
+    return -1;
   }
-  if (!b && orig != body) { /* the position in the body as received */
-    cJSON_Delete(cJSON_ParseWithLengthOpts(orig, orig_len, &end, 0));
-    end = cJSON_GetErrorPtr();
-    body = orig;
-    len = orig_len;
-  }
-  if (!b) return syntax_text(body, len, end, msg), -1;
   if (!cJSON_IsObject(b)) {
     osb_buf_appendf(msg, "json: cannot unmarshal %s into Go value of type model.RunCommandRequest", json_kind(b));
     goto fail;
