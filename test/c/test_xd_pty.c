@@ -204,6 +204,18 @@ static int ws_until_close(wsc *c, seen *s) {
 
 /* ---------------------------------------------------------------- tests */
 
+/* A new session of `body` attached in pipe mode by c, its connected frame read. */
+static void attach_pipe(const char *body, char id[37], wsc *c) {
+  char path[128], *p;
+  size_t n;
+  new_session(body, id);
+  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
+  CHECK(ws_open(c, path) == 101);
+  CHECK(ws_frame(c, &p, &n) == 1 && p && strstr(p, "\"type\":\"connected\"") != NULL);
+  free(p);
+}
+
+
 static void test_handshake_and_pipe_run(void) {
   char id[37], path[128], *out;
   new_session("{\"command\":\"echo hi; echo err >&2; exit 3\"}", id);
@@ -281,14 +293,11 @@ static void test_pty_mode_stdin_and_frames(void) {
 
 static void test_one_client_takeover_and_delete(void) {
   char id[37], path[128], *out;
-  new_session("{\"command\":\"sleep 30\"}", id);
   wsc a, b, d;
-  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
-  CHECK(ws_open(&a, path) == 101);
+  attach_pipe("{\"command\":\"sleep 30\"}", id, &a);
   char *p;
   size_t n;
-  CHECK(ws_frame(&a, &p, &n) == 1); /* connected */
-  free(p);
+  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
   CHECK(ws_open(&b, path) == 409);
   char want[200];
   snprintf(want, sizeof want, "{\"code\":\"ALREADY_CONNECTED\",\"message\":\"another client is already connected to pty session %s\"}", id);
@@ -319,14 +328,11 @@ static void test_one_client_takeover_and_delete(void) {
 
 static void test_protocol_error_and_client_close(void) {
   char id[37], path[128], *out;
-  new_session("{}", id);
   wsc c;
-  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
-  CHECK(ws_open(&c, path) == 101);
+  attach_pipe("{}", id, &c);
   char *p;
   size_t n;
-  CHECK(ws_frame(&c, &p, &n) == 1);
-  free(p);
+  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
   ws_send(&c, 2, "\x00x", 2, 0); /* unmasked: 1002 */
   CHECK(ws_frame(&c, &p, &n) == 8);
   CHECK(n == 2 && (unsigned char)p[0] == 0x03 && (unsigned char)p[1] == 0xea);
@@ -387,14 +393,8 @@ static void test_create_errors_and_start_failure(void) {
  * bounded; the client's writes block); DELETE ends it and the client still gets the exit frame. */
 static void test_stdin_backpressure(void) {
   char id[37], path[128], *out;
-  new_session("{\"command\":\"sleep 30\"}", id);
   wsc c;
-  snprintf(path, sizeof path, "/pty/%s/ws?pty=0", id);
-  CHECK(ws_open(&c, path) == 101);
-  char *p;
-  size_t n;
-  CHECK(ws_frame(&c, &p, &n) == 1);
-  free(p);
+  attach_pipe("{\"command\":\"sleep 30\"}", id, &c);
   struct timeval tv = {1, 0};
   int sndbuf = 65536;
   setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
