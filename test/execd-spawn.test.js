@@ -13,8 +13,8 @@ import { addonFile } from '../lib/dev-server/addon-file.js';
 import { spawn, spawnPath, useNativeAddon } from '../lib/dev-server/execd/spawn.js';
 import { OutputSockets } from '../lib/dev-server/execd/out-socket.js';
 import { startServer } from '../lib/dev-server/index.js';
-import { OpenSandboxSandbox } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
+import { request } from './helpers/raw.js';
 
 const ADDON = addonFile();
 const stats = () => createRequire(import.meta.url)(ADDON).stats();
@@ -267,10 +267,13 @@ describe("a sandbox's execd spawns through the server's addon", function () {
   });
 
   it('the Node execd gets --native-addon (the file under the read-only package), loads it and starts processes with it', async () => {
-    // commands are the C execd's (src/execd/commands.c); a background process is a PTY session of the Node execd,
-    // which the C execd starts on that first request and which then starts the process through spawn.js
-    const ours = new OpenSandboxSandbox({ domain: server.domain, sandboxId: sbx.id });
-    const proc = await ours.processes.spawn('sleep 30');
+    // commands and PTY sessions are the C execd's (src/execd/commands.c, pty.c); a code context's kernel is the Node
+    // execd's, which the C execd starts on that first request and which then starts the kernel through spawn.js
+    const ep = await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/44772`);
+    assert.equal(ep.status, 200, ep.text);
+    const execd = `http://${ep.json.endpoint}`;
+    const ctx = await request(`${execd}/code/context`, { method: 'POST', body: { language: 'python' } });
+    assert.equal(ctx.status, 200, ctx.text);
     try {
       // the Node execd: the process whose command line carries --handoff; its maps show the addon once spawn.js loaded it
       const find = 'for p in /proc/[0-9]*; do tr "\\0" "\\n" < $p/cmdline 2>/dev/null | grep -qx -- --handoff && { echo ${p#/proc/}; break; }; done';
@@ -286,8 +289,7 @@ describe("a sandbox's execd spawns through the server's addon", function () {
       assert.ok(Number(lines[1]) > 0, `mapped in the Node execd: ${lines[1]}`);
       assert.equal(lines[3], 'read-only');
     } finally {
-      await proc.kill().catch(() => {});
-      await ours.destroy().catch(() => {});
+      await request(`${execd}/code/contexts/${ctx.json.id}`, { method: 'DELETE' }).catch(() => {});
     }
   });
 });
