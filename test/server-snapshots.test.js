@@ -1,12 +1,14 @@
 // Snapshots API of the local OpenSandbox-compatible server over raw HTTP: capture (202 Creating -> Ready), the
 // captured /workspace /tmp /root restored into a new sandbox (with and without entrypoint), list filters and
 // pagination, delete, the spec's status codes and bodies, snapshots outliving their sandbox and a server restart on
-// the same dataDir, and the snapshot disk limit.
+// the same dataDir, the snapshot disk limit, and (disk bound) the copies of snapshot images made ahead for restores.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startServer } from '../lib/dev-server/index.js';
+import { mounts } from '../lib/dev-server/cgroups.js';
+import { SNAPSHOT_SPARES, loopDevices } from '../lib/dev-server/disk.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
 
@@ -201,6 +203,79 @@ describe('dev-server snapshots API', function () {
       if (!resourceLimits['ephemeral-storage']) assert.equal(await sh(r.json.id, inodes), sourceInodes);
       assert.equal(await sh(r.json.id, 'echo new > /workspace/n && cat /workspace/n'), 'new');
     }
+  });
+
+  it('with a disk bound the next restore of a snapshot takes a copy of its image made ahead: exactly its files, owned by the sandbox; dropped on delete, eviction and close', async () => {
+    assert.equal(process.getuid(), 0, 'the disk bound needs root (loop-mounted images); CI runs as root');
+    assert.equal(SNAPSHOT_SPARES, 2);
+    await server.close();
+    const lines = [];
+    server = await start({ log: (line) => lines.push(line) });
+    const real = fs.realpathSync(dataDir);
+    const disksDir = path.join(real, 'disks');
+    const spareFiles = () => fs.readdirSync(disksDir).flatMap((inst) => fs.readdirSync(path.join(disksDir, inst))
+      .filter((n) => /^spare-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/.test(n)).map((n) => path.join(disksDir, inst, n)));
+    // three snapshots of different contents
+    const snaps = {};
+    for (const name of ['A', 'B', 'C']) {
+      const sb = await createSandbox();
+      const n = { A: 30, B: 40, C: 50 }[name];
+      await sh(sb.id, `echo ${name} > /workspace/which; mkdir -p /workspace/t && for i in $(seq 1 ${n}); do echo $i > /workspace/t/f$i; done; ln -s t /workspace/l`);
+      snaps[name] = (await ready((await snapshot(sb.id, { name })).json.id)).id;
+      assert.equal((await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' })).status, 204);
+    }
+    assert.deepEqual(spareFiles(), []); // a capture makes none: only a restore does, for the next one
+    const expected = { A: 'A\n30\nt', B: 'B\n40\nt', C: 'C\n50\nt' };
+    // restores `name`: its files exactly, every one (symlinks too) owned by the sandbox's host uid; how its disk was made
+    const restore = async (name) => {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps[name], entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: { cpu: '1' } } });
+      assert.equal(r.status, 202, r.text);
+      assert.equal(await sh(r.json.id, 'cat /workspace/which; ls /workspace/t | wc -l; readlink /workspace/l'), expected[name]);
+      assert.equal(await sh(r.json.id, 'echo more >> /workspace/t/f1 && tail -n 1 /workspace/t/f1 && stat -c %u:%g /workspace/t/f1'), 'more\n0:0');
+      const root = path.join(real, 'sb', r.json.id);
+      const owner = fs.statSync(root).uid;
+      assert.notEqual(owner, 0);
+      const walk = (d) => fs.readdirSync(d, { withFileTypes: true }).flatMap((e) => [path.join(d, e.name), ...(e.isDirectory() ? walk(path.join(d, e.name)) : [])]);
+      const files = walk(path.join(root, 'workspace'));
+      assert.equal(files.length, 3 + expected[name].split('\n')[1] * 1);
+      assert.deepEqual(files.filter((f) => fs.lstatSync(f).uid !== owner), []);
+      const how = lines.map((l) => new RegExp(`^disk of sandbox ${r.json.id}: snapshot ${snaps[name]}'s image, (.*)$`).exec(l)?.[1]).filter(Boolean);
+      assert.equal((await api(`/v1/sandboxes/${r.json.id}`, { method: 'DELETE' })).status, 204);
+      return how.join();
+    };
+    const kept = (n) => waitFor(() => spareFiles().length === n && spareFiles(), { timeoutMs: 30000, message: `${n} spare images` });
+    assert.equal(await restore('A'), 'copied now'); // the first restore pays the copy
+    assert.equal(await restore('A'), 'the copy made ahead');
+    assert.equal(await restore('B'), 'copied now'); // not A's
+    assert.equal(await restore('B'), 'the copy made ahead');
+    assert.equal(await restore('A'), 'the copy made ahead');
+    // one per snapshot restored last, private to the server like the sandboxes' images
+    for (const f of await kept(2)) assert.equal(fs.statSync(f).mode & 0o777, 0o600, f);
+    // a third snapshot restored: the one restored longest ago (B) loses its copy
+    assert.equal(await restore('C'), 'copied now');
+    await kept(2);
+    assert.equal(await restore('B'), 'copied now');
+    assert.equal(await restore('C'), 'the copy made ahead');
+    // deleting a snapshot deletes its copy (C's and B's are kept now)
+    await kept(2);
+    assert.equal((await api(`/v1/snapshots/${snaps.C}`, { method: 'DELETE' })).status, 204);
+    assert.equal(spareFiles().length, 1);
+    assert.equal((await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps.C, resourceLimits: { cpu: '1' } } })).status, 404);
+    assert.equal(await restore('B'), 'the copy made ahead');
+    await kept(1);
+    // a create that takes the copy and fails before its disk is made deletes it: the next restore copies again
+    const refused = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps.B, resourceLimits: { cpu: '1' }, volumes: [{ name: 'h', host: { path: '/etc' }, mountPath: '/mnt/h' }] } });
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+    await kept(0);
+    assert.equal(await restore('B'), 'copied now');
+    await kept(1);
+    // close: no image, mount or loop device of the server is left
+    await server.close();
+    server = null;
+    assert.equal(fs.existsSync(disksDir), false);
+    assert.deepEqual(mounts().filter((m) => m.mountPoint.startsWith(`${real}/`)), []);
+    await waitFor(() => loopDevices().every((l) => !l.backing.startsWith(`${real}/`)), { timeoutMs: 10000, message: 'loop devices released' });
   });
 
   it('a capture over the snapshot disk limit fails (Failed, reason and message); the sandbox keeps running', async () => {

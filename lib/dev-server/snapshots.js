@@ -229,6 +229,7 @@ export class Snapshots {
       throw new ApiError(409, 'SNAPSHOT::IN_USE', `Snapshot ${id} is being restored into a sandbox right now; delete it afterwards.`);
     }
     if (rec.status.state !== 'Deleting') this.transition(rec, 'Deleting', 'snapshot_delete_requested', 'Snapshot deletion requested.');
+    await this.disks?.forget(path.join(this.dir, id, IMAGE)); // its copy made ahead for the next restore (disk.js)
     // Docker: `docker rmi` of an image a container was created from fails; the record stays Deleting, a later
     // delete (once those sandboxes are gone) goes on
     if (this.profile.snapshotDeleteConflict && [...this.sandboxes.items.values()].some((sb) => !sb.deleting && sb.snapshotId === id)) {
@@ -255,7 +256,7 @@ export class Snapshots {
     rec.restoring = (rec.restoring ?? 0) + 1;
     let released = false;
     return {
-      image: rec.disk ? { image: path.join(this.dir, id, IMAGE), bytes: rec.disk.bytes } : null,
+      image: this.imageOf(rec),
       restoreInto: async (dirs, owner = null) => {
         for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
       },
@@ -264,6 +265,33 @@ export class Snapshots {
         released = true;
       },
     };
+  }
+
+  /** The server's disk bound (disk.js Disks), or null. */
+  get disks() {
+    return this.sandboxes.options.limits?.disks ?? null;
+  }
+
+  /** { id, image, bytes } of the disk image of snapshot record `rec` (for Disks.mount), or null: it has none. */
+  imageOf(rec) {
+    return rec.disk ? { id: rec.id, image: path.join(this.dir, rec.id, IMAGE), bytes: rec.disk.bytes } : null;
+  }
+
+  /**
+   * For a create from snapshot `id` into a disk of `bytes`: the copy of its image made ahead (Disks.takeSpare; its
+   * identity becomes the sandbox's), or null (none, the snapshot is not Ready, has no image or one of another size).
+   */
+  takeSpare(id, bytes) {
+    const rec = this.items.get(id);
+    const from = rec?.status.state === 'Ready' ? this.imageOf(rec) : null;
+    return from && from.bytes === bytes ? this.disks?.takeSpare(from) ?? null : null;
+  }
+
+  /** After a restore from snapshot `id`'s image: its next restore's copy is made ahead, while the snapshot is Ready. */
+  keepSpare(id) {
+    const rec = this.items.get(id);
+    const from = rec?.status.state === 'Ready' ? this.imageOf(rec) : null;
+    if (from) this.disks?.keepSpare(from);
   }
 
   /** The metadata a sandbox restored from snapshot `id` inherits ({} where the runtime keeps none). */
