@@ -5,8 +5,9 @@
 // itself) and deleted with the sandbox; images and mounts of servers that died are swept at start. mkfs runs once per
 // size (a template image, made at start for the default size); each sandbox's image is a sparse copy of it
 // (about 8 ms instead of mkfs's 35 ms for 10Gi), made ahead of the create that takes it (one spare per size). A
-// restore copies the snapshot's image instead; for the SNAPSHOT_SPARES snapshots restored last, the copy for their next
-// restore is made ahead as well (keepSpare), its journal replayed and its files already the next sandbox's uid.
+// restore copies the snapshot's image instead; for the SNAPSHOT_SPARES snapshots restored (or captured) last, the copy
+// for their next restore is made ahead as well (keepSpare), its journal replayed and its files already the next
+// sandbox's uid.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -241,13 +242,15 @@ export class Disks {
   /**
    * Makes ahead the copy of snapshot image `from` ({ id, image, bytes }, as for mount) that its next restore takes
    * (takeSpare), unless there is one (which then counts as the most recently restored); the spare of the snapshot
-   * restored longest ago goes beyond SNAPSHOT_SPARES. The copy is mounted once in private (its journal replayed:
+   * restored longest ago goes beyond SNAPSHOT_SPARES. With `evict` false (a capture: a snapshot nobody restored yet)
+   * only where fewer than SNAPSHOT_SPARES are kept. The copy is mounted once in private (its journal replayed:
    * a snapshot's image is a crash-consistent copy) and its files given a uid reserved for the sandbox that takes it
    * (`chown -R -h`), so that restore only renames and mounts it.
    */
-  keepSpare(from) {
+  keepSpare(from, { evict = true } = {}) {
     if (this.closing) return;
     const had = this.snapshotSpares.get(from.image);
+    if (!had && !evict && this.snapshotSpares.size >= SNAPSHOT_SPARES) return;
     this.snapshotSpares.delete(from.image);
     this.snapshotSpares.set(from.image, had ?? this.prepareSpare(from));
     for (const [key, old] of this.snapshotSpares) {
@@ -257,19 +260,26 @@ export class Disks {
     }
   }
 
-  /** A spare of `from` in the making: { from, identity, made: Promise of { file, signature } or null (failed) }. */
+  /**
+   * A spare of `from` in the making: { from, identity, bytes (the disk space it takes), made: Promise of { file,
+   * signature } or null (failed) }.
+   */
   prepareSpare(from) {
     let identity = null;
     try {
       identity = this.identities?.allocate() ?? null;
     } catch (err) {
       this.log?.(`no copy of snapshot ${from.id}'s image made ahead: ${err.message}`);
-      return { from, identity, made: Promise.resolve(null), used: false };
+      return { from, identity, made: Promise.resolve(null), used: false, bytes: 0 };
     }
     const name = `spare-${crypto.randomUUID()}`;
     const file = path.join(this.dir, `${name}.img`);
     const mnt = path.join(this.mountDir, name);
-    const spare = { from, identity, used: false };
+    let bytes = 0;
+    try {
+      bytes = fs.statSync(from.image).blocks * 512; // what its sparse copy takes
+    } catch { /* gone: its copy fails below */ }
+    const spare = { from, identity, used: false, bytes };
     spare.made = (async () => {
       let mounted = false;
       try {
@@ -328,6 +338,25 @@ export class Disks {
     if (spare.identity) this.identities.release(spare.identity);
   }
 
+  /** Whether snapshot image `image` has a spare kept. */
+  hasSpare(image) {
+    return this.snapshotSpares.has(image);
+  }
+
+  /** Bytes of disk the kept spares take (allocated blocks; for the snapshot disk limit). */
+  spareBytes() {
+    let n = 0;
+    for (const spare of this.snapshotSpares.values()) n += spare.bytes;
+    return n;
+  }
+
+  /** Deletes every kept spare (resolves once their files are gone). */
+  async dropSpares() {
+    const kept = [...this.snapshotSpares.values()];
+    this.snapshotSpares.clear();
+    await Promise.all(kept.map((s) => this.discard(s)));
+  }
+
   /** Snapshot image `image` is being deleted: its spare goes (resolves once the file is gone). */
   async forget(image) {
     const spare = this.snapshotSpares.get(image);
@@ -339,9 +368,7 @@ export class Disks {
   /** Removes this instance's image directory (every sandbox already released; templates in the making awaited). */
   async close() {
     this.closing = true;
-    const kept = [...this.snapshotSpares.values()];
-    this.snapshotSpares.clear();
-    await Promise.allSettled([...this.templates.values(), ...this.spares.values(), ...kept.map((s) => this.discard(s))]);
+    await Promise.allSettled([...this.templates.values(), ...this.spares.values(), this.dropSpares()]);
     fs.rmSync(this.dir, { recursive: true, force: true });
     try {
       fs.rmdirSync(this.base);

@@ -70,7 +70,8 @@ function diskBytes(dir) {
 
 export class Snapshots {
   /**
-   * options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data; undefined = no limit), profile
+   * options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data and of the copies of their images
+   * made ahead for restores; undefined = no limit), profile
    * (the emulated upstream deployment, upstream.js) }
    */
   constructor({ dataDir, sandboxes, log, maxBytes, profile }) {
@@ -137,9 +138,9 @@ export class Snapshots {
     return v;
   }
 
-  /** Total bytes of the snapshots' data on disk (for disk limits). */
+  /** Total bytes of the snapshots' data on disk and of the copies of their images made ahead (for disk limits). */
   bytesUsed() {
-    let n = 0;
+    let n = this.disks?.spareBytes() ?? 0;
     for (const rec of this.items.values()) n += rec.sizeBytes ?? 0;
     return n;
   }
@@ -172,6 +173,8 @@ export class Snapshots {
       sb.proc.pause(); // consistent copy: nothing in the sandbox writes while it is taken
       if (this.maxBytes !== undefined) {
         const need = SNAPSHOT_DIRS.reduce((n, d) => n + diskBytes(sb.proc.dirs[d]), 0);
+        // the copies of images made ahead for restores give their room to a capture that needs it
+        if (this.bytesUsed() + need > this.maxBytes) await this.disks?.dropSpares();
         const used = this.bytesUsed();
         if (used + need > this.maxBytes) {
           throw new Error(`the sandbox's ${need} bytes would exceed the server's snapshot disk limit (${used} of ${this.maxBytes} bytes used)`);
@@ -203,6 +206,8 @@ export class Snapshots {
     rec.sizeBytes = diskBytes(data) + (rec.disk ? fs.statSync(path.join(this.dir, rec.id, IMAGE)).blocks * 512 : 0);
     if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
     if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', this.profile.snapshotReadyMessage);
+    // its first restore's disk made ahead too, where no spare of a snapshot restored since has to go for it
+    this.keepSpare(rec.id, { evict: false });
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
   }
 
@@ -287,11 +292,26 @@ export class Snapshots {
     return from && from.bytes === bytes ? this.disks?.takeSpare(from) ?? null : null;
   }
 
-  /** After a restore from snapshot `id`'s image: its next restore's copy is made ahead, while the snapshot is Ready. */
-  keepSpare(id) {
+  /**
+   * After a restore from snapshot `id`'s image (or its capture: `evict` false): its next restore's copy is made ahead
+   * while the snapshot is Ready and the snapshot disk limit has room for it (Disks.keepSpare).
+   */
+  keepSpare(id, { evict = true } = {}) {
     const rec = this.items.get(id);
     const from = rec?.status.state === 'Ready' ? this.imageOf(rec) : null;
-    if (from) this.disks?.keepSpare(from);
+    if (!from || !this.disks) return;
+    // within the snapshot disk limit, which counts the copies too
+    if (this.maxBytes !== undefined && !this.disks.hasSpare(from.image)) {
+      let bytes = 0;
+      try {
+        bytes = fs.statSync(from.image).blocks * 512;
+      } catch { /* its copy fails */ }
+      if (this.bytesUsed() + bytes > this.maxBytes) {
+        this.log?.(`no copy of snapshot ${id}'s image made ahead: its ${bytes} bytes would exceed the server's snapshot disk limit (${this.bytesUsed()} of ${this.maxBytes} bytes used)`);
+        return;
+      }
+    }
+    this.disks.keepSpare(from, { evict });
   }
 
   /** The metadata a sandbox restored from snapshot `id` inherits ({} where the runtime keeps none). */
