@@ -10,6 +10,7 @@
 // sandbox's uid.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { execFile, execFileSync } from 'node:child_process';
 import { mounts } from './cgroups.js';
@@ -28,13 +29,22 @@ const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/(?:spare-)?[0-9a-f]{8}-[0-9a-f]{
 /** How many snapshots' images keep a copy made ahead for their next restore (the ones restored last). */
 export const SNAPSHOT_SPARES = 2;
 
-function run(tool, args) {
+/** Runs a tool; `background`: work made ahead, at the lowest CPU priority (lowerPriority). */
+function run(tool, args, { background = false } = {}) {
   return new Promise((resolve, reject) => {
-    execFile(tool, args, { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
+    const child = execFile(tool, args, { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
       if (err) reject(new Error(`${path.basename(tool)} ${args.at(-1)}: ${String(stderr || err.message).trim().split('\n')[0]}`));
       else resolve();
     });
+    if (background) lowerPriority(child);
   });
+}
+
+/** Puts a tool started for work made ahead at the lowest CPU priority: it yields to the creates it overlaps. */
+function lowerPriority(child) {
+  try {
+    if (child.pid) os.setPriority(child.pid, 19);
+  } catch { /* exited already */ }
 }
 
 /** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)"), deleted: whether it was }]. */
@@ -68,6 +78,7 @@ export function detectDisk() {
   const missing = Object.keys(names).filter((k) => !tools[k]).map((k) => names[k]);
   if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount, coreutils)` };
   if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };
+  tools.e2fsck = findExecutable('e2fsck', SBIN); // optional (Disks.settle): without it each restore's mount replays the journal
   return { tools, why: null };
 }
 
@@ -285,12 +296,13 @@ export class Disks {
       try {
         const signature = fileSignature(from.image);
         fs.closeSync(fs.openSync(file, 'wx', 0o600));
-        await run(this.tools.cp, ['--sparse=always', from.image, file]);
+        const background = { background: true };
+        await run(this.tools.cp, ['--sparse=always', from.image, file], background);
         fs.mkdirSync(mnt, { recursive: true, mode: 0o700 });
-        await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noexec,noinit_itable', file, mnt]);
+        await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noexec,noinit_itable', file, mnt], background);
         mounted = true;
-        if (identity) await run(this.tools.chown, ['-R', '-h', '--', `${identity.uid}:${identity.gid}`, mnt]);
-        await run(this.tools.umount, [mnt]);
+        if (identity) await run(this.tools.chown, ['-R', '-h', '--', `${identity.uid}:${identity.gid}`, mnt], background);
+        await run(this.tools.umount, [mnt], background);
         mounted = false;
         if (fileSignature(from.image) !== signature) throw new Error('the snapshot image changed while it was copied');
         return { file, signature };
@@ -363,6 +375,24 @@ export class Disks {
     if (!spare) return;
     this.snapshotSpares.delete(image);
     await this.discard(spare);
+  }
+
+  /**
+   * Replays the journal of `image`, a copy made by copyTo that nothing mounts (`e2fsck -p -E journal_only`: no other
+   * check or repair), so that the mounts of its copies need not (about 10 ms instead of 30-45 ms each). Resolves
+   * false when e2fsck failed (the image is not to be used), true otherwise (also without e2fsck: nothing done).
+   */
+  settle(image) {
+    if (!this.tools.e2fsck) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const child = execFile(this.tools.e2fsck, ['-p', '-E', 'journal_only', image], { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
+        // exit 1: "file system errors corrected", which is what replaying a journal reports on some versions
+        const ok = !err || err.code === 1;
+        if (!ok) this.log?.(`e2fsck ${image}: ${String(stderr || err.message).trim().split('\n')[0]}`);
+        resolve(ok);
+      });
+      lowerPriority(child);
+    });
   }
 
   /** Removes this instance's image directory (every sandbox already released; templates in the making awaited). */

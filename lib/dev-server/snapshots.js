@@ -182,15 +182,10 @@ export class Snapshots {
       }
       for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
       // with a disk bound, also the sandbox's whole image: a restore into a disk of the same size mounts a copy of
-      // it instead of copying files one by one (Disks.mount). It is kept only where the snapshot disk limit has room
-      // for it as well (its file system's metadata alone is a few MiB).
+      // it instead of copying files one by one (Disks.mount)
       if (sb.disk) {
-        const image = path.join(this.dir, rec.id, IMAGE);
-        await sb.disk.copyTo(image);
-        const room = this.maxBytes === undefined
-          || this.bytesUsed() + diskBytes(data) + fs.statSync(image).blocks * 512 <= this.maxBytes;
-        if (room) rec.disk = { bytes: sb.disk.bytes };
-        else fs.rmSync(image, { force: true });
+        await sb.disk.copyTo(path.join(this.dir, rec.id, IMAGE));
+        rec.disk = { bytes: sb.disk.bytes };
       }
     } catch (err) {
       fs.rmSync(data, { recursive: true, force: true });
@@ -202,6 +197,16 @@ export class Snapshots {
     } finally {
       // a pause requested through the API meanwhile wins; a deleted sandbox has nothing to continue
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
+    }
+    // the image's journal replayed once now, not by every restore's mount (an image e2fsck fails on is not kept);
+    // then it is kept only where the snapshot disk limit has room for it as well (its metadata alone is a few MiB)
+    if (rec.disk) {
+      const image = path.join(this.dir, rec.id, IMAGE);
+      const settled = await this.disks.settle(image);
+      if (!settled || (this.maxBytes !== undefined && this.bytesUsed() + diskBytes(data) + fs.statSync(image).blocks * 512 > this.maxBytes)) {
+        fs.rmSync(image, { force: true });
+        delete rec.disk;
+      }
     }
     rec.sizeBytes = diskBytes(data) + (rec.disk ? fs.statSync(path.join(this.dir, rec.id, IMAGE)).blocks * 512 : 0);
     if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
