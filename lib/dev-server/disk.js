@@ -199,7 +199,7 @@ export class Disks {
    * owned; used or not, its file is gone afterwards.
    * Resolves { image, bytes, restored (whether `from` was used), copyTo(dst), release() }: copyTo
    * writes a sparse copy of the mounted image to dst after a syncfs (the caller stops the sandbox's processes first:
-   * the copy is crash-consistent, its journal replayed when it is mounted); release unmounts and deletes the image
+   * the copy is crash-consistent, its journal replayed by settle() or else when it is mounted); release unmounts and deletes the image
    * (idempotent).
    */
   async mount(id, mountPoint, bytes, identity, from = null, spare = null) {
