@@ -224,13 +224,19 @@ export class Disks {
     try {
       // the copy of the snapshot's image made ahead when it is of this very file (and owned by this identity)
       const ready = spare ? await this.use(spare) : null;
-      const fromSpare = Boolean(ready && restored && spare.from.image === from.image && spare.identity === identity
+      let fromSpare = Boolean(ready && restored && spare.from.image === from.image && spare.identity === identity
         && ready.signature === fileSignature(from.image));
+      if (fromSpare) {
+        try {
+          fs.renameSync(ready.file, image);
+        } catch {
+          fromSpare = false; // copied now instead
+        }
+      }
       if (ready && !fromSpare) fs.rmSync(ready.file, { force: true });
-      if (fromSpare) fs.renameSync(ready.file, image);
       // a sparse copy: only the few MiB of metadata are written (cp finds the holes)
-      else if (restored) await run(this.tools.cp, ['--sparse=always', from.image, image]);
-      else await this.freshImage(bytes, image);
+      if (!restored) await this.freshImage(bytes, image);
+      else if (!fromSpare) await run(this.tools.cp, ['--sparse=always', from.image, image]);
       if (restored) this.log?.(`disk of sandbox ${id}: snapshot ${from.id}'s image, ${fromSpare ? 'the copy made ahead' : 'copied now'}`);
       fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
       // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
