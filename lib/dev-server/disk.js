@@ -21,11 +21,19 @@ import { deadInstances, instanceName, processExists } from './proctree.js';
 const SBIN = ['/usr/sbin', '/sbin', '/usr/bin', '/bin'];
 
 const TOOL_TIMEOUT_MS = 15000;
+/** An image of ours, wherever its data dir: <dataDir>/disks/<server pid>-<random>/<sandbox id>.img */
+const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/;
 /**
- * An image of ours, wherever its data dir: <dataDir>/disks/<server pid>-<random>/<sandbox id>.img, or
- * spare-<random uuid>.img (a snapshot image's copy made ahead, mounted while it is prepared).
+ * A copy made ahead, in a mount namespace of its own (unshare): mounted (its journal replayed, if any), its files
+ * given to `owner` (uid:gid, or none: `chown -R -h` follows no symlink), unmounted. $1-$3: mount, chown, umount; $4
+ * owner, $5 the mount point, $6 the image. The mount is in no other process's mount table and goes with the
+ * namespace however the server ends.
  */
-const IMAGE_PATH = /\/disks\/(\d+)-[0-9a-f]{8}\/(?:spare-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/;
+const PREPARE = `"$1" -o loop,nosuid,nodev,noexec,noinit_itable "$6" "$5" || exit 1
+rc=0
+[ -z "$4" ] || "$2" -R -h -- "$4" "$5" || rc=1
+"$3" "$5" || exit 1
+exit $rc`;
 /** How many snapshots' images keep a copy made ahead for their next restore (the ones restored last). */
 export const SNAPSHOT_SPARES = 2;
 
@@ -78,7 +86,11 @@ export function detectDisk() {
   const missing = Object.keys(names).filter((k) => !tools[k]).map((k) => names[k]);
   if (missing.length) return { tools: null, why: `${missing.join(', ')} not found (Debian: e2fsprogs, mount, coreutils)` };
   if (!fs.existsSync('/dev/loop-control')) return { tools: null, why: 'no loop devices (/dev/loop-control is missing)' };
-  tools.e2fsck = findExecutable('e2fsck', SBIN); // optional (Disks.settle): without it each restore's mount replays the journal
+  // optional: without e2fsck each restore's mount replays the journal (Disks.settle), without unshare (util-linux)
+  // no restore's disk is made ahead (Disks.keepSpare)
+  tools.e2fsck = findExecutable('e2fsck', SBIN);
+  tools.unshare = findExecutable('unshare', SBIN);
+  tools.sh = findExecutable('sh', SBIN);
   return { tools, why: null };
 }
 
@@ -91,7 +103,6 @@ export class Disks {
     this.tools = tools;
     this.log = log;
     this.identities = identities;
-    this.mountDir = path.join(dataDir, 'sb'); // where a snapshot's spare is mounted while prepared (the reaper's)
     this.base = path.join(dataDir, 'disks');
     this.instance = instanceName();
     this.dir = path.join(this.base, this.instance);
@@ -260,12 +271,12 @@ export class Disks {
    * Makes ahead the copy of snapshot image `from` ({ id, image, bytes }, as for mount) that its next restore takes
    * (takeSpare), unless there is one (which then counts as the most recently restored); the spare of the snapshot
    * restored longest ago goes beyond SNAPSHOT_SPARES. With `evict` false (a capture: a snapshot nobody restored yet)
-   * only where fewer than SNAPSHOT_SPARES are kept. The copy is mounted once in private (its journal replayed:
-   * a snapshot's image is a crash-consistent copy) and its files given a uid reserved for the sandbox that takes it
-   * (`chown -R -h`), so that restore only renames and mounts it.
+   * only where fewer than SNAPSHOT_SPARES are kept. The copy is mounted once in a mount namespace of its own
+   * (PREPARE) and its files given a uid reserved for the sandbox that takes it, so that restore only renames and
+   * mounts it. Nothing without unshare.
    */
   keepSpare(from, { evict = true } = {}) {
-    if (this.closing) return;
+    if (this.closing || !this.tools.unshare || !this.tools.sh) return;
     const had = this.snapshotSpares.get(from.image);
     if (!had && !evict && this.snapshotSpares.size >= SNAPSHOT_SPARES) return;
     this.snapshotSpares.delete(from.image);
@@ -291,36 +302,33 @@ export class Disks {
     }
     const name = `spare-${crypto.randomUUID()}`;
     const file = path.join(this.dir, `${name}.img`);
-    const mnt = path.join(this.mountDir, name);
+    const mnt = path.join(this.dir, `${name}.d`);
     let bytes = 0;
     try {
       bytes = fs.statSync(from.image).blocks * 512; // what its sparse copy takes
     } catch { /* gone: its copy fails below */ }
     const spare = { from, identity, used: false, bytes };
     spare.made = (async () => {
-      let mounted = false;
       try {
         const signature = fileSignature(from.image);
         fs.closeSync(fs.openSync(file, 'wx', 0o600));
         const background = { background: true };
         await run(this.tools.cp, ['--sparse=always', from.image, file], background);
-        fs.mkdirSync(mnt, { recursive: true, mode: 0o700 });
-        await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noexec,noinit_itable', file, mnt], background);
-        mounted = true;
-        if (identity) await run(this.tools.chown, ['-R', '-h', '--', `${identity.uid}:${identity.gid}`, mnt], background);
-        await run(this.tools.umount, [mnt], background);
-        mounted = false;
+        fs.mkdirSync(mnt, { mode: 0o700 });
+        const owner = identity ? `${identity.uid}:${identity.gid}` : '';
+        const { mount, chown, umount, sh } = this.tools;
+        const script = [sh, '-c', PREPARE, 'prepare', mount, chown, umount, owner, mnt, file];
+        await run(this.tools.unshare, ['--mount', '--propagation', 'private', ...script], background);
         if (fileSignature(from.image) !== signature) throw new Error('the snapshot image changed while it was copied');
         return { file, signature };
       } catch (err) {
-        if (mounted) await run(this.tools.umount, ['-l', mnt]).catch(() => {});
         fs.rmSync(file, { force: true });
         this.log?.(`no copy of snapshot ${from.id}'s image made ahead: ${err.message}`);
         return null;
       } finally {
         try {
           fs.rmdirSync(mnt);
-        } catch { /* never made, or still mounted (detached lazily) */ }
+        } catch { /* never made */ }
       }
     })();
     return spare;
