@@ -37,22 +37,18 @@ exit $rc`;
 /** How many snapshots' images keep a copy made ahead for their next restore (the ones restored last). */
 export const SNAPSHOT_SPARES = 2;
 
-/** Runs a tool; `background`: work made ahead, at the lowest CPU priority (lowerPriority). */
+/** Runs a tool (rejects with its exit status as `code`); `background`: work made ahead, at the lowest CPU priority. */
 function run(tool, args, { background = false } = {}) {
   return new Promise((resolve, reject) => {
     const child = execFile(tool, args, { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
-      if (err) reject(new Error(`${path.basename(tool)} ${args.at(-1)}: ${String(stderr || err.message).trim().split('\n')[0]}`));
+      if (err) reject(Object.assign(new Error(`${path.basename(tool)} ${args.at(-1)}: ${String(stderr || err.message).trim().split('\n')[0]}`), { code: err.code }));
       else resolve();
     });
-    if (background) lowerPriority(child);
+    // the lowest CPU priority: work made ahead yields to the creates it overlaps
+    try {
+      if (background && child.pid) os.setPriority(child.pid, 19);
+    } catch { /* exited already */ }
   });
-}
-
-/** Puts a tool started for work made ahead at the lowest CPU priority: it yields to the creates it overlaps. */
-function lowerPriority(child) {
-  try {
-    if (child.pid) os.setPriority(child.pid, 19);
-  } catch { /* exited already */ }
 }
 
 /** Attached loop devices: [{ device: '/dev/loopN', backing: path (without " (deleted)"), deleted: whether it was }]. */
@@ -210,8 +206,8 @@ export class Disks {
    * owned; used or not, its file is gone afterwards.
    * Resolves { image, bytes, restored (whether `from` was used), copyTo(dst), release() }: copyTo
    * writes a sparse copy of the mounted image to dst after a syncfs (the caller stops the sandbox's processes first:
-   * the copy is crash-consistent, its journal replayed by settle() or else when it is mounted); release unmounts and deletes the image
-   * (idempotent).
+   * the copy is crash-consistent, its journal replayed by settle(), or else when it is mounted); release unmounts and
+   * deletes the image (idempotent).
    */
   async mount(id, mountPoint, bytes, identity, from = null, spare = null) {
     const restored = Boolean(from && from.bytes === bytes && fs.existsSync(from.image));
@@ -248,7 +244,9 @@ export class Disks {
       // a sparse copy: only the few MiB of metadata are written (cp finds the holes)
       if (!restored) await this.freshImage(bytes, image);
       else if (!fromSpare) await run(this.tools.cp, ['--sparse=always', from.image, image]);
-      if (restored) this.log?.(`disk of sandbox ${id}: snapshot ${from.id}'s image, ${fromSpare ? 'the copy made ahead' : 'copied now'}`);
+      if (restored) {
+        this.log?.(`disk of sandbox ${id}: snapshot ${from.id}'s image, ${fromSpare ? 'the copy made ahead' : 'copied now'}`);
+      }
       fs.mkdirSync(mountPoint, { recursive: true, mode: 0o700 });
       // noinit_itable: no background zeroing of inode tables (the sparse image reads as zeros already)
       await run(this.tools.mount, ['-o', 'loop,nosuid,nodev,noinit_itable', image, mountPoint]);
@@ -396,17 +394,17 @@ export class Disks {
    * check or repair), so that the mounts of its copies need not (about 10 ms instead of 30-45 ms each). Resolves
    * false when e2fsck failed (the image is not to be used), true otherwise (also without e2fsck: nothing done).
    */
-  settle(image) {
-    if (!this.tools.e2fsck) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const child = execFile(this.tools.e2fsck, ['-p', '-E', 'journal_only', image], { timeout: TOOL_TIMEOUT_MS }, (err, _out, stderr) => {
-        // exit 1: "file system errors corrected", which is what replaying a journal reports on some versions
-        const ok = !err || err.code === 1;
-        if (!ok) this.log?.(`e2fsck ${image}: ${String(stderr || err.message).trim().split('\n')[0]}`);
-        resolve(ok);
-      });
-      lowerPriority(child);
-    });
+  async settle(image) {
+    if (!this.tools.e2fsck) return true;
+    try {
+      await run(this.tools.e2fsck, ['-p', '-E', 'journal_only', image], { background: true });
+    } catch (err) {
+      // exit 1: "file system errors corrected", which is what replaying a journal reports on some versions
+      if (err.code === 1) return true;
+      this.log?.(err.message);
+      return false;
+    }
+    return true;
   }
 
   /** Removes this instance's image directory (every sandbox already released; templates in the making awaited). */
