@@ -1,12 +1,15 @@
 // Snapshots API of the local OpenSandbox-compatible server over raw HTTP: capture (202 Creating -> Ready), the
 // captured /workspace /tmp /root restored into a new sandbox (with and without entrypoint), list filters and
 // pagination, delete, the spec's status codes and bodies, snapshots outliving their sandbox and a server restart on
-// the same dataDir, and the snapshot disk limit.
+// the same dataDir, the snapshot disk limit, and (disk bound) the copies of snapshot images made ahead for restores.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
+import { mounts } from '../lib/dev-server/cgroups.js';
+import { SNAPSHOT_SPARES, loopDevices } from '../lib/dev-server/disk.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents } from './helpers/raw.js';
 
@@ -190,6 +193,11 @@ describe('dev-server snapshots API', function () {
     assert.equal(expected, '2000\nf1007\n 00 ff 78\n640\nm/d7\nt\nr\n40');
     const snap = await ready((await snapshot(sb.id)).json.id);
     assert.ok(fs.existsSync(path.join(dataDir, 'snapshots', snap.id, 'disk.img')), 'the snapshot has no disk image');
+    // its journal replayed at capture (Disks.settle), not at every restore's mount
+    const features = spawnSync('dumpe2fs', ['-h', path.join(dataDir, 'snapshots', snap.id, 'disk.img')], { encoding: 'utf8', env: { PATH: `/usr/sbin:/sbin:${process.env.PATH}` } });
+    assert.equal(features.status, 0, features.stderr);
+    assert.match(features.stdout, /^Filesystem features:\s+has_journal /m);
+    assert.doesNotMatch(features.stdout, /needs_recovery/);
     const inodes = 'stat -c %i /workspace/bin /workspace/m/d7/f1007 /root/r';
     const sourceInodes = await sh(sb.id, inodes);
     await sh(sb.id, 'rm -rf /workspace/m'); // later changes of the source are not restored
@@ -201,6 +209,126 @@ describe('dev-server snapshots API', function () {
       if (!resourceLimits['ephemeral-storage']) assert.equal(await sh(r.json.id, inodes), sourceInodes);
       assert.equal(await sh(r.json.id, 'echo new > /workspace/n && cat /workspace/n'), 'new');
     }
+  });
+
+  it('with a disk bound a restore takes a copy of the snapshot image made ahead (after its capture or last restore): exactly its files, owned by the sandbox; dropped on delete, eviction, a failed create and close', async () => {
+    assert.equal(process.getuid(), 0, 'the disk bound needs root (loop-mounted images); CI runs as root');
+    assert.equal(SNAPSHOT_SPARES, 2);
+    await server.close();
+    const lines = [];
+    server = await start({ log: (line) => lines.push(line) });
+    const real = fs.realpathSync(dataDir);
+    const disksDir = path.join(real, 'disks');
+    const spareFiles = () => fs.readdirSync(disksDir).flatMap((inst) => fs.readdirSync(path.join(disksDir, inst))
+      .filter((n) => /^spare-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.img$/.test(n)).map((n) => path.join(disksDir, inst, n)));
+    // three snapshots of different contents
+    const snaps = {};
+    for (const name of ['A', 'B', 'C']) {
+      const sb = await createSandbox();
+      const n = { A: 30, B: 40, C: 50 }[name];
+      await sh(sb.id, `echo ${name} > /workspace/which; mkdir -p /workspace/t && for i in $(seq 1 ${n}); do echo $i > /workspace/t/f$i; done; ln -s t /workspace/l`);
+      snaps[name] = (await ready((await snapshot(sb.id, { name })).json.id)).id;
+      assert.equal((await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' })).status, 204);
+    }
+    const expected = { A: 'A\n30\nt', B: 'B\n40\nt', C: 'C\n50\nt' };
+    // restores `name`: its files exactly, every one (symlinks too) owned by the sandbox's host uid; how its disk was made
+    const restore = async (name) => {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps[name], entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: { cpu: '1' } } });
+      assert.equal(r.status, 202, r.text);
+      assert.equal(await sh(r.json.id, 'cat /workspace/which; ls /workspace/t | wc -l; readlink /workspace/l'), expected[name]);
+      assert.equal(await sh(r.json.id, 'echo more >> /workspace/t/f1 && tail -n 1 /workspace/t/f1 && stat -c %u:%g /workspace/t/f1'), 'more\n0:0');
+      const root = path.join(real, 'sb', r.json.id);
+      const owner = fs.statSync(root).uid;
+      assert.notEqual(owner, 0);
+      const walk = (d) => fs.readdirSync(d, { withFileTypes: true }).flatMap((e) => [path.join(d, e.name), ...(e.isDirectory() ? walk(path.join(d, e.name)) : [])]);
+      const files = walk(path.join(root, 'workspace'));
+      assert.equal(files.length, 3 + expected[name].split('\n')[1] * 1);
+      assert.deepEqual(files.filter((f) => fs.lstatSync(f).uid !== owner), []);
+      const how = lines.map((l) => new RegExp(`^disk of sandbox ${r.json.id}: snapshot ${snaps[name]}'s image, (.*)$`).exec(l)?.[1]).filter(Boolean);
+      assert.equal((await api(`/v1/sandboxes/${r.json.id}`, { method: 'DELETE' })).status, 204);
+      return how.join();
+    };
+    const kept = (n) => waitFor(() => spareFiles().length === n && spareFiles(), { timeoutMs: 30000, message: `${n} spare images` });
+    // the captures made copies for A and B (free places), none for C; private to the server like the sandboxes' images
+    for (const f of await kept(2)) assert.equal(fs.statSync(f).mode & 0o777, 0o600, f);
+    assert.equal(await restore('A'), 'the copy made ahead');
+    assert.equal(await restore('A'), 'the copy made ahead'); // made again after each restore
+    // C restored: the copy of the snapshot restored longest ago (B) goes for C's
+    assert.equal(await restore('C'), 'copied now');
+    await kept(2);
+    assert.equal(await restore('B'), 'copied now'); // not another snapshot's; A's goes
+    assert.equal(await restore('B'), 'the copy made ahead');
+    assert.equal(await restore('C'), 'the copy made ahead');
+    assert.equal(await restore('A'), 'copied now'); // B's goes
+    // deleting a snapshot deletes its copy (C's and A's are kept now)
+    await kept(2);
+    assert.equal((await api(`/v1/snapshots/${snaps.C}`, { method: 'DELETE' })).status, 204);
+    assert.equal(spareFiles().length, 1);
+    assert.equal((await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps.C, resourceLimits: { cpu: '1' } } })).status, 404);
+    assert.equal(await restore('A'), 'the copy made ahead');
+    await kept(1);
+    // a create that takes the copy and fails before its disk is made deletes it: the next restore copies again
+    const refused = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snaps.A, resourceLimits: { cpu: '1' }, volumes: [{ name: 'h', host: { path: '/etc' }, mountPath: '/mnt/h' }] } });
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.json.code, 'VOLUME::HOST_PATH_NOT_ALLOWED');
+    await kept(0);
+    assert.equal(await restore('A'), 'copied now');
+    await kept(1);
+    // close: no image, mount or loop device of the server is left
+    await server.close();
+    server = null;
+    assert.equal(fs.existsSync(disksDir), false);
+    assert.deepEqual(mounts().filter((m) => m.mountPoint.startsWith(`${real}/`)), []);
+    await waitFor(() => loopDevices().every((l) => !l.backing.startsWith(`${real}/`)), { timeoutMs: 10000, message: 'loop devices released' });
+  });
+
+  it('the snapshot disk limit counts the copies of images made ahead: none made where it has no room, given up for a capture that needs it', async () => {
+    assert.equal(process.getuid(), 0, 'the disk bound needs root (loop-mounted images); CI runs as root');
+    const sb = await createSandbox();
+    await sh(sb.id, 'echo kept > /workspace/k');
+    const snap = await ready((await snapshot(sb.id)).json.id);
+    assert.equal((await api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' })).status, 204);
+    await server.close();
+    // what the snapshot occupies, as the server counts it: its data and its image (allocated blocks)
+    const dir = path.join(dataDir, 'snapshots', snap.id);
+    const du = (p) => (fs.lstatSync(p).isDirectory() ? fs.readdirSync(p).reduce((n, e) => n + du(path.join(p, e)), 0) : fs.lstatSync(p).blocks * 512);
+    const size = du(path.join(dir, 'data')) + du(path.join(dir, 'disk.img'));
+    const image = fs.statSync(path.join(dir, 'disk.img')).blocks * 512;
+    assert.ok(image > 2 * 1048576, `${image}`); // the file system's metadata: more than the 1 MiB written below
+    const spareFiles = () => fs.readdirSync(path.join(dataDir, 'disks')).flatMap((inst) => fs.readdirSync(path.join(dataDir, 'disks', inst)).filter((n) => /^spare-.{36}\.img$/.test(n)));
+    const restore = async (lines) => {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { snapshotId: snap.id, resourceLimits: { cpu: '1' } } });
+      assert.equal(r.status, 202, r.text);
+      assert.equal(await sh(r.json.id, 'cat /workspace/k'), 'kept');
+      assert.equal((await api(`/v1/sandboxes/${r.json.id}`, { method: 'DELETE' })).status, 204);
+      return lines.map((l) => new RegExp(`^disk of sandbox ${r.json.id}: .*image, (.*)$`).exec(l)?.[1]).filter(Boolean).join();
+    };
+    // room for the snapshot but not for a copy of its image as well
+    let lines = [];
+    server = await start({ maxSnapshotBytes: size + image - 1, log: (l) => lines.push(l) });
+    assert.equal(await restore(lines), 'copied now');
+    assert.deepEqual(spareFiles(), []);
+    assert.ok(lines.some((l) => l.startsWith(`no copy of snapshot ${snap.id}'s image made ahead: its ${image} bytes would exceed the server's snapshot disk limit`)), lines.join('\n'));
+    assert.equal(await restore(lines), 'copied now');
+    await server.close();
+    // room for both: the copy is made; a capture that needs its room gets it
+    lines = [];
+    server = await start({ maxSnapshotBytes: size + image, log: (l) => lines.push(l) });
+    assert.equal(await restore(lines), 'copied now');
+    assert.equal(spareFiles().length, 1);
+    assert.equal(await restore(lines), 'the copy made ahead');
+    assert.equal(spareFiles().length, 1);
+    const other = await createSandbox();
+    await sh(other.id, 'head -c 1048576 /dev/urandom > /workspace/r'); // data that fits only without the copy
+    const second = await snapshot(other.id);
+    const failedOrReady = await waitFor(async () => {
+      const g = await api(`/v1/snapshots/${second.json.id}`);
+      return g.json.status.state !== 'Creating' && g.json;
+    }, { timeoutMs: 30000, message: 'capture done' });
+    assert.deepEqual(spareFiles(), []);
+    // without the disk image (no room for it beside the first snapshot), its files: restored by copying them
+    assert.equal(failedOrReady.status.state, 'Ready', JSON.stringify(failedOrReady));
+    assert.equal(fs.existsSync(path.join(dataDir, 'snapshots', second.json.id, 'disk.img')), false);
   });
 
   it('a capture over the snapshot disk limit fails (Failed, reason and message); the sandbox keeps running', async () => {

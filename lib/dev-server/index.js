@@ -244,7 +244,7 @@ export async function startServer(options = {}) {
     }
     const { tools, why: disksWhy } = detectDisk();
     limits = {
-      cgroups: found.cgroups, cgroupsWhy: found.why, disks: tools && new Disks({ tools, dataDir, log }), disksWhy,
+      cgroups: found.cgroups, cgroupsWhy: found.why, disks: tools && new Disks({ tools, dataDir, log, identities: hardening?.identities ?? null }), disksWhy,
       unenforced: opts.unenforcedLimits || opts.insecure, maxPids: opts.maxPids, diskLimit, defaultMemory,
     };
     const optOut = opts.unenforcedLimits ? 'unenforcedLimits' : 'insecure';

@@ -107,7 +107,9 @@ export class Sandboxes {
     const id = crypto.randomUUID();
     // a root-started server runs each sandbox as a host uid of its own (security.js SandboxIdentities)
     const identities = this.options.hardening?.identities;
-    const identity = identities?.allocate() ?? null;
+    // a restore served from the copy of the snapshot's image made ahead (disk.js keepSpare) runs as the uid its files have
+    const spare = req.snapshotId && plan.disk ? this.snapshots.takeSpare(req.snapshotId, plan.disk) : null;
+    const identity = spare?.identity ?? identities?.allocate() ?? null;
     let binds = [];
     let started = false;
     try {
@@ -118,18 +120,19 @@ export class Sandboxes {
       // Docker pulls the image once the request is validated, before the container exists (nothing listed meanwhile);
       // Kubernetes waits in start(), listed
       if (this.profile.createWait === 'pull' && delays.create) await sleep(delays.create);
-      const sb = await this.start(req, { id, plan, net, binds, identity, arrived });
+      const sb = await this.start(req, { id, plan, net, binds, identity, spare, arrived });
       started = true;
       return sb;
     } finally {
       // bubblewrap holds its own copies of the volumes' descriptors once started (and closes them once mounted)
       for (const b of binds) fs.closeSync(b.fd);
       if (identity && !started) identities.release(identity); // never ran, or disposed (release is idempotent)
+      if (spare && !started) this.options.limits.disks.drop(spare).catch(() => {}); // unless mount() used it
     }
   }
 
   /** The rest of create(), once the volumes are open: disk, snapshot, processes, relay. */
-  async start(req, { id, plan, net, binds, identity, arrived }) {
+  async start(req, { id, plan, net, binds, identity, spare = null, arrived }) {
     const { delays } = this.profile;
     const began = performance.now();
     const timing = [['request', Date.now() - arrived]]; // [phase, ms] for the create's log line (see phasesText)
@@ -172,7 +175,7 @@ export class Sandboxes {
     if (plan.disk) {
       try {
         // from the snapshot's disk image when it has one of this size: no file-by-file copy
-        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity, restore?.image);
+        sb.disk = await this.options.limits.disks.mount(id, proc.dir, plan.disk, identity, restore?.image, spare);
         phase('disk');
       } catch (err) {
         await proc.kill();
@@ -239,6 +242,7 @@ export class Sandboxes {
     this.becomeReady(sb, 'Sandbox container started successfully.');
     this.schedule(sb);
     this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''} in ${phasesText(timing)}`);
+    if (sb.disk?.restored) this.snapshots.keepSpare(req.snapshotId); // its next restore's image copied ahead, off this one's path
     return sb;
   }
 

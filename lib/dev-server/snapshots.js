@@ -70,7 +70,8 @@ function diskBytes(dir) {
 
 export class Snapshots {
   /**
-   * options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data; undefined = no limit), profile
+   * options: { dataDir, sandboxes, log, maxBytes (total bytes of all snapshots' data and of the copies of their images
+   * made ahead for restores; undefined = no limit), profile
    * (the emulated upstream deployment, upstream.js) }
    */
   constructor({ dataDir, sandboxes, log, maxBytes, profile }) {
@@ -137,9 +138,9 @@ export class Snapshots {
     return v;
   }
 
-  /** Total bytes of the snapshots' data on disk (for disk limits). */
+  /** Total bytes of the snapshots' data on disk and of the copies of their images made ahead (for disk limits). */
   bytesUsed() {
-    let n = 0;
+    let n = this.disks?.spareBytes() ?? 0;
     for (const rec of this.items.values()) n += rec.sizeBytes ?? 0;
     return n;
   }
@@ -172,6 +173,8 @@ export class Snapshots {
       sb.proc.pause(); // consistent copy: nothing in the sandbox writes while it is taken
       if (this.maxBytes !== undefined) {
         const need = SNAPSHOT_DIRS.reduce((n, d) => n + diskBytes(sb.proc.dirs[d]), 0);
+        // the copies of images made ahead for restores give their room to a capture that needs it
+        if (this.bytesUsed() + need > this.maxBytes) await this.disks?.dropSpares();
         const used = this.bytesUsed();
         if (used + need > this.maxBytes) {
           throw new Error(`the sandbox's ${need} bytes would exceed the server's snapshot disk limit (${used} of ${this.maxBytes} bytes used)`);
@@ -179,15 +182,10 @@ export class Snapshots {
       }
       for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
       // with a disk bound, also the sandbox's whole image: a restore into a disk of the same size mounts a copy of
-      // it instead of copying files one by one (Disks.mount). It is kept only where the snapshot disk limit has room
-      // for it as well (its file system's metadata alone is a few MiB).
+      // it instead of copying files one by one (Disks.mount)
       if (sb.disk) {
-        const image = path.join(this.dir, rec.id, IMAGE);
-        await sb.disk.copyTo(image);
-        const room = this.maxBytes === undefined
-          || this.bytesUsed() + diskBytes(data) + fs.statSync(image).blocks * 512 <= this.maxBytes;
-        if (room) rec.disk = { bytes: sb.disk.bytes };
-        else fs.rmSync(image, { force: true });
+        await sb.disk.copyTo(path.join(this.dir, rec.id, IMAGE));
+        rec.disk = { bytes: sb.disk.bytes };
       }
     } catch (err) {
       fs.rmSync(data, { recursive: true, force: true });
@@ -200,9 +198,21 @@ export class Snapshots {
       // a pause requested through the API meanwhile wins; a deleted sandbox has nothing to continue
       if (resumeAfter && !sb.deleting && sb.status.state === 'Running') sb.proc.resume();
     }
+    // the image's journal replayed once now, not by every restore's mount (an image e2fsck fails on is not kept);
+    // then it is kept only where the snapshot disk limit has room for it as well (its metadata alone is a few MiB)
+    if (rec.disk) {
+      const image = path.join(this.dir, rec.id, IMAGE);
+      const settled = await this.disks.settle(image);
+      if (!settled || (this.maxBytes !== undefined && this.bytesUsed() + diskBytes(data) + fs.statSync(image).blocks * 512 > this.maxBytes)) {
+        fs.rmSync(image, { force: true });
+        delete rec.disk;
+      }
+    }
     rec.sizeBytes = diskBytes(data) + (rec.disk ? fs.statSync(path.join(this.dir, rec.id, IMAGE)).blocks * 512 : 0);
     if (this.profile.delays.snapshot) await new Promise((resolve) => setTimeout(resolve, this.profile.delays.snapshot)); // the emulated commit
     if (this.items.has(rec.id)) this.transition(rec, 'Ready', 'snapshot_runtime_ready', this.profile.snapshotReadyMessage);
+    // its first restore's disk made ahead too, where no spare of a snapshot restored since has to go for it
+    this.keepSpare(rec.id, { evict: false });
     this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} ready (${rec.sizeBytes} bytes)`);
   }
 
@@ -229,6 +239,7 @@ export class Snapshots {
       throw new ApiError(409, 'SNAPSHOT::IN_USE', `Snapshot ${id} is being restored into a sandbox right now; delete it afterwards.`);
     }
     if (rec.status.state !== 'Deleting') this.transition(rec, 'Deleting', 'snapshot_delete_requested', 'Snapshot deletion requested.');
+    await this.disks?.forget(path.join(this.dir, id, IMAGE)); // its copy made ahead for the next restore (disk.js)
     // Docker: `docker rmi` of an image a container was created from fails; the record stays Deleting, a later
     // delete (once those sandboxes are gone) goes on
     if (this.profile.snapshotDeleteConflict && [...this.sandboxes.items.values()].some((sb) => !sb.deleting && sb.snapshotId === id)) {
@@ -255,7 +266,7 @@ export class Snapshots {
     rec.restoring = (rec.restoring ?? 0) + 1;
     let released = false;
     return {
-      image: rec.disk ? { image: path.join(this.dir, id, IMAGE), bytes: rec.disk.bytes } : null,
+      image: this.imageOf(rec),
       restoreInto: async (dirs, owner = null) => {
         for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
       },
@@ -264,6 +275,48 @@ export class Snapshots {
         released = true;
       },
     };
+  }
+
+  /** The server's disk bound (disk.js Disks), or null. */
+  get disks() {
+    return this.sandboxes.options.limits?.disks ?? null;
+  }
+
+  /** { id, image, bytes } of the disk image of snapshot record `rec` (for Disks.mount), or null: it has none. */
+  imageOf(rec) {
+    return rec.disk ? { id: rec.id, image: path.join(this.dir, rec.id, IMAGE), bytes: rec.disk.bytes } : null;
+  }
+
+  /**
+   * For a create from snapshot `id` into a disk of `bytes`: the copy of its image made ahead (Disks.takeSpare; its
+   * identity becomes the sandbox's), or null (none, the snapshot is not Ready, has no image or one of another size).
+   */
+  takeSpare(id, bytes) {
+    const rec = this.items.get(id);
+    const from = rec?.status.state === 'Ready' ? this.imageOf(rec) : null;
+    return from && from.bytes === bytes ? this.disks?.takeSpare(from) ?? null : null;
+  }
+
+  /**
+   * After a restore from snapshot `id`'s image (or its capture: `evict` false): its next restore's copy is made ahead
+   * while the snapshot is Ready and the snapshot disk limit has room for it (Disks.keepSpare).
+   */
+  keepSpare(id, { evict = true } = {}) {
+    const rec = this.items.get(id);
+    const from = rec?.status.state === 'Ready' ? this.imageOf(rec) : null;
+    if (!from || !this.disks) return;
+    // within the snapshot disk limit, which counts the copies too
+    if (this.maxBytes !== undefined && !this.disks.hasSpare(from.image)) {
+      let bytes = 0;
+      try {
+        bytes = fs.statSync(from.image).blocks * 512;
+      } catch { /* its copy fails */ }
+      if (this.bytesUsed() + bytes > this.maxBytes) {
+        this.log?.(`no copy of snapshot ${id}'s image made ahead: its ${bytes} bytes would exceed the server's snapshot disk limit (${this.bytesUsed()} of ${this.maxBytes} bytes used)`);
+        return;
+      }
+    }
+    this.disks.keepSpare(from, { evict });
   }
 
   /** The metadata a sandbox restored from snapshot `id` inherits ({} where the runtime keeps none). */
