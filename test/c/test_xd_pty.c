@@ -429,6 +429,33 @@ static void test_stdin_backpressure(void) {
   close(c.fd);
 }
 
+/* Forty sessions attached at once (their starts run on the thread pool, overlapping): each client gets its own
+ * process's output live, then its exit frame; stdin sent before the process runs reaches it. */
+static void test_concurrent_starts(void) {
+  enum { N = 40 };
+  wsc c[N];
+  char id[N][37], path[128], body[128];
+  for (int i = 0; i < N; i++) {
+    snprintf(body, sizeof body, "{\"command\":\"read l; echo n-%d-$l\"}", i);
+    new_session(body, id[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    snprintf(path, sizeof path, "/pty/%.36s/ws?pty=0", id[i]);
+    CHECK(ws_open(&c[i], path) == 101);
+    ws_send(&c[i], 2, "\x00in\n", 4, 1);
+  }
+  for (int i = 0; i < N; i++) {
+    seen s;
+    char want[64];
+    CHECK(ws_until_close(&c[i], &s) == 1);
+    snprintf(want, sizeof want, "n-%d-in\n", i);
+    CHECK_STR(s.out, want);
+    CHECK(strstr(s.texts, "{\"type\":\"exit\",\"exit_code\":0}\n") != NULL);
+    CHECK(s.replay[0] == 0);
+    close(c[i].fd);
+  }
+}
+
 static void *client(void *arg) {
   (void)arg;
   sigset_t all; /* the loop thread takes SIGCHLD: no read here is interrupted by it (valgrind delivers it anywhere) */
@@ -440,6 +467,7 @@ static void *client(void *arg) {
   RUN(test_protocol_error_and_client_close);
   RUN(test_create_errors_and_start_failure);
   RUN(test_stdin_backpressure);
+  RUN(test_concurrent_starts);
   uv_async_send(&done_async);
   return NULL;
 }
