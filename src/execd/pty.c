@@ -11,8 +11,9 @@
  *              slave left open), or 100 ms without output (a background process holds it), at most 2 s.
  *   pipe mode: bash with three pipes, stderr apart; stdin cannot be closed (as upstream). Exit is reported at once
  *              (processExit), the run's end once both pipes are at EOF or 2 s after the exit.
- * Both run in their own session (setsid) and process group, started with vfork (spawn.h), watched through a pidfd
- * (poll) or, where pidfd_open is refused, on SIGCHLD with waitpid on the run's own pid.
+ * Both run in their own session (setsid) and process group, started with vfork (spawn.h) on libuv's thread pool (the
+ * vfork returns once the child has exec'd, which waits for a CPU on a busy machine: not the loop's business), watched
+ * through a pidfd (poll) or, where pidfd_open is refused, on SIGCHLD with waitpid on the run's own pid.
  *
  * The WebSocket (wsproto.h) speaks the real execd's frames:
  *   server -> client: [0x03 + u64 BE offset + replay], {"type":"connected",...}, 0x01 stdout / PTY, 0x02 stderr,
