@@ -261,7 +261,8 @@ if [ "$arch" = x64 ]; then
   exec {to_srv}> "$tmp/srv.in" # the server stops when this closes
   domain=
   for _ in $(seq 300); do
-    domain=$(head -1 "$tmp/srv.out")
+    # srv.out exists only once the server's shell has opened it, after the FIFO's open returned: not yet is "no URL yet"
+    domain=$(head -1 "$tmp/srv.out" 2>/dev/null || true)
     [ -n "$domain" ] || ! kill -0 "$srv_pid" 2>/dev/null && break
     sleep 0.1
   done
