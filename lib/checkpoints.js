@@ -3,6 +3,7 @@
 // older ones of that name beyond `keep` are deleted), and a start that finds no live sandbox boots from it (or from
 // the seed checkpoint) instead of the base image. Captures of one sandbox are chained so they never interleave; a
 // capture that fails is deleted and never becomes the newest, so the previous checkpoint stays in place.
+import { OpenSandboxUnsupportedError } from './errors.js';
 import { SnapshotClient, DEFAULT_SNAPSHOT_TIMEOUT_MS } from './snapshots.js';
 
 /** Snapshot-name prefix of checkpoints (the spec's snapshots have a name, no labels). */
@@ -111,7 +112,13 @@ export async function* checkpointCandidates(checkpoints, { checkpointName, seedC
   if (!(await checkpoints.available())) return;
   for (const [kind, name] of [['checkpoint', checkpointName], ['seed', seedCheckpointName]]) {
     if (!name) continue;
-    const snap = await checkpoints.newest(name);
+    let snap;
+    try {
+      snap = await checkpoints.newest(name);
+    } catch (err) {
+      if (err instanceof OpenSandboxUnsupportedError) return; // the server turned out to have no Snapshots API
+      throw err;
+    }
     if (snap) yield { snapshotId: snap.id, restoredFrom: { kind, name, snapshotId: snap.id } };
   }
 }

@@ -38,7 +38,15 @@ export class SnapshotClient {
     this.#server = server;
     this.#call = async (operation, fn) => {
       await this.require(operation);
-      return call(operation, fn);
+      try {
+        return await call(operation, fn);
+      } catch (err) {
+        // the route is missing although a server at this URL had it (another server now on that port): ask again
+        if (this.#server === undefined || !routeMissing(err)) throw err;
+        snapshotsApi.delete(this.#server);
+        await this.require(operation);
+        throw err;
+      }
     };
   }
 

@@ -228,3 +228,32 @@ for (const profile of NO_SNAPSHOTS) describe(`OpenSandboxSandbox snapshots${prof
     assert.equal(await sh(fresh, 'ls -A'), '');
   });
 });
+
+// Regression: whether a server has the Snapshots API is remembered per URL; a server without it that came up on the
+// port of one with it (tests start many servers on port 0) got the 404 of GET /snapshots as an error at start.
+describe('the Snapshots API detection when another server takes the same port', function () {
+  this.timeout(60000);
+  it('a route that turns out missing is detected again: a seeded start boots fresh, snapshot() names 0.1.13', async () => {
+    let first = await startProfileServer(LOCAL);
+    const { make: makeFirst, destroyAll: destroyFirst } = sandboxes(() => first);
+    const seeded = (mk) => mk({ id: `port-${randomUUID()}`, seedCheckpointName: `seed-${randomUUID()}` });
+    const a = seeded(makeFirst);
+    assert.deepEqual(await a._start(), { outcome: 'created' });
+    assert.equal(a.supportsCheckpoints, true);
+    await destroyFirst();
+    const port = first.port;
+    await first.close();
+    first = null;
+    const second = await startProfileServer(NO_SNAPSHOTS[0], { port });
+    const { make, destroyAll } = sandboxes(() => second);
+    try {
+      assert.equal(second.port, port);
+      const b = seeded(make);
+      assert.deepEqual(await b._start(), { outcome: 'created' });
+      await assert.rejects(b.snapshot(), (err) => err instanceof OpenSandboxUnsupportedError && err.requiredServerVersion === '0.1.13');
+    } finally {
+      await destroyAll();
+      await second.close();
+    }
+  });
+});
