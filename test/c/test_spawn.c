@@ -91,18 +91,23 @@ static size_t read_all(int fd, char *buf, size_t cap) {
   return len;
 }
 
+/* Waits for pid's exit (bounded) and checks its exit code and signal (-1 and the signal when one ended it). */
+static void check_exit(pid_t pid, int code, int signo) {
+  int i = wait_exit(pid);
+  CHECK(i >= 0);
+  if (i >= 0) {
+    CHECK(X.code[i] == code);
+    CHECK(X.signo[i] == signo);
+  }
+}
+
 static void test_exit_code(void) {
   osb_spawn_opts o = {0};
   int err = 0;
   const char *step = NULL;
   pid_t pid = run_sh("exit 7", &o, &err, &step);
   CHECK(pid > 0);
-  int i = wait_exit(pid);
-  CHECK(i >= 0);
-  if (i >= 0) {
-    CHECK(X.code[i] == 7);
-    CHECK(X.signo[i] == 0);
-  }
+  check_exit(pid, 7, 0);
   CHECK(kill(pid, 0) < 0 && errno == ESRCH); /* reaped */
 }
 
@@ -112,12 +117,7 @@ static void test_signal_death(void) {
   const char *step = NULL;
   pid_t pid = run_sh("kill -TERM $$; sleep 5", &o, &err, &step);
   CHECK(pid > 0);
-  int i = wait_exit(pid);
-  CHECK(i >= 0);
-  if (i >= 0) {
-    CHECK(X.code[i] == -1);
-    CHECK(X.signo[i] == SIGTERM);
-  }
+  check_exit(pid, -1, SIGTERM);
 }
 
 /* A signal ignored by the parent is at its default in the child; a blocked one is unblocked (whenever the signal
@@ -139,12 +139,8 @@ static void test_signals_reset(void) {
   CHECK(p1 > 0 && p2 > 0);
   kill(p1, SIGTERM);
   kill(p2, SIGUSR1);
-  int i = wait_exit(p1);
-  CHECK(i >= 0);
-  if (i >= 0) CHECK(X.signo[i] == SIGTERM);
-  i = wait_exit(p2);
-  CHECK(i >= 0);
-  if (i >= 0) CHECK(X.signo[i] == SIGUSR1);
+  check_exit(p1, -1, SIGTERM);
+  check_exit(p2, -1, SIGUSR1);
 }
 
 static void test_socketpair_roundtrip(void) {
@@ -168,8 +164,7 @@ static void test_socketpair_roundtrip(void) {
   CHECK_STR(buf, "oops\n");
   close(o.stdio[1].fd);
   close(o.stdio[2].fd);
-  int i = wait_exit(pid);
-  CHECK(i >= 0 && X.code[i] == 0);
+  check_exit(pid, 0, 0);
 }
 
 /* An inherited descriptor as stdout and stderr (the background commands' writer), /dev/null as stdin. */
@@ -192,8 +187,7 @@ static void test_inherited_fd(void) {
   read_all(sv[0], buf, sizeof buf);
   CHECK_STR(buf, "out\nerr\nend\n");
   close(sv[0]);
-  int i = wait_exit(pid);
-  CHECK(i >= 0 && X.code[i] == 0);
+  check_exit(pid, 0, 0);
 }
 
 /* Only 0, 1, 2 are open in the child although we hold more (some without close-on-exec). */
@@ -215,8 +209,7 @@ static void test_no_fd_leak(void) {
     close(o.stdio[1].fd);
   }
   CHECK_STR(buf, "0\n1\n2\n3\n");
-  int i = wait_exit(pid);
-  CHECK(i >= 0 && X.code[i] == 0);
+  check_exit(pid, 0, 0);
   close(extra);
   close(extra2);
 }
@@ -337,8 +330,7 @@ static void test_many(void) {
     CHECK(pids[k] > 0);
   }
   for (int k = 0; k < N; k++) {
-    int i = wait_exit(pids[k]);
-    CHECK(i >= 0 && X.code[i] == k);
+    check_exit(pids[k], k, 0);
   }
   CHECK(!R || osb_reaper_count(R) == 0);
 }
