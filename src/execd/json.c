@@ -2,6 +2,8 @@
 #include "json.h"
 #include "utf8.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,4 +117,170 @@ int xd_js_number(osb_buf *out, double v) {
   if (osb_buf_append(out, digits, 1) != 0) return -1;
   if (k > 1 && (osb_buf_append(out, ".", 1) != 0 || osb_buf_append(out, digits + 1, k - 1) != 0)) return -1;
   return osb_buf_appendf(out, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+}
+
+/* ---- xd_json_check: the strict JSON grammar ---- */
+typedef struct {
+  const unsigned char *s;
+  size_t n, i;
+  int depth;
+} jcheck;
+
+enum { J_OK = XD_JSON_OK, J_EOF = XD_JSON_EOF, J_OTHER = XD_JSON_OTHER };
+#define J_MAX_DEPTH 512 /* cJSON parses up to 1000 */
+
+static void j_ws(jcheck *j) {
+  while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
+}
+
+static int j_hex(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static int j_string(jcheck *j) {
+  j->i++; /* the opening quote */
+  while (j->i < j->n) {
+    unsigned c = j->s[j->i];
+    if (c == '"') {
+      j->i++;
+      return J_OK;
+    }
+    if (c < 0x20) return J_OTHER;
+    if (c == '\\') {
+      if (j->i + 1 >= j->n) return J_EOF;
+      c = j->s[j->i + 1];
+      if (c == 'u') {
+        unsigned v = 0;
+        for (int k = 0; k < 4; k++) {
+          if (j->i + 2 + k >= j->n) return J_EOF;
+          int h = j_hex(j->s[j->i + 2 + k]);
+          if (h < 0) return J_OTHER;
+          v = v * 16 + (unsigned)h;
+        }
+        if (v == 0 || (v >= 0xD800 && v <= 0xDFFF)) return J_OTHER; /* NUL cuts a C string; JS keeps lone surrogates */
+        j->i += 6;
+        continue;
+      }
+      if (!strchr("\"\\/bfnrt", (int)c) || c == 0) return J_OTHER;
+      j->i += 2;
+      continue;
+    }
+    size_t len = xd_utf8_seq(j->s + j->i, j->n - j->i);
+    if (len == 0) return J_OTHER; /* invalid or cut-short UTF-8: the Node execd decodes it to U+FFFD first */
+    j->i += len;
+  }
+  return J_EOF;
+}
+
+static int j_digits(jcheck *j) {
+  if (j->i >= j->n) return J_EOF;
+  if (j->s[j->i] < '0' || j->s[j->i] > '9') return J_OTHER;
+  while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') j->i++;
+  return J_OK;
+}
+
+static int j_number(jcheck *j) {
+  int r;
+  if (j->s[j->i] == '-') j->i++;
+  if (j->i >= j->n) return J_EOF;
+  if (j->s[j->i] == '0') j->i++;
+  else if ((r = j_digits(j)) != J_OK) return r;
+  if (j->i < j->n && j->s[j->i] == '.') {
+    j->i++;
+    if ((r = j_digits(j)) != J_OK) return r;
+  }
+  if (j->i < j->n && (j->s[j->i] == 'e' || j->s[j->i] == 'E')) {
+    j->i++;
+    if (j->i < j->n && (j->s[j->i] == '+' || j->s[j->i] == '-')) j->i++;
+    if ((r = j_digits(j)) != J_OK) return r;
+  }
+  /* the end of the body after a number at the top level is fine; inside a container the caller sees the EOF */
+  return J_OK;
+}
+
+static int j_value(jcheck *j);
+
+static int j_container(jcheck *j, int object) {
+  if (++j->depth > J_MAX_DEPTH) return J_OTHER;
+  j->i++;
+  j_ws(j);
+  if (j->i >= j->n) return J_EOF;
+  if (j->s[j->i] == (object ? '}' : ']')) {
+    j->i++;
+    j->depth--;
+    return J_OK;
+  }
+  for (;;) {
+    int r;
+    if (object) {
+      if (j->i >= j->n) return J_EOF;
+      if (j->s[j->i] != '"') return J_OTHER;
+      if ((r = j_string(j)) != J_OK) return r;
+      j_ws(j);
+      if (j->i >= j->n) return J_EOF;
+      if (j->s[j->i] != ':') return J_OTHER;
+      j->i++;
+    }
+    if ((r = j_value(j)) != J_OK) return r;
+    j_ws(j);
+    if (j->i >= j->n) return J_EOF;
+    if (j->s[j->i] == ',') {
+      j->i++;
+      j_ws(j);
+      continue;
+    }
+    if (j->s[j->i] == (object ? '}' : ']')) {
+      j->i++;
+      j->depth--;
+      return J_OK;
+    }
+    return J_OTHER;
+  }
+}
+
+static int j_literal(jcheck *j, const char *word) {
+  for (size_t k = 0; word[k]; k++) {
+    if (j->i + k >= j->n) return J_EOF;
+    if (j->s[j->i + k] != (unsigned char)word[k]) return J_OTHER;
+  }
+  j->i += strlen(word);
+  return J_OK;
+}
+
+static int j_value(jcheck *j) {
+  j_ws(j);
+  if (j->i >= j->n) return J_EOF;
+  switch (j->s[j->i]) {
+  case '{': return j_container(j, 1);
+  case '[': return j_container(j, 0);
+  case '"': return j_string(j);
+  case 't': return j_literal(j, "true");
+  case 'f': return j_literal(j, "false");
+  case 'n': return j_literal(j, "null");
+  default:
+    if (j->s[j->i] == '-' || (j->s[j->i] >= '0' && j->s[j->i] <= '9')) return j_number(j);
+    return J_OTHER;
+  }
+}
+
+int xd_json_check(const char *s, size_t n) {
+  jcheck j = {(const unsigned char *)s, n, 0, 0};
+  int r = j_value(&j);
+  if (r != J_OK) return r;
+  j_ws(&j);
+  return j.i == n ? J_OK : J_OTHER;
+}
+
+/* The member `name` of a value object; *dup set when it appears more than once (JavaScript takes the last one). */
+const cJSON *xd_json_member(const cJSON *obj, const char *name, int *dup) {
+  const cJSON *found = NULL;
+  for (const cJSON *c = obj->child; c; c = c->next) {
+    if (strcmp(c->string, name) != 0) continue;
+    if (found) *dup = 1;
+    found = c;
+  }
+  return found;
 }

@@ -19,4 +19,16 @@ int xd_js_number(osb_buf *out, double v);
 /* True when v is an integer value (finite, no fraction): JavaScript's Number.isInteger. */
 int xd_is_integer(double v);
 
+/* The strict JSON grammar (RFC 8259) over a whole body, only whitespace after the value, at most 512 levels deep:
+ * XD_JSON_OK; XD_JSON_EOF when the input ended early (a Go decoder's "unexpected EOF"); XD_JSON_OTHER for anything
+ * else, and for what JavaScript and cJSON read differently (invalid UTF-8, \u0000, surrogate escapes): a module
+ * hands those to the Node execd. */
+enum { XD_JSON_OK = 0, XD_JSON_EOF = 1, XD_JSON_OTHER = 2 };
+int xd_json_check(const char *s, size_t n);
+
+/* The member `name` of a cJSON object (the last one, as JavaScript reads it); *dup set to 1 when it appears more
+ * than once (cJSON and JavaScript then disagree on its place). Borrowed from obj. */
+struct cJSON;
+const struct cJSON *xd_json_member(const struct cJSON *obj, const char *name, int *dup);
+
 #endif

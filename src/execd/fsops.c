@@ -1,0 +1,232 @@
+/* The files modules' shared file system work and parseMode (fsops.h). */
+#include "fsops.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "json.h"
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+void xd_oserr_set(xd_oserr *e, int err, const char *syscall, const char *path) {
+  free(e->path);
+  e->err = err;
+  e->syscall = syscall;
+  e->path = path ? dup_str(path) : NULL;
+}
+
+void xd_oserr_free(xd_oserr *e) {
+  free(e->path);
+  e->path = NULL;
+}
+
+int xd_oserr_text(osb_buf *out, const xd_oserr *e) {
+  const char *text = uv_strerror(uv_translate_sys_error(e->err));
+  int tl = (int)strcspn(text, ",");
+  if (e->path) return osb_buf_appendf(out, "%s %s: %.*s", e->syscall, e->path, tl, text) < 0 ? -1 : 0;
+  return osb_buf_appendf(out, "%s: %.*s", e->syscall, tl, text) < 0 ? -1 : 0;
+}
+
+/* name -> id of /etc/passwd or /etc/group (files-info.js idTable): the first line of a name counts; the id field is
+ * read like JavaScript's Number() and must be an integer. Returns 1 and *id when found, 0 otherwise. */
+static int js_number_int(const char *s, size_t n, long long *out) {
+  char buf[64];
+  while (n && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')) s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\v' || s[n - 1] == '\f')) n--;
+  if (n == 0) {
+    *out = 0;
+    return 1;
+  }
+  if (n >= sizeof buf) return 0;
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  int base = 10;
+  const char *d = buf;
+  if (buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) base = 16;
+  else if (buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) base = 8;
+  else if (buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) base = 2;
+  if (base != 10) {
+    d = buf + 2;
+    if (!*d) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(d, &end, base);
+    if (*end || errno || *d == '-' || *d == '+' || v > (1ull << 53)) return 0;
+    *out = (long long)v;
+    return 1;
+  }
+  for (const char *p = buf; *p; p++) /* strtod would also read hex, inf and nan, which Number() reads otherwise */
+    if (!strchr("0123456789+-.eE", *p)) return 0;
+  char *end;
+  double v = strtod(buf, &end);
+  if (*end || !isfinite(v) || floor(v) != v || fabs(v) > 9007199254740992.0) return 0;
+  *out = (long long)v;
+  return 1;
+}
+
+int xd_lookup_id(const char *file, const char *name, long long *id) {
+  FILE *f = fopen(file, "re");
+  if (!f) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int found = 0;
+  size_t nl = strlen(name);
+  while (!found && (len = getline(&line, &cap, f)) >= 0) {
+    if (len > 0 && line[len - 1] == '\n') line[--len] = '\0';
+    if (len == 0 || line[0] == '#') continue;
+    char *c1 = memchr(line, ':', (size_t)len);
+    if (!c1 || c1 == line) continue;
+    char *c2 = memchr(c1 + 1, ':', (size_t)(line + len - c1 - 1));
+    if (!c2) continue; /* r[2] undefined: Number(undefined) is NaN */
+    char *c3 = memchr(c2 + 1, ':', (size_t)(line + len - c2 - 1));
+    size_t flen = c3 ? (size_t)(c3 - c2 - 1) : (size_t)(line + len - c2 - 1);
+    long long v;
+    if (!js_number_int(c2 + 1, flen, &v)) continue;
+    if ((size_t)(c1 - line) == nl && memcmp(line, name, nl) == 0) {
+      *id = v;
+      found = 1;
+    }
+  }
+  free(line);
+  fclose(f);
+  return found;
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
+  *first = NULL;
+  e->err = 0;
+  if (is_dir(dir)) return 0;
+  size_t n = strlen(dir);
+  char *p = malloc(n + 1);
+  if (!p) {
+    xd_oserr_set(e, ENOMEM, "mkdir", dir);
+    return -1;
+  }
+  for (size_t i = 1; i <= n; i++) {
+    if (i < n && dir[i] != '/') continue;
+    memcpy(p, dir, i);
+    p[i] = '\0';
+    if (mkdir(p, 0777) == 0) {
+      if (!*first && !(*first = dup_str(p))) {
+        xd_oserr_set(e, ENOMEM, "mkdir", p);
+        free(p);
+        return -1;
+      }
+      continue;
+    }
+    int err = errno;
+    if (err != EEXIST) {
+      xd_oserr_set(e, err, "mkdir", p);
+      break;
+    }
+    struct stat st;
+    if (stat(p, &st) != 0) {
+      xd_oserr_set(e, errno, "stat", p);
+      break;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      xd_oserr_set(e, ENOTDIR, "mkdir", p);
+      break;
+    }
+  }
+  free(p);
+  if (e->err) {
+    free(*first);
+    *first = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+int xd_own(const char *path, const char *owner, const char *group, xd_oserr *e) {
+  long long uid = -1, gid = -1;
+  int has_uid = owner && xd_lookup_id("/etc/passwd", owner, &uid);
+  int has_gid = group && xd_lookup_id("/etc/group", group, &gid);
+  if (!has_uid && !has_gid) return 0;
+  if (chown(path, has_uid ? (uid_t)uid : (uid_t)-1, has_gid ? (gid_t)gid : (gid_t)-1) == 0) return 0;
+  xd_oserr_set(e, errno, "chown", path);
+  return -1;
+}
+
+int xd_own_created(const char *dir, const char *first, const char *owner, const char *group, xd_oserr *e) {
+  long long uid = -1, gid = -1;
+  int has_uid = owner && xd_lookup_id("/etc/passwd", owner, &uid);
+  int has_gid = group && xd_lookup_id("/etc/group", group, &gid);
+  if (!first || (!has_uid && !has_gid)) return 0;
+  char *p = dup_str(dir);
+  if (!p) {
+    xd_oserr_set(e, ENOMEM, "chown", first);
+    return -1;
+  }
+  /* first, then each component below it down to dir */
+  int rc = 0;
+  for (size_t i = strlen(first); rc == 0; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (chown(p, has_uid ? (uid_t)uid : (uid_t)-1, has_gid ? (gid_t)gid : (gid_t)-1) != 0) {
+      xd_oserr_set(e, errno, "chown", p);
+      rc = -1;
+    }
+    p[i] = c;
+    if (c == '\0') break;
+  }
+  free(p);
+  return rc;
+}
+
+int xd_parse_mode(const cJSON *mode, const char *where, int *has_mode, unsigned *mode_bits, osb_buf *msg) {
+  *has_mode = 0;
+  if (!mode || cJSON_IsNull(mode)) return 0;
+  if (cJSON_IsNumber(mode) && mode->valuedouble == 0) return 0;
+  osb_buf text = {0};
+  int rc;
+  if (cJSON_IsNumber(mode)) {
+    double v = mode->valuedouble;
+    /* Number.isInteger, then String(mode) must be octal digits worth at most 07777; JSON.stringify(Infinity) is null */
+    rc = isfinite(v) ? xd_js_number(&text, v) : osb_buf_append_str(&text, "null");
+    if (rc == 0 && xd_is_integer(v) && v > 0) {
+      unsigned long long m = 0;
+      int octal = 1;
+      for (const char *p = text.data; *p && octal; p++) {
+        if (*p < '0' || *p > '7') octal = 0;
+        else m = m * 8 + (unsigned)(*p - '0');
+        if (m > 07777) octal = 0;
+      }
+      if (octal) {
+        osb_buf_free(&text);
+        *has_mode = 1;
+        *mode_bits = (unsigned)m;
+        return 0;
+      }
+    }
+  } else if (cJSON_IsString(mode)) {
+    rc = xd_js_json_str(&text, mode->valuestring, strlen(mode->valuestring));
+  } else if (cJSON_IsBool(mode)) {
+    rc = osb_buf_append_str(&text, cJSON_IsTrue(mode) ? "true" : "false");
+  } else {
+    return 2;
+  }
+  if (rc == 0)
+    rc = osb_buf_appendf(msg, "invalid mode %s for %s: give the octal digits as a decimal integer, e.g. 644", text.data, where);
+  osb_buf_free(&text);
+  return rc < 0 ? -1 : 1;
+}

@@ -1,0 +1,46 @@
+/* What the C execd's files modules (dirs.c, upload.c) share: the file system work of the Node execd's files API
+ * as it words its failures (lib/dev-server/execd/mkdirp.js, files-upload.js mkdirWithOwnership, files-info.js
+ * lookupId/parseMode/osMessage), for the thread pool, and parseMode of a request's JSON on the loop thread.
+ * No state; the functions touching the file system block (run them on libuv's thread pool). */
+#ifndef XD_FSOPS_H
+#define XD_FSOPS_H
+#include <stddef.h>
+#include "core/buf.h"
+
+/* A failed system call: err (an errno value, 0 = none), the syscall's name (static) and the path it was given
+ * (malloc'd, owned by the struct; NULL when none or out of memory). */
+typedef struct {
+  int err;
+  const char *syscall;
+  char *path;
+} xd_oserr;
+
+/* Records a failure (path copied; a previous one is replaced). */
+void xd_oserr_set(xd_oserr *e, int err, const char *syscall, const char *path);
+void xd_oserr_free(xd_oserr *e);
+/* osMessage of the Node execd: "<syscall> <path>: <libuv's text of err up to its first comma>" ("<syscall>: ..."
+ * without a path). 0, or -1 when out of memory. */
+int xd_oserr_text(osb_buf *out, const xd_oserr *e);
+
+/* name -> id of /etc/passwd or /etc/group as files-info.js idTable reads them (the first line of a name counts, the
+ * id read like JavaScript's Number() and an integer): 1 and *id when found, 0 otherwise. */
+int xd_lookup_id(const char *file, const char *name, long long *id);
+
+/* mkdirp.js: mkdir -p of dir (absolute), one component at a time, 0777 before the umask (an existing directory costs
+ * one stat). 0 with *first = the first directory it created (malloc'd, the caller frees) or NULL; -1 with e set. */
+int xd_mkdirp(const char *dir, char **first, xd_oserr *e);
+
+/* The rest of mkdirWithOwnership: chown of `first` and every directory below it down to dir, to the owner/group
+ * names that resolve (nothing when neither does; names NULL = not given). 0, or -1 with e set. */
+int xd_own_created(const char *dir, const char *first, const char *owner, const char *group, xd_oserr *e);
+
+/* chown of path to the owner/group names that resolve (applyOwnership): 0, or -1 with e set. */
+int xd_own(const char *path, const char *owner, const char *group, xd_oserr *e);
+
+/* parseMode of a request's "mode" value (cJSON, may be NULL): 0 = fine (*has_mode, *mode set), 1 = a 400 whose
+ * message ("invalid mode ... for <where>: ...") is appended to msg, 2 = a value whose JavaScript text this module
+ * does not write (an array or object: hand the request off), -1 = out of memory. */
+struct cJSON;
+int xd_parse_mode(const struct cJSON *mode, const char *where, int *has_mode, unsigned *mode_bits, osb_buf *msg);
+
+#endif
