@@ -163,7 +163,9 @@ describe('dev-server execd files API', function () {
 
   it('a form over the 4 MiB in-memory budget: later parts spooled, every byte exact, no spool left (also after a cut)', async () => {
     const { createHash, randomBytes } = await import('node:crypto');
-    const blobs = [randomBytes(3 << 20), randomBytes(3 << 20), Buffer.from('tail!')]; // the second part passes 4 MiB
+    // over 8 MiB, so the C execd hands it to the Node execd unread (a smaller form is written by the C execd from
+    // memory); the first part passes the Node execd's 4 MiB
+    const blobs = [randomBytes(5 << 20), randomBytes(5 << 20), Buffer.from('tail!')];
     const form = multipart(blobs.flatMap((data, i) => [
       { name: 'metadata', filename: 'metadata', data: `{"path":"/workspace/spill/f${i}"}` },
       { name: 'file', filename: `f${i}`, data },
@@ -174,8 +176,10 @@ describe('dev-server execd files API', function () {
     assert.equal(await sh(sbx, 'sha256sum /workspace/spill/f0 /workspace/spill/f1 /workspace/spill/f2'), sums);
     assert.equal(await sh(sbx, 'ls -a /tmp | grep -c execd-upload || true'), '0');
 
-    // cut inside the spooled part: 400, nothing written, and the spool directory removed (asynchronously: wait for it)
-    const cut = form.body.subarray(0, (3 << 20) + (2 << 20));
+    // cut inside the second part, held in memory after the first was spooled: 400, nothing written, and the spool
+    // directory removed (asynchronously: wait for it). Regression: the cut part's promise never settled, so the
+    // directory stayed
+    const cut = form.body.subarray(0, (5 << 20) + (4 << 20));
     const r2 = await raw('/files/upload', { method: 'POST', headers: form.headers, body: cut });
     assert.equal(r2.status, 400);
     assert.deepEqual(r2.json, { code: 'INVALID_FILE', message: 'error parsing multipart form: Unexpected end of form' });

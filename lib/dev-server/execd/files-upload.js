@@ -119,6 +119,9 @@ function receiveForm(req) {
             }
           });
           stream.on('end', () => (out ? out.end() : res()));
+          // a part cut short ends with an error, not 'end': one held in memory settles here (a spooled one when
+          // fail() destroys its file), or the spool directory of the parts before it was never removed
+          stream.on('error', () => out || res());
         });
         written.catch(() => {}); // after a failure nobody waits for it
         pending.push(written);
