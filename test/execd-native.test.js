@@ -136,6 +136,21 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.equal(path.basename(cmdline(execdPid)[0]), path.basename(execdBinary()));
   });
 
+  it('an upload is written without Node (a form over 8 MiB is the Node execd\'s, which spools it)', async () => {
+    const boundary = 'native-b0undary';
+    const body = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="metadata"; filename="metadata"\r\n` +
+      `Content-Type: application/json\r\n\r\n{"path":"/workspace/native/up/f.txt","mode":640}\r\n--${boundary}\r\n` +
+      `Content-Disposition: form-data; name="file"; filename="f.txt"\r\n\r\nnative bytes\r\n--${boundary}--\r\n`);
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': `multipart/form-data; boundary=${boundary}` };
+    const up = await request(`http://127.0.0.1:${sb.port}/files/upload`, { method: 'POST', headers, body });
+    assert.deepEqual([up.status, up.text], [200, '']);
+    const cmd = await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers: { ...headers, 'Content-Type': 'application/json' },
+      body: { command: 'stat -c %a /workspace/native/up/f.txt && cat /workspace/native/up/f.txt' } });
+    assert.deepEqual(cmd.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).filter((e) => e.type === 'stdout').map((e) => e.text), ['640', 'native bytes']);
+    await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the command is gone' });
+    assert.deepEqual(nodeExecd(), []);
+  });
+
   it('the first files request starts the Node execd and is answered; later ones go to the same Node', async () => {
     const first = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
     assert.equal(first.status, 200, first.text);

@@ -28,6 +28,7 @@ static xd_server *server;
 static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
+static void *upload; /* upload.c: POST /files/upload */
 static void *pty; /* pty.c: /pty* */
 static uv_signal_t sigs[6];
 static size_t nsigs;
@@ -90,6 +91,8 @@ static void shutdown_all(void) {
   commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
+  xd_upload_close(upload);
+  upload = NULL;
   xd_pty_close(pty); /* kills the PTY sessions' processes */
   pty = NULL;
   xd_node_close(node);
@@ -111,6 +114,31 @@ static void on_signal(uv_signal_t *h, int sig) {
   xd_commands_relay_signal(commands, sig);
   int pid = node ? xd_node_pid(node) : 0;
   if (pid > 0) kill(pid, sig);
+}
+
+static void pool_noop(uv_work_t *w) {
+  (void)w;
+}
+
+static void pool_noop_done(uv_work_t *w, int status) {
+  (void)w;
+  (void)status;
+}
+
+/* libuv's thread pool does the file system work (the fsyncs of concurrent uploads wait side by side, as the real
+ * execd's goroutines do: with libuv's 4 threads, 16 uploads in flight queued behind each other's fsyncs) and the
+ * process starts. Its size is read from UV_THREADPOOL_SIZE once, when the first work is queued: a no-op is queued
+ * with it set, then it is taken out of the environment the commands inherit (a size the sandbox's environment
+ * gives stays, for both). */
+#define XD_THREAD_POOL 16
+#define XD_STR_(x) #x
+#define XD_STR(x) XD_STR_(x)
+static void size_thread_pool(uv_loop_t *loop) {
+  static uv_work_t first;
+  int ours = getenv("UV_THREADPOOL_SIZE") == NULL;
+  if (ours) setenv("UV_THREADPOOL_SIZE", XD_STR(XD_THREAD_POOL), 1);
+  if (uv_queue_work(loop, &first, pool_noop, pool_noop_done) != 0) die("cannot start the thread pool", NULL);
+  if (ours) unsetenv("UV_THREADPOOL_SIZE");
 }
 
 int main(int argc, char **argv) {
@@ -196,8 +224,10 @@ int main(int argc, char **argv) {
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {pty, xd_pty_route}};
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route}, {pty, xd_pty_route}};
+  size_thread_pool(loop);
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];

@@ -293,7 +293,7 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
 int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
   if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
-  return strcmp(method, "POST") == 0 && strcmp(path, "/directories") == 0;
+  return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
 }
 
 /* ---------------------------------------------------------------- xd.h: request accessors */
@@ -931,6 +931,9 @@ static void process(conn *c) {
         /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
          * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
+        break;
+      } else if (strcmp(c->path, "/files/upload") == 0 && (c->chunked || c->cl_left > XD_UPLOAD_NATIVE_MAX)) {
+        handoff_now(c); /* upload.c holds a form in memory; the Node execd spools a large one (a known length only) */
         break;
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
         c->too_large = c->discard = 1;

@@ -127,6 +127,12 @@ void xd_commands_close(void *module);              /* shutdown: kills running co
 void *xd_dirs_new(const xd_ctx *ctx);
 int xd_dirs_route(void *module, const xd_req *req, xd_res *res);
 void xd_dirs_close(void *module);
+/* upload.c: POST /files/upload (a body over XD_UPLOAD_NATIVE_MAX, or chunked, goes to the Node execd unread: it
+ * spools large forms to disk, this module holds the form in memory) */
+#define XD_UPLOAD_NATIVE_MAX (8u * 1024u * 1024u)
+void *xd_upload_new(const xd_ctx *ctx);
+int xd_upload_route(void *module, const xd_req *req, xd_res *res);
+void xd_upload_close(void *module);
 /* pty.c: POST /pty, GET and DELETE /pty/{id}, the WebSocket GET /pty/{id}/ws */
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);

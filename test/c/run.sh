@@ -103,6 +103,7 @@ fuzz fuzz_events corpus
 fuzz fuzz_process corpus-process
 fuzz fuzz_target corpus-target
 fuzz fuzz_wsproto corpus-wsproto
+fuzz fuzz_multipart corpus-multipart
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

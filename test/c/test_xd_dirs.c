@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "execd/server.h"
 #include "execd/xd.h"
 
@@ -35,32 +36,13 @@ static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t 
 
 /* One request on a fresh connection; the status and the body (malloc'd) of the answer. */
 static int request(const char *body, char **out) {
+  osb_buf r = {0};
+  int status = -1;
   *out = NULL;
-  int fd = xd_dial(port, 10);
-  if (fd < 0) return -1;
-  char head[256];
-  size_t bl = strlen(body);
-  int hl = snprintf(head, sizeof head,
-                    "POST /directories HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                    "Content-Length: %zu\r\n\r\n", bl);
-  if (write(fd, head, (size_t)hl) != hl || write(fd, body, bl) != (ssize_t)bl) {
-    close(fd);
-    return -1;
-  }
-  char buf[8192];
-  size_t n = 0;
-  for (;;) {
-    ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
-    if (r <= 0) break;
-    n += (size_t)r;
-    if (n == sizeof buf - 1) break;
-  }
-  close(fd);
-  buf[n] = '\0';
-  int status = 0;
-  if (sscanf(buf, "HTTP/1.1 %d", &status) != 1) return -1;
-  const char *b = strstr(buf, "\r\n\r\n");
-  *out = strdup(b ? b + 4 : "");
+  if (osb_buf_appendf(&r, "POST /directories HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                      "Content-Length: %zu\r\n\r\n%s", strlen(body), body) >= 0)
+    status = xd_roundtrip(port, r.data, r.len, out);
+  osb_buf_free(&r);
   return status;
 }
 

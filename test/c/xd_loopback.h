@@ -5,6 +5,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -43,5 +46,45 @@ static inline int xd_dial(int port, int timeout_s) {
     return -1;
   }
   return fd;
+}
+
+/* Sends one whole request (len bytes) on a fresh connection to 127.0.0.1:port and reads the answer until the server
+ * closes (the request should ask for Connection: close): its status, and in *body (malloc'd, the caller frees) what
+ * follows the head. -1 when there is no HTTP answer (*body NULL). Answers are read up to 64 KiB. */
+static inline int xd_roundtrip(int port, const char *req, size_t len, char **body) {
+  *body = NULL;
+  int fd = xd_dial(port, 10);
+  if (fd < 0) return -1;
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(fd, req + off, len - off);
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  size_t cap = 65536, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    close(fd);
+    return -1;
+  }
+  for (;;) {
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n == cap - 1) break;
+  }
+  close(fd);
+  buf[n] = '\0';
+  int status = 0;
+  const char *b = strstr(buf, "\r\n\r\n");
+  if (sscanf(buf, "HTTP/1.1 %d", &status) != 1 || !b) {
+    free(buf);
+    return -1;
+  }
+  *body = strdup(b + 4);
+  free(buf);
+  return *body ? status : -1;
 }
 #endif
