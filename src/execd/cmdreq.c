@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "json.h"
 
@@ -518,4 +520,20 @@ int xd_json_parse(const char *body, size_t len, cJSON **out, osb_buf *msg) {
   if (b) return 0;
   syntax_text(body, len, end, msg);
   return -1;
+}
+
+void xd_random16(unsigned char b[16]) {
+  size_t got = 0;
+  while (got < 16) {
+    ssize_t r = getrandom(b + got, 16 - got, 0);
+    if (r > 0) got += (size_t)r;
+    else if (errno != EINTR) break;
+  }
+  if (got < 16) { /* no getrandom: the clock, pid and a counter, still unique per process */
+    static uint64_t seq;
+    uint64_t t = uv_hrtime() ^ ((uint64_t)getpid() << 40);
+    seq++;
+    memcpy(b, &t, 8);
+    memcpy(b + 8, &seq, 8);
+  }
 }

@@ -64,4 +64,8 @@ char *xd_decode_segment(const char *s, size_t len);
  * the text of Go's decoder appended to msg ("unexpected EOF", "invalid character 'x' in JSON at offset N"). */
 int xd_json_parse(const char *body, size_t len, cJSON **out, osb_buf *msg);
 
+/* 16 random bytes for the ids of commands and PTY sessions (getrandom; the clock, pid and a counter where it is
+ * refused: still unique within the process). */
+void xd_random16(unsigned char b[16]);
+
 #endif

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -142,19 +141,7 @@ static void now_stamp(char out[40]) {
 
 static void random_id(char out[33]) {
   unsigned char b[16];
-  size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t r = getrandom(b + got, sizeof b - got, 0);
-    if (r > 0) got += (size_t)r;
-    else if (errno != EINTR) break;
-  }
-  if (got < sizeof b) { /* no getrandom: the clock and pid, still unique per process */
-    uint64_t t = wall_ms() ^ ((uint64_t)getpid() << 40);
-    static uint64_t seq;
-    t += ++seq;
-    memcpy(b, &t, 8);
-    memcpy(b + 8, &seq, 8);
-  }
+  xd_random16(b);
   for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 

@@ -32,6 +32,12 @@ void xd_oserr_free(xd_oserr *e) {
   e->path = NULL;
 }
 
+int xd_oserr_node_text(osb_buf *out, const xd_oserr *e) {
+  int u = uv_translate_sys_error(e->err);
+  if (e->path) return osb_buf_appendf(out, "%s: %s, %s '%s'", uv_err_name(u), uv_strerror(u), e->syscall, e->path) < 0 ? -1 : 0;
+  return osb_buf_appendf(out, "%s: %s, %s", uv_err_name(u), uv_strerror(u), e->syscall) < 0 ? -1 : 0;
+}
+
 int xd_oserr_text(osb_buf *out, const xd_oserr *e) {
   const char *text = uv_strerror(uv_translate_sys_error(e->err));
   int tl = (int)strcspn(text, ",");

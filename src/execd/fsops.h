@@ -22,6 +22,10 @@ void xd_oserr_free(xd_oserr *e);
  * without a path). 0, or -1 when out of memory. */
 int xd_oserr_text(osb_buf *out, const xd_oserr *e);
 
+/* A Node fs error's message: "<CODE>: <libuv's text>, <syscall> '<path>'" (e.g. "ENOTDIR: not a directory, mkdir
+ * '/a'"). 0, or -1 when out of memory. */
+int xd_oserr_node_text(osb_buf *out, const xd_oserr *e);
+
 /* name -> id of /etc/passwd or /etc/group as files-info.js idTable reads them (the first line of a name counts, the
  * id read like JavaScript's Number() and an integer): 1 and *id when found, 0 otherwise. */
 int xd_lookup_id(const char *file, const char *name, long long *id);

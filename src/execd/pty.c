@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -47,6 +46,7 @@
 #include <cjson/cJSON.h>
 
 #include "cmdreq.h"
+#include "fsops.h"
 #include "core/buf.h"
 #include "json.h"
 #include "spawn.h"
@@ -1192,53 +1192,11 @@ static void send_not_found(xd_res *res, const char *id) {
 
 static void random_uuid(char out[37]) {
   unsigned char b[16];
-  size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t r = getrandom(b + got, sizeof b - got, 0);
-    if (r > 0) got += (size_t)r;
-    else if (errno != EINTR) break;
-  }
-  if (got < sizeof b) { /* no getrandom: the clock, pid and a counter, still unique per process */
-    static uint64_t seq;
-    uint64_t t = uv_hrtime() ^ ((uint64_t)getpid() << 40);
-    seq++;
-    memcpy(b, &t, 8);
-    memcpy(b + 8, &seq, 8);
-  }
+  xd_random16(b);
   b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
   b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
   snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4],
            b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
-
-/* mkdir -p (mkdirp.js mkdirpSync): 0, or -1 with Node's error text in err */
-static int mkdirp(const char *dir, osb_buf *err) {
-  struct stat st;
-  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-  size_t n = strlen(dir);
-  char *p = malloc(n + 1);
-  if (!p) return osb_buf_append_str(err, "out of memory"), -1;
-  memcpy(p, dir, n + 1);
-  int rc = 0;
-  for (size_t i = 1; i <= n && rc == 0; i++) {
-    if (p[i] != '/' && p[i] != 0) continue;
-    if (p[i - 1] == '/') continue;
-    char keep = p[i];
-    p[i] = 0;
-    if (mkdir(p, 0777) != 0) {
-      int e = errno;
-      if (e != EEXIST) {
-        osb_buf_appendf(err, "%s: %s, mkdir '%s'", uv_err_name(uv_translate_sys_error(e)), uv_strerror(uv_translate_sys_error(e)), p);
-        rc = -1;
-      } else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        osb_buf_appendf(err, "ENOTDIR: not a directory, mkdir '%s'", p);
-        rc = -1;
-      }
-    }
-    p[i] = keep;
-  }
-  free(p);
-  return rc;
 }
 
 static const char *default_cwd(module *m, char *buf, size_t cap) {
@@ -1288,15 +1246,18 @@ static void create(module *m, const xd_req *req, xd_res *res) {
       code = "RUNTIME_ERROR";
       goto fail;
     }
-    osb_buf err = {0};
-    if (mkdirp(cwd.data, &err) != 0) {
+    char *first = NULL;
+    xd_oserr err = {0};
+    if (xd_mkdirp(cwd.data, &first, &err) != 0) { /* mkdirp.js mkdirpSync, its error as Node's message */
       osb_buf_reset(&msg);
-      osb_buf_appendf(&msg, "error creating pty session: error creating PTY session work directory: %s", err.data ? err.data : "");
-      osb_buf_free(&err);
+      osb_buf_append_str(&msg, "error creating pty session: error creating PTY session work directory: ");
+      xd_oserr_node_text(&msg, &err);
+      xd_oserr_free(&err);
       status = 500;
       code = "RUNTIME_ERROR";
       goto fail;
     }
+    free(first);
   } else {
     osb_buf_append_str(&cwd, base);
   }
