@@ -40,24 +40,17 @@ typedef struct {
   char *group;
 } dir_entry;
 
-typedef struct dirs_mod dirs_mod;
-typedef struct dirs_job {
-  uv_work_t work;
-  dirs_mod *mod;   /* NULL once the module was closed */
-  xd_res *res;     /* NULL once the client went away or the module was closed */
+typedef struct {
+  xd_fsjob job; /* first: the answer (fsops.h) */
   dir_entry *e;
   size_t n;
-  int status;      /* the answer: 200, or an error with code and message */
-  const char *code;
-  char *message;
-  struct dirs_job *prev, *next;
 } dirs_job;
 
-struct dirs_mod {
+typedef struct {
   uv_loop_t *loop;
   char *workspace;
-  dirs_job *jobs; /* in flight */
-};
+  xd_fsjobs jobs; /* in flight */
+} dirs_mod;
 
 static void entries_free(dir_entry *e, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -70,9 +63,9 @@ static void entries_free(dir_entry *e, size_t n) {
   free(e);
 }
 
-static void job_free(dirs_job *job) {
+static void job_free(xd_fsjob *fj) {
+  dirs_job *job = (dirs_job *)fj;
   entries_free(job->e, job->n);
-  free(job->message);
   free(job);
 }
 
@@ -138,26 +131,20 @@ done:
 
 /* A failed system call as the Node execd words it (fileError of osMessage): ENOENT is a 404 FILE_NOT_FOUND, anything
  * else a 500 RUNTIME_ERROR. */
-static void job_fail(dirs_job *job, const xd_oserr *err) {
+static void job_fail(xd_fsjob *job, const xd_oserr *err) {
   osb_buf m = {0};
-  job->status = err->err == ENOENT ? 404 : 500;
-  job->code = err->err == ENOENT ? "FILE_NOT_FOUND" : "RUNTIME_ERROR";
-  if (osb_buf_append_str(&m, err->err == ENOENT ? "file not found. " : "error accessing file: ") < 0 || xd_oserr_text(&m, err) < 0) {
-    osb_buf_free(&m);
-    job->status = 500;
-    job->code = "RUNTIME_ERROR";
-    job->message = NULL;
-    return;
-  }
-  job->message = osb_buf_steal(&m, NULL);
+  int missing = err->err == ENOENT;
+  if (osb_buf_append_str(&m, missing ? "file not found. " : "error accessing file: ") < 0 || xd_oserr_text(&m, err) < 0)
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+  else
+    xd_fsjob_fail(job, missing ? 404 : 500, missing ? "FILE_NOT_FOUND" : "RUNTIME_ERROR", m.data);
+  osb_buf_free(&m);
 }
 
 /* mkdirWithOwnership + the mode of makeDirs, for one entry. */
-static void make_one(dirs_job *job, const dir_entry *e) {
+static void make_one(xd_fsjob *job, const dir_entry *e) {
   if (e->error) {
-    job->status = 400;
-    job->code = "INVALID_REQUEST_BODY";
-    if (!(job->message = dup_str(e->error))) job->status = 500;
+    xd_fsjob_fail(job, 400, "INVALID_REQUEST_BODY", e->error);
     return;
   }
   struct stat st;
@@ -172,36 +159,9 @@ static void make_one(dirs_job *job, const dir_entry *e) {
   xd_oserr_free(&err);
 }
 
-static void job_work(uv_work_t *w) {
-  dirs_job *job = w->data;
-  for (size_t i = 0; i < job->n && job->status == 200; i++) make_one(job, &job->e[i]);
-}
-
-static void job_unlink(dirs_job *job) {
-  if (!job->mod) return;
-  if (job->prev) job->prev->next = job->next;
-  else job->mod->jobs = job->next;
-  if (job->next) job->next->prev = job->prev;
-}
-
-static void job_done(uv_work_t *w, int status) {
-  dirs_job *job = w->data;
-  if (job->res) {
-    if (status != 0) xd_send_error(job->res, 500, "RUNTIME_ERROR", "operation canceled");
-    else if (job->status == 200) xd_send_empty(job->res);
-    else if (job->message) xd_send_error(job->res, job->status, job->code, job->message);
-    else xd_send_error(job->res, 500, "RUNTIME_ERROR", "out of memory");
-  }
-  job_unlink(job);
-  job_free(job);
-}
-
-static void job_gone(void *arg) {
-  ((dirs_job *)arg)->res = NULL;
-}
-
-static void ignore_close(void *arg) {
-  (void)arg;
+static void job_run(xd_fsjob *fj) {
+  dirs_job *job = (dirs_job *)fj;
+  for (size_t i = 0; i < job->n && fj->status == 200; i++) make_one(fj, &job->e[i]);
 }
 
 /* ---- the module ---- */
@@ -220,14 +180,7 @@ void *xd_dirs_new(const xd_ctx *ctx) {
 void xd_dirs_close(void *module) {
   dirs_mod *m = module;
   if (!m) return;
-  /* jobs still on the thread pool free themselves when they finish; they answer no one */
-  for (dirs_job *j = m->jobs, *next; j; j = next) {
-    next = j->next;
-    if (j->res) xd_res_on_close(j->res, ignore_close, NULL); /* the job no longer answers */
-    j->res = NULL;
-    j->mod = NULL;
-    uv_cancel((uv_req_t *)&j->work);
-  }
+  xd_fsjobs_close(&m->jobs);
   free(m->workspace);
   free(m);
 }
@@ -316,21 +269,15 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
       goto out;
     }
   }
-  job->status = 200;
-  job->mod = m;
-  job->res = res;
-  job->work.data = job;
-  if (uv_queue_work(m->loop, &job->work, job_work, job_done) != 0) {
+  job->job.run = job_run;
+  job->job.release = job_free;
+  if (xd_fsjob_start(&m->jobs, m->loop, &job->job, res) != 0) {
     xd_send_error(res, 500, "RUNTIME_ERROR", "cannot queue the directory work");
     goto out;
   }
-  job->next = m->jobs;
-  if (m->jobs) m->jobs->prev = job;
-  m->jobs = job;
-  xd_res_on_close(res, job_gone, job);
   job = NULL; /* the thread pool's now */
 out:
-  if (job) job_free(job);
+  if (job) job_free(&job->job);
   osb_buf_free(&msg);
   cJSON_Delete(root);
   return taken;

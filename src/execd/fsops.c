@@ -236,3 +236,68 @@ int xd_parse_mode(const cJSON *mode, const char *where, int *has_mode, unsigned 
   osb_buf_free(&text);
   return rc < 0 ? -1 : 1;
 }
+
+/* ---- files jobs ---- */
+
+static void fsjob_work(uv_work_t *w) {
+  xd_fsjob *job = w->data;
+  job->run(job);
+}
+
+static void fsjob_done(uv_work_t *w, int status) {
+  xd_fsjob *job = w->data;
+  if (job->res) {
+    if (status != 0) xd_send_error(job->res, 500, "RUNTIME_ERROR", "operation canceled");
+    else if (job->status == 200) xd_send_empty(job->res);
+    else if (job->message) xd_send_error(job->res, job->status, job->code, job->message);
+    else xd_send_error(job->res, 500, "RUNTIME_ERROR", "out of memory");
+  }
+  if (job->jobs) {
+    if (job->prev) job->prev->next = job->next;
+    else job->jobs->head = job->next;
+    if (job->next) job->next->prev = job->prev;
+  }
+  free(job->message);
+  job->message = NULL;
+  job->release(job);
+}
+
+static void fsjob_gone(void *arg) {
+  ((xd_fsjob *)arg)->res = NULL;
+}
+
+static void ignore_close(void *arg) {
+  (void)arg;
+}
+
+int xd_fsjob_start(xd_fsjobs *jobs, uv_loop_t *loop, xd_fsjob *job, xd_res *res) {
+  job->status = 200;
+  job->jobs = jobs;
+  job->res = res;
+  job->work.data = job;
+  if (uv_queue_work(loop, &job->work, fsjob_work, fsjob_done) != 0) return -1;
+  job->prev = NULL;
+  job->next = jobs->head;
+  if (jobs->head) jobs->head->prev = job;
+  jobs->head = job;
+  xd_res_on_close(res, fsjob_gone, job);
+  return 0;
+}
+
+void xd_fsjobs_close(xd_fsjobs *jobs) {
+  for (xd_fsjob *j = jobs->head, *next; j; j = next) {
+    next = j->next;
+    if (j->res) xd_res_on_close(j->res, ignore_close, NULL); /* the job no longer answers */
+    j->res = NULL;
+    j->jobs = NULL;
+    uv_cancel((uv_req_t *)&j->work);
+  }
+  jobs->head = NULL;
+}
+
+void xd_fsjob_fail(xd_fsjob *job, int status, const char *code, const char *message) {
+  job->status = status;
+  job->code = code;
+  free(job->message);
+  job->message = message ? dup_str(message) : NULL;
+}

@@ -5,7 +5,9 @@
 #ifndef XD_FSOPS_H
 #define XD_FSOPS_H
 #include <stddef.h>
+#include <uv.h>
 #include "core/buf.h"
+#include "xd.h"
 
 /* A failed system call: err (an errno value, 0 = none), the syscall's name (static) and the path it was given
  * (malloc'd, owned by the struct; NULL when none or out of memory). */
@@ -46,5 +48,32 @@ int xd_own(const char *path, const char *owner, const char *group, xd_oserr *e);
  * does not write (an array or object: hand the request off), -1 = out of memory. */
 struct cJSON;
 int xd_parse_mode(const struct cJSON *mode, const char *where, int *has_mode, unsigned *mode_bits, osb_buf *msg);
+
+/* ---- a files request's work on the thread pool, answered on the loop thread (dirs.c, upload.c) ----
+ * The module embeds an xd_fsjob first in its job struct, sets run (the thread pool's part: it leaves status 200 or
+ * sets status, code and message) and release (frees the module's struct, the job included), and starts it. The
+ * answer is 200 with no body, or {code, message} (500 "out of memory" when the message is NULL). A client that went
+ * away gets nothing; the job is released when its work is done, also after the module closed. */
+typedef struct xd_fsjob xd_fsjob;
+typedef struct xd_fsjobs {
+  xd_fsjob *head; /* jobs in flight (the module's) */
+} xd_fsjobs;
+struct xd_fsjob {
+  uv_work_t work;
+  void (*run)(xd_fsjob *job);
+  void (*release)(xd_fsjob *job);
+  xd_fsjobs *jobs;   /* NULL once the module closed */
+  xd_res *res;       /* NULL once the client went away or the module closed */
+  int status;        /* 200, or the error's status */
+  const char *code;  /* static */
+  char *message;     /* malloc'd, freed with the job's answer */
+  xd_fsjob *prev, *next;
+};
+/* Queues the job and ties it to res. 0, or -1 (nothing queued; the caller answers and releases). */
+int xd_fsjob_start(xd_fsjobs *jobs, uv_loop_t *loop, xd_fsjob *job, xd_res *res);
+/* Module shutdown: jobs in flight answer no one and release themselves when their work is done. */
+void xd_fsjobs_close(xd_fsjobs *jobs);
+/* Sets the job's answer to an error (message copied; NULL message text on OOM). */
+void xd_fsjob_fail(xd_fsjob *job, int status, const char *code, const char *message);
 
 #endif

@@ -42,25 +42,18 @@ typedef struct {
   size_t len;
 } pair;
 
-typedef struct upload_mod upload_mod;
-typedef struct upload_job {
-  uv_work_t work;
-  upload_mod *mod;   /* NULL once the module was closed */
-  xd_res *res;       /* NULL once the client went away or the module was closed */
+typedef struct {
+  xd_fsjob job;      /* first: the answer (fsops.h) */
   char *body;        /* a copy of the request body: the request is the server's, freed when its client goes */
   pair *p;
   size_t n;
-  int status;        /* the answer: 200, or an error with code and message */
-  const char *code;
-  char *message;
-  struct upload_job *prev, *next;
 } upload_job;
 
-struct upload_mod {
+typedef struct {
   uv_loop_t *loop;
   char *workspace;
-  upload_job *jobs; /* in flight */
-};
+  xd_fsjobs jobs; /* in flight */
+} upload_mod;
 
 static char *dup_str(const char *s) {
   size_t n = strlen(s) + 1;
@@ -69,7 +62,8 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-static void job_free(upload_job *job) {
+static void job_free(xd_fsjob *fj) {
+  upload_job *job = (upload_job *)fj;
   for (size_t i = 0; i < job->n; i++) {
     pair *p = &job->p[i];
     free(p->path);
@@ -80,7 +74,6 @@ static void job_free(upload_job *job) {
   }
   free(job->p);
   free(job->body);
-  free(job->message);
   free(job);
 }
 
@@ -156,15 +149,11 @@ out:
 
 /* ---- the file system work (thread pool) ---- */
 
-static void job_fail(upload_job *job, const char *what, const char *path, const xd_oserr *err) {
+static void job_fail(xd_fsjob *job, const char *what, const char *path, const xd_oserr *err) {
   osb_buf m = {0};
-  job->status = 500;
-  job->code = "RUNTIME_ERROR";
-  if (osb_buf_appendf(&m, "%s %s. ", what, path) < 0 || xd_oserr_text(&m, err) < 0) {
-    osb_buf_free(&m);
-    return; /* message NULL: answered "out of memory" */
-  }
-  job->message = osb_buf_steal(&m, NULL);
+  int ok = osb_buf_appendf(&m, "%s %s. ", what, path) >= 0 && xd_oserr_text(&m, err) >= 0;
+  xd_fsjob_fail(job, 500, "RUNTIME_ERROR", ok ? m.data : NULL);
+  osb_buf_free(&m);
 }
 
 /* writeAndSync: the file's data, fsynced, then its directory's entry (best effort, as execd) */
@@ -201,11 +190,9 @@ static int write_file(const char *target, const char *dir, const char *data, siz
   return 0;
 }
 
-static void write_pair(upload_job *job, const pair *p) {
+static void write_pair(xd_fsjob *job, const pair *p) {
   if (p->status) {
-    job->status = p->status;
-    job->code = p->code;
-    job->message = dup_str(p->message);
+    xd_fsjob_fail(job, p->status, p->code, p->message);
     return;
   }
   /* path.dirname of the resolved target */
@@ -213,8 +200,7 @@ static void write_pair(upload_job *job, const pair *p) {
   size_t dl = slash == p->target ? 1 : (size_t)(slash - p->target);
   char *dir = malloc(dl + 1);
   if (!dir) {
-    job->status = 500;
-    job->code = "RUNTIME_ERROR";
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
     return;
   }
   memcpy(dir, p->target, dl);
@@ -235,36 +221,9 @@ static void write_pair(upload_job *job, const pair *p) {
   free(dir);
 }
 
-static void job_work(uv_work_t *w) {
-  upload_job *job = w->data;
-  for (size_t i = 0; i < job->n && job->status == 200; i++) write_pair(job, &job->p[i]);
-}
-
-static void job_unlink(upload_job *job) {
-  if (!job->mod) return;
-  if (job->prev) job->prev->next = job->next;
-  else job->mod->jobs = job->next;
-  if (job->next) job->next->prev = job->prev;
-}
-
-static void job_done(uv_work_t *w, int status) {
-  upload_job *job = w->data;
-  if (job->res) {
-    if (status != 0) xd_send_error(job->res, 500, "RUNTIME_ERROR", "operation canceled");
-    else if (job->status == 200) xd_send_empty(job->res);
-    else if (job->message) xd_send_error(job->res, job->status, job->code, job->message);
-    else xd_send_error(job->res, 500, "RUNTIME_ERROR", "out of memory");
-  }
-  job_unlink(job);
-  job_free(job);
-}
-
-static void job_gone(void *arg) {
-  ((upload_job *)arg)->res = NULL;
-}
-
-static void ignore_close(void *arg) {
-  (void)arg;
+static void job_run(xd_fsjob *fj) {
+  upload_job *job = (upload_job *)fj;
+  for (size_t i = 0; i < job->n && fj->status == 200; i++) write_pair(fj, &job->p[i]);
 }
 
 /* ---- the module ---- */
@@ -283,14 +242,7 @@ void *xd_upload_new(const xd_ctx *ctx) {
 void xd_upload_close(void *module) {
   upload_mod *m = module;
   if (!m) return;
-  /* jobs still on the thread pool free themselves when they finish; they answer no one */
-  for (upload_job *j = m->jobs, *next; j; j = next) {
-    next = j->next;
-    if (j->res) xd_res_on_close(j->res, ignore_close, NULL);
-    j->res = NULL;
-    j->mod = NULL;
-    uv_cancel((uv_req_t *)&j->work);
-  }
+  xd_fsjobs_close(&m->jobs);
   free(m->workspace);
   free(m);
 }
@@ -362,21 +314,15 @@ int xd_upload_route(void *module, const xd_req *req, xd_res *res) {
       goto out;
     }
   }
-  job->status = 200;
-  job->mod = m;
-  job->res = res;
-  job->work.data = job;
-  if (uv_queue_work(m->loop, &job->work, job_work, job_done) != 0) {
+  job->job.run = job_run;
+  job->job.release = job_free;
+  if (xd_fsjob_start(&m->jobs, m->loop, &job->job, res) != 0) {
     xd_send_error(res, 500, "RUNTIME_ERROR", "cannot queue the upload");
     goto out;
   }
-  job->next = m->jobs;
-  if (m->jobs) m->jobs->prev = job;
-  m->jobs = job;
-  xd_res_on_close(res, job_gone, job);
   job = NULL; /* the thread pool's now */
 out:
   free(parts);
-  if (job) job_free(job);
+  if (job) job_free(&job->job);
   return taken;
 }

@@ -22,7 +22,6 @@
 static char ws[256];
 static int port;
 static _Atomic int handed; /* requests handed over (counted on the loop thread, read by the client thread) */
-static uv_async_t done_async;
 
 /* The stand-in for the Node execd: counts the connection and answers it 502 so the client is not left waiting. */
 static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
@@ -141,43 +140,11 @@ static void *client(void *arg) {
   RUN(test_creates);
   RUN(test_errors);
   RUN(test_handed_over);
-  uv_async_send(&done_async);
+  xd_module_test_done();
   return NULL;
 }
 
-static xd_server *server;
-static void on_done(uv_async_t *a) {
-  uv_close((uv_handle_t *)a, NULL);
-  xd_server_close(server);
-}
-
 int main(void) {
-  if (!t_tempdir(ws, sizeof ws, "xd-dirs")) {
-    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  xd_ctx ctx = {0};
-  ctx.loop = &loop;
-  ctx.workspace = ws;
-  void *dirs = xd_dirs_new(&ctx);
-  xd_route route = {dirs, xd_dirs_route};
-  server = dirs ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
-  if (!server) {
-    printf("server did not start\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_async_init(&loop, &done_async, on_done);
-  pthread_t t;
-  pthread_create(&t, NULL, client, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(t, NULL);
-  xd_dirs_close(dirs);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
-  if (system(cmd) != 0) printf("could not remove %s\n", ws);
-  return t_summary();
+  xd_module_test t = {.name = "xd-dirs", .make = xd_dirs_new, .route = xd_dirs_route, .close = xd_dirs_close, .client = client, .handoff = on_handoff};
+  return xd_run_module_test(&t, ws, &port);
 }

@@ -18,7 +18,6 @@
 static char ws[256];
 static int port;
 static _Atomic int handed;
-static uv_async_t done_async;
 
 static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
   (void)arg, (void)is_unix, (void)head, (void)len;
@@ -228,44 +227,12 @@ static void *client(void *arg) {
   RUN(test_writes);
   RUN(test_errors);
   RUN(test_handed_over);
-  uv_async_send(&done_async);
+  xd_module_test_done();
   return NULL;
-}
-
-static xd_server *server;
-static void on_done(uv_async_t *a) {
-  uv_close((uv_handle_t *)a, NULL);
-  xd_server_close(server);
 }
 
 int main(void) {
   umask(022);
-  if (!t_tempdir(ws, sizeof ws, "xd-upload")) {
-    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  xd_ctx ctx = {0};
-  ctx.loop = &loop;
-  ctx.workspace = ws;
-  void *up = xd_upload_new(&ctx);
-  xd_route route = {up, xd_upload_route};
-  server = up ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
-  if (!server) {
-    printf("server did not start\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_async_init(&loop, &done_async, on_done);
-  pthread_t t;
-  pthread_create(&t, NULL, client, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(t, NULL);
-  xd_upload_close(up);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
-  if (system(cmd) != 0) printf("could not remove %s\n", ws);
-  return t_summary();
+  xd_module_test t = {.name = "xd-upload", .make = xd_upload_new, .route = xd_upload_route, .close = xd_upload_close, .client = client, .handoff = on_handoff};
+  return xd_run_module_test(&t, ws, &port);
 }

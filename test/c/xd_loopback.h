@@ -87,4 +87,62 @@ static inline int xd_roundtrip(int port, const char *req, size_t len, char **bod
   free(buf);
   return *body ? status : -1;
 }
+#ifdef OSB_TEST_HARNESS_H
+#include <pthread.h>
+/* The whole run of a route module's test (test_xd_commands.c, test_xd_dirs.c, test_xd_upload.c): a temporary
+ * workspace (ws), the module made from ctx (loop and workspace filled in here) and served on loopback (port),
+ * client(NULL) on a thread while the loop runs; once it calls xd_module_test_done() the server and the module
+ * close, the loop ends and the workspace is removed. Returns the harness's summary (the process's exit code). */
+typedef struct {
+  const char *name;                  /* the temporary directory's prefix */
+  xd_ctx ctx;                        /* options of the module (loop and workspace set here) */
+  void *(*make)(const xd_ctx *ctx);
+  xd_route_fn route;
+  void (*close)(void *module);
+  void *(*client)(void *arg);
+  xd_handoff_fn handoff;
+} xd_module_test;
+
+static uv_async_t xd_mt_done_async;
+static xd_server *xd_mt_server;
+static void *xd_mt_module;
+static void (*xd_mt_close)(void *module);
+
+static inline void xd_module_test_done(void) { uv_async_send(&xd_mt_done_async); }
+
+static inline void xd_mt_on_done(uv_async_t *a) {
+  uv_close((uv_handle_t *)a, NULL);
+  xd_server_close(xd_mt_server);
+  xd_mt_close(xd_mt_module);
+}
+
+static inline int xd_run_module_test(xd_module_test *t, char ws[256], int *port) {
+  if (!t_tempdir(ws, 256, t->name)) {
+    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    return 1;
+  }
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  t->ctx.loop = &loop;
+  t->ctx.workspace = ws;
+  xd_mt_module = t->make(&t->ctx);
+  xd_mt_close = t->close;
+  xd_route route = {xd_mt_module, t->route};
+  xd_mt_server = xd_mt_module ? xd_listen_one(&loop, &route, t->handoff, port) : NULL;
+  if (!xd_mt_server) {
+    printf("server did not start\n0 passed, 1 failed\n");
+    return 1;
+  }
+  uv_async_init(&loop, &xd_mt_done_async, xd_mt_on_done);
+  pthread_t th;
+  pthread_create(&th, NULL, t->client, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT); /* returns once the server and the module closed every handle */
+  pthread_join(th, NULL);
+  CHECK(uv_loop_close(&loop) == 0);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
+  if (system(cmd) != 0) printf("could not remove %s\n", ws);
+  return t_summary();
+}
+#endif
 #endif
