@@ -46,12 +46,6 @@ typedef struct {
   size_t n;
 } dirs_job;
 
-typedef struct {
-  uv_loop_t *loop;
-  char *workspace;
-  xd_fsjobs jobs; /* in flight */
-} dirs_mod;
-
 static void entries_free(dir_entry *e, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(e[i].key);
@@ -93,13 +87,6 @@ static int has_duplicate_keys(const cJSON *obj, size_t n) {
   for (size_t i = 1; i < n && !dup; i++) dup = strcmp(keys[i - 1], keys[i]) == 0;
   free(keys);
   return dup;
-}
-
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
 }
 
 /* expandAbsPath of one key, on the loop thread (execd's environment): the path in e->dir, or the 400 text of its
@@ -166,23 +153,11 @@ static void job_run(xd_fsjob *fj) {
 
 /* ---- the module ---- */
 void *xd_dirs_new(const xd_ctx *ctx) {
-  dirs_mod *m = calloc(1, sizeof *m);
-  if (!m) return NULL;
-  m->loop = ctx->loop;
-  m->workspace = dup_str(ctx->workspace ? ctx->workspace : "/");
-  if (!m->workspace) {
-    free(m);
-    return NULL;
-  }
-  return m;
+  return xd_fsmod_new(ctx);
 }
 
 void xd_dirs_close(void *module) {
-  dirs_mod *m = module;
-  if (!m) return;
-  xd_fsjobs_close(&m->jobs);
-  free(m->workspace);
-  free(m);
+  xd_fsmod_close(module);
 }
 
 static void send_400(xd_res *res, const char *msg) {
@@ -190,7 +165,7 @@ static void send_400(xd_res *res, const char *msg) {
 }
 
 int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
-  dirs_mod *m = module;
+  xd_fsmod *m = module;
   if (strcmp(req->method, "POST") != 0 || strcmp(req->path, "/directories") != 0) return 0;
   if (req->body_len == 0) {
     send_400(res, BAD_BODY "EOF");
@@ -256,13 +231,13 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
       else xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
       goto out;
     }
-    e->key = dup_str(c->string);
+    e->key = strdup(c->string);
     if (e->key && expand_entry(e, m->workspace) < 0) {
       xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
       goto out;
     }
-    e->owner = cJSON_IsString(o) && o->valuestring[0] ? dup_str(o->valuestring) : NULL;
-    e->group = cJSON_IsString(g) && g->valuestring[0] ? dup_str(g->valuestring) : NULL;
+    e->owner = cJSON_IsString(o) && o->valuestring[0] ? strdup(o->valuestring) : NULL;
+    e->group = cJSON_IsString(g) && g->valuestring[0] ? strdup(g->valuestring) : NULL;
     if (!e->key || (cJSON_IsString(o) && o->valuestring[0] && !e->owner) ||
         (cJSON_IsString(g) && g->valuestring[0] && !e->group)) {
       xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");

@@ -13,18 +13,11 @@
 
 #include "json.h"
 
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 void xd_oserr_set(xd_oserr *e, int err, const char *syscall, const char *path) {
   free(e->path);
   e->err = err;
   e->syscall = syscall;
-  e->path = path ? dup_str(path) : NULL;
+  e->path = path ? strdup(path) : NULL;
 }
 
 void xd_oserr_free(xd_oserr *e) {
@@ -131,7 +124,7 @@ int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
     memcpy(p, dir, i);
     p[i] = '\0';
     if (mkdir(p, 0777) == 0) {
-      if (!*first && !(*first = dup_str(p))) {
+      if (!*first && !(*first = strdup(p))) {
         xd_oserr_set(e, ENOMEM, "mkdir", p);
         free(p);
         return -1;
@@ -177,7 +170,7 @@ int xd_own_created(const char *dir, const char *first, const char *owner, const 
   int has_uid = owner && xd_lookup_id("/etc/passwd", owner, &uid);
   int has_gid = group && xd_lookup_id("/etc/group", group, &gid);
   if (!first || (!has_uid && !has_gid)) return 0;
-  char *p = dup_str(dir);
+  char *p = strdup(dir);
   if (!p) {
     xd_oserr_set(e, ENOMEM, "chown", first);
     return -1;
@@ -299,5 +292,23 @@ void xd_fsjob_fail(xd_fsjob *job, int status, const char *code, const char *mess
   job->status = status;
   job->code = code;
   free(job->message);
-  job->message = message ? dup_str(message) : NULL;
+  job->message = message ? strdup(message) : NULL;
+}
+
+xd_fsmod *xd_fsmod_new(const xd_ctx *ctx) {
+  xd_fsmod *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->loop = ctx->loop;
+  if (!(m->workspace = strdup(ctx->workspace ? ctx->workspace : "/"))) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+void xd_fsmod_close(xd_fsmod *m) {
+  if (!m) return;
+  xd_fsjobs_close(&m->jobs);
+  free(m->workspace);
+  free(m);
 }

@@ -69,6 +69,16 @@ struct xd_fsjob {
   char *message;     /* malloc'd, freed with the job's answer */
   xd_fsjob *prev, *next;
 };
+/* What a files module holds: the loop, the workspace (relative paths resolve against it, malloc'd) and its jobs. */
+typedef struct {
+  uv_loop_t *loop;
+  char *workspace;
+  xd_fsjobs jobs;
+} xd_fsmod;
+/* NULL on OOM. Closing answers no job (xd_fsjobs_close) and frees the module. */
+xd_fsmod *xd_fsmod_new(const xd_ctx *ctx);
+void xd_fsmod_close(xd_fsmod *m);
+
 /* Queues the job and ties it to res. 0, or -1 (nothing queued; the caller answers and releases). */
 int xd_fsjob_start(xd_fsjobs *jobs, uv_loop_t *loop, xd_fsjob *job, xd_res *res);
 /* Module shutdown: jobs in flight answer no one and release themselves when their work is done. */

@@ -49,19 +49,6 @@ typedef struct {
   size_t n;
 } upload_job;
 
-typedef struct {
-  uv_loop_t *loop;
-  char *workspace;
-  xd_fsjobs jobs; /* in flight */
-} upload_mod;
-
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 static void job_free(xd_fsjob *fj) {
   upload_job *job = (upload_job *)fj;
   for (size_t i = 0; i < job->n; i++) {
@@ -82,7 +69,7 @@ static void job_free(xd_fsjob *fj) {
 static int pair_error(pair *p, const char *code, const char *message) {
   p->status = 400;
   p->code = code;
-  return (p->message = dup_str(message)) ? 0 : -1;
+  return (p->message = strdup(message)) ? 0 : -1;
 }
 
 /* expandAbsPath of metadata.path: target, or the 400 of its undefined variables */
@@ -126,7 +113,7 @@ static int read_metadata(pair *p, const char *meta, size_t len, const char *work
     rc = pair_error(p, "INVALID_FILE_METADATA", "metadata path is empty");
     goto out;
   }
-  if (!(p->path = dup_str(path->valuestring))) {
+  if (!(p->path = strdup(path->valuestring))) {
     rc = -1;
     goto out;
   }
@@ -135,8 +122,8 @@ static int read_metadata(pair *p, const char *meta, size_t len, const char *work
     rc = m == 1 ? pair_error(p, "INVALID_REQUEST_BODY", msg.data) : m == 2 ? 1 : -1;
     goto out;
   }
-  if ((cJSON_IsString(owner) && owner->valuestring[0] && !(p->owner = dup_str(owner->valuestring))) ||
-      (cJSON_IsString(group) && group->valuestring[0] && !(p->group = dup_str(group->valuestring)))) {
+  if ((cJSON_IsString(owner) && owner->valuestring[0] && !(p->owner = strdup(owner->valuestring))) ||
+      (cJSON_IsString(group) && group->valuestring[0] && !(p->group = strdup(group->valuestring)))) {
     rc = -1;
     goto out;
   }
@@ -228,27 +215,15 @@ static void job_run(xd_fsjob *fj) {
 
 /* ---- the module ---- */
 void *xd_upload_new(const xd_ctx *ctx) {
-  upload_mod *m = calloc(1, sizeof *m);
-  if (!m) return NULL;
-  m->loop = ctx->loop;
-  m->workspace = dup_str(ctx->workspace ? ctx->workspace : "/");
-  if (!m->workspace) {
-    free(m);
-    return NULL;
-  }
-  return m;
+  return xd_fsmod_new(ctx);
 }
 
 void xd_upload_close(void *module) {
-  upload_mod *m = module;
-  if (!m) return;
-  xd_fsjobs_close(&m->jobs);
-  free(m->workspace);
-  free(m);
+  xd_fsmod_close(module);
 }
 
 int xd_upload_route(void *module, const xd_req *req, xd_res *res) {
-  upload_mod *m = module;
+  xd_fsmod *m = module;
   if (strcmp(req->method, "POST") != 0 || strcmp(req->path, "/files/upload") != 0) return 0;
   const char *ct = xd_header(req, "content-type");
   upload_job *job = calloc(1, sizeof *job);
