@@ -254,14 +254,6 @@ static void job_free(dirs_job *job) {
   free(job);
 }
 
-/* A key JavaScript enumerates first, in numeric order: an array index ("0" .. "4294967294", no leading zero). */
-static int array_index_key(const char *k) {
-  if (!*k || strlen(k) > 10 || (k[0] == '0' && k[1])) return 0;
-  for (const char *p = k; *p; p++)
-    if (*p < '0' || *p > '9') return 0;
-  return strtoull(k, NULL, 10) <= 4294967294ull;
-}
-
 static int cmp_keys(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -341,67 +333,13 @@ static int parse_mode(const cJSON *mode, const char *where, dir_entry *e, osb_bu
 /* expandAbsPath of one key, on the loop thread (execd's environment): the path in e->dir, or the 400 text of its
  * undefined variables in e->error (the worker answers it when it gets to that entry). 0, or -1 on OOM. */
 static int expand_entry(dir_entry *e, const char *workspace) {
-  osb_buf x = {0}, err = {0}, joined = {0}, out = {0};
-  int rc = -1;
-  if (xd_expand_path(e->key, environ, &x, &err) != 0) {
-    if (err.len) {
-      e->error = osb_buf_steal(&err, NULL);
-      rc = e->error ? 0 : -1;
-    }
-    goto done;
-  }
-  /* path.resolve(workspace, x) */
-  if (x.data && x.data[0] == '/') rc = osb_buf_append_str(&joined, x.data);
-  else rc = osb_buf_appendf(&joined, "%s/%s", workspace, x.data ? x.data : "");
-  if (rc == 0) rc = xd_path_resolve(joined.data, &out);
-  if (rc == 0 && !(e->dir = osb_buf_steal(&out, NULL))) rc = -1;
-done:
-  osb_buf_free(&x);
-  osb_buf_free(&err);
-  osb_buf_free(&joined);
-  osb_buf_free(&out);
-  return rc;
+  return xd_expand_abs_path(e->key, environ, workspace, &e->dir, &e->error) < 0 ? -1 : 0;
 }
 
 /* ---- the file system work (thread pool) ---- */
 
 /* name -> id of /etc/passwd or /etc/group (files-info.js idTable): the first line of a name counts; the id field is
  * read like JavaScript's Number() and must be an integer. Returns 1 and *id when found, 0 otherwise. */
-static int js_number_int(const char *s, size_t n, long long *out) {
-  char buf[64];
-  while (n && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')) s++, n--;
-  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\v' || s[n - 1] == '\f')) n--;
-  if (n == 0) {
-    *out = 0;
-    return 1;
-  }
-  if (n >= sizeof buf) return 0;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  int base = 10;
-  const char *d = buf;
-  if (buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) base = 16;
-  else if (buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) base = 8;
-  else if (buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) base = 2;
-  if (base != 10) {
-    d = buf + 2;
-    if (!*d) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(d, &end, base);
-    if (*end || errno || *d == '-' || *d == '+' || v > (1ull << 53)) return 0;
-    *out = (long long)v;
-    return 1;
-  }
-  for (const char *p = buf; *p; p++) /* strtod would also read hex, inf and nan, which Number() reads otherwise */
-    if (!strchr("0123456789+-.eE", *p)) return 0;
-  char *end;
-  double v = strtod(buf, &end);
-  if (*end || !isfinite(v) || floor(v) != v || fabs(v) > 9007199254740992.0) return 0;
-  *out = (long long)v;
-  return 1;
-}
-
 static int lookup_id(const char *file, const char *name, long long *id) {
   FILE *f = fopen(file, "re");
   if (!f) return 0;
@@ -420,7 +358,7 @@ static int lookup_id(const char *file, const char *name, long long *id) {
     char *c3 = memchr(c2 + 1, ':', (size_t)(line + len - c2 - 1));
     size_t flen = c3 ? (size_t)(c3 - c2 - 1) : (size_t)(line + len - c2 - 1);
     long long v;
-    if (!js_number_int(c2 + 1, flen, &v)) continue;
+    if (!xd_js_number_int(c2 + 1, flen, &v)) continue;
     if ((size_t)(c1 - line) == nl && memcmp(line, name, nl) == 0) {
       *id = v;
       found = 1;
@@ -631,7 +569,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
   }
   size_t n = 0;
   for (const cJSON *c = root->child; c; c = c->next) {
-    if (array_index_key(c->string)) {
+    if (xd_js_array_index(c->string)) {
       taken = 0;
       goto out;
     }

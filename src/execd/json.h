@@ -19,4 +19,11 @@ int xd_js_number(osb_buf *out, double v);
 /* True when v is an integer value (finite, no fraction): JavaScript's Number.isInteger. */
 int xd_is_integer(double v);
 
+/* JavaScript's Number() of the n bytes at s (an id field of /etc/passwd or /etc/group), when it is an integer:
+ * 1 and *out, else 0 (NaN, a fraction, beyond 2^53). */
+int xd_js_number_int(const char *s, size_t n, long long *out);
+
+/* A key JavaScript enumerates first, in numeric order: an array index ("0" .. "4294967294", no leading zero). */
+int xd_js_array_index(const char *k);
+
 #endif

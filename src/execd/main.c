@@ -28,6 +28,7 @@ static xd_server *server;
 static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
+static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
 static uv_signal_t sigs[6];
 static size_t nsigs;
@@ -90,6 +91,8 @@ static void shutdown_all(void) {
   commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
+  xd_files_close(files);
+  files = NULL;
   xd_pty_close(pty); /* kills the PTY sessions' processes */
   pty = NULL;
   xd_node_close(node);
@@ -196,8 +199,9 @@ int main(int argc, char **argv) {
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {pty, xd_pty_route}};
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {files, xd_files_route}, {pty, xd_pty_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
