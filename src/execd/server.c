@@ -914,7 +914,8 @@ static void process(conn *c) {
   c->in_process = 1;
   while (!c->closing && !c->failed) {
     if (c->state == ST_HANDOFF) {
-      if (c->pending_writes == 0) handoff_now(c);
+      /* now, or once the earlier answers are written (a route that handed over while they were queued) */
+      handoff_now(c);
       break;
     }
     if (c->state == ST_ROUTED || c->state == ST_CLOSING || c->state == ST_RAW) break;
