@@ -8,9 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <pwd.h>
-#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,18 +18,7 @@
 
 static char ws[256];
 static int port;
-static _Atomic int handed; /* requests handed over (counted on the loop thread, read by the client thread) */
-static uv_async_t done_async;
 
-/* The stand-in for the Node execd: counts the connection and answers it 502 so the client is not left waiting. */
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  handed++;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
-}
 
 /* One request on a fresh connection; the status and the body (malloc'd) of the answer. */
 static int request(const char *body, char **out) {
@@ -146,56 +133,20 @@ static void test_errors(void) {
 }
 
 static void test_handed_over(void) {
-  int before = handed;
+  int before = xd_handed;
   expect("{\"x\":{}} trailing", 502, "");
   expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 502, "");
   expect("{\"z\":{\"mode\":[7]}}", 502, "");
-  CHECK(handed == before + 3);
+  CHECK(xd_handed == before + 3);
   CHECK(mode_of("x") == -1 && mode_of("y") == -1 && mode_of("z") == -1);
 }
 
-static void *client(void *arg) {
-  (void)arg;
+static void client(void) {
   RUN(test_creates);
   RUN(test_errors);
   RUN(test_handed_over);
-  uv_async_send(&done_async);
-  return NULL;
-}
-
-static xd_server *server;
-static void on_done(uv_async_t *a) {
-  uv_close((uv_handle_t *)a, NULL);
-  xd_server_close(server);
 }
 
 int main(void) {
-  if (!t_tempdir(ws, sizeof ws, "xd-dirs")) {
-    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  xd_ctx ctx = {0};
-  ctx.loop = &loop;
-  ctx.workspace = ws;
-  void *dirs = xd_dirs_new(&ctx);
-  xd_route route = {dirs, xd_dirs_route};
-  server = dirs ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
-  if (!server) {
-    printf("server did not start\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_async_init(&loop, &done_async, on_done);
-  pthread_t t;
-  pthread_create(&t, NULL, client, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(t, NULL);
-  xd_dirs_close(dirs);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
-  if (system(cmd) != 0) printf("could not remove %s\n", ws);
-  return t_summary();
+  return xd_module_test("xd-dirs", ws, sizeof ws, &port, xd_dirs_new, xd_dirs_route, xd_dirs_close, client);
 }

@@ -9,9 +9,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <pthread.h>
 #include <pwd.h>
-#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,19 +19,8 @@
 
 static char ws[256];
 static int port;
-static _Atomic int handed; /* requests handed over (counted on the loop thread, read by the client thread) */
 static size_t got_len;      /* bytes of the last exchange's answer */
-static uv_async_t done_async;
 
-/* The stand-in for the Node execd: counts the connection and answers it 502 so the client is not left waiting. */
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  handed++;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
-}
 
 /* `method target` (and extra header lines) on a fresh connection (Connection: close): the whole answer, its Date
  * header's value replaced by <date> (malloc'd; "" when nothing came). */
@@ -267,7 +254,7 @@ static void test_download_errors(void) {
 static const char HANDED[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 static void test_handed_over(void) {
-  int before = handed;
+  int before = xd_handed;
   expect("GET", "/files/download?path=a.txt", "Range: bytes=0-1\r\n", HANDED);
   expect("GET", "/files/download?path=a.txt&offset=1&limit=1", "", HANDED);
   expect("GET", "/files/download?path=a.txt&limit=", "", HANDED);
@@ -290,7 +277,7 @@ static void test_handed_over(void) {
   expect("GET", "/files/info?path=a.txt&path=7", "", HANDED); /* JavaScript puts "7" first */
   expect("GET", "/files/info?path=__proto__", "", HANDED);
   expect("GET", "/files/info?path=a%00b", "", HANDED);
-  CHECK(handed == before + 11);
+  CHECK(xd_handed == before + 11);
   /* a file of exactly 8 MiB is answered here */
   snprintf(p, sizeof p, "%s/big", ws);
   CHECK(truncate(p, 8 * 1024 * 1024) == 0);
@@ -299,52 +286,18 @@ static void test_handed_over(void) {
   CHECK(strstr(got, "\r\nContent-Length: 8388608\r\n\r\n") != NULL);
   CHECK(b && got_len == (size_t)(b + 4 - got) + 8 * 1024 * 1024);
   free(got);
-  CHECK(handed == before + 11);
+  CHECK(xd_handed == before + 11);
 }
 
-static void *client(void *arg) {
-  (void)arg;
+static void client(void) {
   RUN(test_info);
   RUN(test_info_errors);
   RUN(test_info_numeric_owner);
   RUN(test_download);
   RUN(test_download_errors);
   RUN(test_handed_over);
-  uv_async_send(&done_async);
-  return NULL;
-}
-
-static xd_server *server;
-static void on_done(uv_async_t *a) {
-  uv_close((uv_handle_t *)a, NULL);
-  xd_server_close(server);
 }
 
 int main(void) {
-  if (!t_tempdir(ws, sizeof ws, "xd-files")) {
-    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  xd_ctx ctx = {0};
-  ctx.loop = &loop;
-  ctx.workspace = ws;
-  void *files = xd_files_new(&ctx);
-  xd_route route = {files, xd_files_route};
-  server = files ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
-  if (!server) {
-    printf("server did not start\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_async_init(&loop, &done_async, on_done);
-  pthread_t t;
-  pthread_create(&t, NULL, client, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(t, NULL);
-  xd_files_close(files);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  t_rmtree(ws);
-  return t_summary();
+  return xd_module_test("xd-files", ws, sizeof ws, &port, xd_files_new, xd_files_route, xd_files_close, client);
 }

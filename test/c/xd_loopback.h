@@ -4,6 +4,8 @@
 #define XD_LOOPBACK_H
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -43,5 +45,83 @@ static inline int xd_dial(int port, int timeout_s) {
     return -1;
   }
   return fd;
+}
+/* Requests handed over by the module tests' server (counted on the loop thread by xd_handoff_502). */
+static _Atomic int xd_handed __attribute__((unused));
+
+/* The stand-in for the Node execd: counts the connection in xd_handed and answers it 502 so the client is not left
+ * waiting. */
+static inline void xd_handoff_502(void *arg, int fd, int is_unix, const char *head, size_t len) {
+  (void)arg, (void)is_unix, (void)head, (void)len;
+  xd_handed++;
+  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  ssize_t w = write(fd, reply, sizeof reply - 1);
+  (void)w;
+  close(fd);
+}
+
+typedef struct {
+  uv_async_t done;
+  void (*client)(void);
+  void (*on_done)(void *);
+  void *arg;
+} xd_client_run;
+
+static inline void *xd_client_thread_(void *p) {
+  xd_client_run *r = p;
+  r->client();
+  uv_async_send(&r->done);
+  return NULL;
+}
+
+static inline void xd_client_done_(uv_async_t *a) {
+  xd_client_run *r = a->data;
+  uv_close((uv_handle_t *)a, NULL);
+  r->on_done(r->arg);
+}
+
+/* Runs client() on a thread of its own while `loop` runs (the client talks to the server over the socket); once it
+ * returns, on_done(arg) runs on the loop thread (it closes the server and whatever else keeps the loop running), and
+ * this returns when the loop has nothing left to run. */
+static inline void xd_run_client(uv_loop_t *loop, void (*client)(void), void (*on_done)(void *), void *arg) {
+  xd_client_run r = {.client = client, .on_done = on_done, .arg = arg};
+  uv_async_init(loop, &r.done, xd_client_done_);
+  r.done.data = &r;
+  pthread_t t;
+  pthread_create(&t, NULL, xd_client_thread_, &r);
+  uv_run(loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+}
+
+/* xd_run_client's on_done for a test whose server alone keeps the loop running */
+static inline void xd_close_server(void *server) { xd_server_close(server); }
+
+/* The main() of a route module's test (harness.h first): a fresh workspace /tmp/osb-test-<name>-XXXXXX written into
+ * ws (cap bytes), the module made for it (new_fn) and served on loopback (*port; what it does not take goes to
+ * xd_handoff_502), client() run, then the module closed and the workspace removed. Returns t_summary(). */
+static inline int xd_module_test(const char *name, char *ws, size_t cap, int *port, void *(*new_fn)(const xd_ctx *),
+                                 xd_route_fn route_fn, void (*close_fn)(void *), void (*client)(void)) {
+  if (!t_tempdir(ws, cap, name)) {
+    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    return 1;
+  }
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  xd_ctx ctx = {0};
+  ctx.loop = &loop;
+  ctx.workspace = ws;
+  void *module = new_fn(&ctx);
+  xd_route route = {module, route_fn};
+  xd_server *server = module ? xd_listen_one(&loop, &route, xd_handoff_502, port) : NULL;
+  if (!server) {
+    printf("server did not start\n0 passed, 1 failed\n");
+    return 1;
+  }
+  xd_run_client(&loop, client, xd_close_server, server);
+  close_fn(module);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&loop) == 0);
+  t_rmtree(ws);
+  return t_summary();
 }
 #endif
