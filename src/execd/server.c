@@ -298,6 +298,12 @@ int xd_server_native_candidate(const char *method, const char *path) {
   return strcmp(method, "POST") == 0 && strcmp(path, "/directories") == 0;
 }
 
+/* The native routes that read no body (GET /files/info, GET|HEAD /files/download): a request of theirs that has one is
+ * the Node execd's, which answers it without reading it (here it would be read first, or refused over 64 MiB). */
+static int native_bodyless(const char *method, const char *path) {
+  return (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(path, "/files/", 7) == 0;
+}
+
 /* ---------------------------------------------------------------- xd.h: request accessors */
 
 const char *xd_header(const xd_req *r, const char *name) {
@@ -980,7 +986,8 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (!xd_server_native_candidate(c->req.method, c->path)) {
+      } else if (!xd_server_native_candidate(c->req.method, c->path) ||
+                 (native_bodyless(c->req.method, c->path) && (c->chunked || c->cl_left > 0))) {
         /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
          * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
