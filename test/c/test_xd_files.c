@@ -3,11 +3,13 @@
  * expected answers are the Node execd's (lib/dev-server/execd/files.js info, files-download.js handleDownload), byte
  * for byte but the Date header; what files.c must not answer (a Range, offset/limit, a FIFO, a non-ASCII base name, a
  * file over 8 MiB, an array-index key, a NUL in a path, a request with a body) is handed over, which the test's
- * handoff function (xd_handoff_502) records and answers with 502 itself. */
+ * handoff function (xd_handoff_502) records and answers with 502 itself. With --signal-forwarding, a download whose
+ * client left before its answer relays SIGPIPE (test_relay_sigpipe). */
 #include "harness.h"
 #include "xd_loopback.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -292,6 +294,64 @@ static void test_handed_over(void) {
   CHECK(xd_handed == before + 13);
 }
 
+/* --signal-forwarding: a download whose client went away before its answer relays SIGPIPE (files.c job_done). The
+ * module runs with forwarding on and this counter as its relay; libuv's pool has one thread (main), which a blocker
+ * holds while the client sends a download and leaves, so the job runs only after the server saw the close. */
+static _Atomic int relayed;
+static void count_relay(int sig) {
+  if (sig == SIGPIPE) relayed++;
+}
+
+static uv_async_t queue_blocker;
+static uv_work_t blocker;
+static latch blocker_started, blocker_release;
+
+static void blocker_work(uv_work_t *w) {
+  (void)w;
+  latch_hit(&blocker_started);
+  latch_wait(&blocker_release, 1, 20000);
+}
+static void blocker_done(uv_work_t *w, int status) { (void)w, (void)status; }
+static void on_queue_blocker(uv_async_t *a) {
+  (void)a;
+  CHECK(uv_queue_work(queue_blocker.loop, &blocker, blocker_work, blocker_done) == 0);
+}
+
+static void *files_new(const xd_ctx *ctx) {
+  xd_ctx c = *ctx;
+  c.signal_forwarding = 1;
+  c.relay_signal = count_relay;
+  uv_async_init(ctx->loop, &queue_blocker, on_queue_blocker);
+  uv_unref((uv_handle_t *)&queue_blocker); /* the loop ends with the server; files_close closes it */
+  return xd_files_new(&c);
+}
+static void files_close(void *module) {
+  uv_close((uv_handle_t *)&queue_blocker, NULL);
+  xd_files_close(module);
+}
+
+static void test_relay_sigpipe(void) {
+  latch_init(&blocker_started);
+  latch_init(&blocker_release);
+  uv_async_send(&queue_blocker);
+  CHECK(latch_wait(&blocker_started, 1, 10000));
+  int before = relayed;
+  /* a download queued behind the blocker, its client gone */
+  int fd = xd_dial(port, 10);
+  const char req[] = "GET /files/download?path=a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+  CHECK(write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1));
+  close(fd);
+  /* an answer on another connection that needs no pool thread: the loop has seen the first one's close by then (its
+   * FIN came before this connection was accepted) */
+  expect_json("/files/download", "400 Bad Request", "{\"code\":\"MISSING_QUERY\",\"message\":\"missing query parameter 'path'\"}");
+  CHECK(relayed == before);
+  latch_hit(&blocker_release);
+  for (int i = 0; i < 1000 && relayed == before; i++) usleep(10000); /* polled, with a 10 s deadline */
+  CHECK(relayed == before + 1);
+  latch_destroy(&blocker_started);
+  latch_destroy(&blocker_release);
+}
+
 static void client(void) {
   RUN(test_info);
   RUN(test_info_errors);
@@ -299,8 +359,10 @@ static void client(void) {
   RUN(test_download);
   RUN(test_download_errors);
   RUN(test_handed_over);
+  RUN(test_relay_sigpipe);
 }
 
 int main(void) {
-  return xd_module_test("xd-files", ws, sizeof ws, &port, xd_files_new, xd_files_route, xd_files_close, client);
+  setenv("UV_THREADPOOL_SIZE", "1", 1); /* before the pool starts: test_relay_sigpipe holds its one thread */
+  return xd_module_test("xd-files", ws, sizeof ws, &port, files_new, xd_files_route, files_close, client);
 }
