@@ -78,6 +78,8 @@ let secure = ''; // the endpoint's headers, as header lines
 let secureHeaders = {};
 const get = (p, extra = '') => `GET ${p} HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n${extra}\r\n`;
 const PING_OK = 'HTTP/1.1 200 OK\r\nDate: <date>\r\nContent-Length: 0\r\n\r\n';
+// a files request the Node execd answers (GET /files/info and /files/download are the C execd's): [FileInfo of it]
+const NODE_FILES = '/files/search?path=/etc/hostname&pattern=hostname';
 
 describe('the C execd: native answers, the handoff to the Node execd', function () {
   this.timeout(60000);
@@ -136,7 +138,7 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.equal(path.basename(cmdline(execdPid)[0]), path.basename(execdBinary()));
   });
 
-  it('an upload is written without Node (a form over 8 MiB is the Node execd\'s, which spools it)', async () => {
+  it('an upload is written without Node', async () => {
     const boundary = 'native-b0undary';
     const body = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="metadata"; filename="metadata"\r\n` +
       `Content-Type: application/json\r\n\r\n{"path":"/workspace/native/up/f.txt","mode":640}\r\n--${boundary}\r\n` +
@@ -151,14 +153,45 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.deepEqual(nodeExecd(), []);
   });
 
+  it('GET /files/info and GET|HEAD /files/download are answered without Node, byte for byte', async () => {
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
+    const made = await request(`http://127.0.0.1:${sb.port}/command`, {
+      method: 'POST', headers,
+      body: { command: "mkdir -p /workspace/native && printf 'hello <x>\\n' > /workspace/native/f.txt && touch -d '2026-01-02 03:04:05.5 UTC' /workspace/native/f.txt && stat -c '%U %G %Z' /workspace/native/f.txt" },
+    });
+    const [owner, group, ctime] = made.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).find((e) => e.type === 'stdout').text.split(' ');
+    const info = await exchange(sb.port, get('/files/info?path=native/f.txt&path=%2Fworkspace%2Fnative'), { done: (t) => answers(t).length === 1 });
+    const [a] = answers(info);
+    assert.match(a.head, /^HTTP\/1\.1 200 OK\r\nContent-Type: application\/json; charset=utf-8\r\nDate: <date>\r\nContent-Length: \d+\r\n\r\n$/);
+    const ts = (s) => new Date(Number(s) * 1000).toISOString().slice(0, 19);
+    assert.match(a.body, new RegExp('^\\{"native/f.txt":\\{"path":"/workspace/native/f.txt","type":"file","size":10,' +
+      `"modified_at":"2026-01-02T03:04:05.5Z","created_at":"${ts(ctime)}(\\.\\d+)?Z","owner":"${owner}","group":"${group}","mode":644\\},` +
+      `"/workspace/native":\\{"path":"/workspace/native","type":"directory","size":\\d+,"modified_at":"[^"]+","created_at":"[^"]+",` +
+      `"owner":"${owner}","group":"${group}","mode":755\\}\\}$`));
+    const missing = await exchange(sb.port, get('/files/info?path=native/nope'), { done: (t) => answers(t).length === 1 });
+    assert.deepEqual(answers(missing), [{
+      head: 'HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nDate: <date>\r\nContent-Length: 138\r\n\r\n',
+      body: '{"code":"FILE_NOT_FOUND","message":"file not found. file not found: native/nope: lstat /workspace/native/nope: no such file or directory"}',
+    }]);
+    const fileHead = 'HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="f.txt"\r\n' +
+      'Accept-Ranges: bytes\r\nLast-Modified: Fri, 02 Jan 2026 03:04:05 GMT\r\nDate: <date>\r\nContent-Length: 10\r\n\r\n';
+    const got = await exchange(sb.port, get('/files/download?path=native/f.txt'), { done: (t) => answers(t).length === 1 });
+    assert.deepEqual(answers(got), [{ head: fileHead, body: 'hello <x>\n' }]);
+    // HEAD: the same head, no body (the next answer on the connection follows it at once)
+    const head = await exchange(sb.port, get('/files/download?path=native/f.txt').replace(/^GET/, 'HEAD') + get('/ping'), { done: (t) => t.endsWith('Content-Length: 0\r\n\r\n') });
+    assert.equal(head.replace(/^Date: .*$/mg, 'Date: <date>'), fileHead + PING_OK);
+    const dir = await exchange(sb.port, get('/files/download?path=native'), { done: (t) => answers(t).length === 1 });
+    assert.deepEqual(answers(dir).map((x) => x.body), ['{"code":"INVALID_FILE","message":"path is a directory: /workspace/native"}']);
+    assert.deepEqual(nodeExecd(), []);
+  });
+
   it('the first files request starts the Node execd and is answered; later ones go to the same Node', async () => {
-    const first = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    const first = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
     assert.equal(first.status, 200, first.text);
-    assert.deepEqual(Object.keys(first.json), ['/etc/hostname']);
-    assert.equal(first.json['/etc/hostname'].type, 'file');
+    assert.deepEqual(first.json.map((f) => [f.path, f.type]), [['/etc/hostname', 'file']]);
     const nodes = nodeExecd();
     assert.equal(nodes.length, 1, JSON.stringify(procs()));
-    const again = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    const again = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
     assert.equal(again.status, 200);
     assert.deepEqual(nodeExecd().map((p) => p.pid), nodes.map((p) => p.pid));
   });
@@ -177,18 +210,18 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
           resolve(a);
         }
       });
-      socket.write(get('/files/info?path=/etc/hostname'));
+      socket.write(get(NODE_FILES));
     });
     socket.destroy();
     assert.equal(second.length, 1);
     assert.match(second[0].head, /^HTTP\/1\.1 200 OK\r\nContent-Type: application\/json; charset=utf-8\r\n/);
-    assert.equal(Object.keys(JSON.parse(second[0].body))[0], '/etc/hostname');
+    assert.equal(JSON.parse(second[0].body)[0].path, '/etc/hostname');
   });
 
   it('native routes on a connection handed to Node go back to the C execd: one command registry', async () => {
     const body = JSON.stringify({ command: 'sleep 0.2; echo bg', background: true });
     // a files request hands the connection over; the background command then sent on it is the C execd's
-    const reqs = get('/files/info?path=/etc/hostname') +
+    const reqs = get(NODE_FILES) +
       `POST /command HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
     const text = await exchange(sb.port, reqs);
     const id = /"type":"init","text":"([0-9a-f]{32})"/.exec(text)?.[1];
@@ -202,7 +235,7 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     const logs = await request(`http://127.0.0.1:${sb.port}/command/${id}/logs?cursor=0`, { headers });
     assert.deepEqual([logs.status, logs.text], [200, 'bg\n']);
     // an id neither execd knows, deleted on a handed connection: the C execd's answer, not a loop between the two
-    const del = await exchange(sb.port, get('/files/info?path=/etc/hostname') + `DELETE /command?id=nope HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`);
+    const del = await exchange(sb.port, get(NODE_FILES) + `DELETE /command?id=nope HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`);
     assert.match(del, /HTTP\/1\.1 500 Internal Server Error\r\n[^]*\{"code":"RUNTIME_ERROR","message":"error interruptting code context\. no such session"\}$/);
     assert.equal(nodeExecd().length, 1);
   });
@@ -211,7 +244,7 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
   // the WebSocket (a fresh connection, the C execd's) got 404 and Mastra's LSP servers never started.
   it('PTY routes on a connection handed to Node go back to the C execd: one session registry, the WebSocket too', async () => {
     const body = JSON.stringify({ command: 'echo pty-$((6*7))' });
-    const reqs = get('/files/info?path=/etc/hostname') +
+    const reqs = get(NODE_FILES) +
       `POST /pty HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
     const made = answers(await exchange(sb.port, reqs));
     assert.equal(made.length, 2);
@@ -223,7 +256,7 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     // the WebSocket on a connection handed over first, then on a fresh one: both reach the C execd's session
     const upgrade = `GET /pty/${id}/ws?pty=0 HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nUpgrade: websocket\r\n` +
       'Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
-    for (const pre of [get('/files/info?path=/etc/hostname'), '']) {
+    for (const pre of [get(NODE_FILES), '']) {
       const text = await exchange(sb.port, pre + upgrade, { done: (t) => t.includes('process exited') });
       assert.match(text, /HTTP\/1\.1 101 Switching Protocols\r\n[^]*Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=\r\n/);
       assert.match(text, /\x01pty-42\n[^]*\{"type":"exit","exit_code":0\}\n[^]*\x03\xe8process exited$/);
@@ -233,25 +266,25 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
   });
 
   it('pipelined requests, native and handed off, are answered in order', async () => {
-    const reqs = get('/ping') + get('/ping') + get('/files/info?path=/etc/hostname') + get('/ping');
+    const reqs = get('/ping') + get('/ping') + get(NODE_FILES) + get('/ping');
     const text = await exchange(sb.port, reqs, { done: (t) => answers(t).length === 4 });
     const a = answers(text);
     assert.deepEqual(a.slice(0, 2), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
     assert.match(a[2].head, /^HTTP\/1\.1 200 OK\r\n/);
-    assert.equal(Object.keys(JSON.parse(a[2].body))[0], '/etc/hostname');
+    assert.equal(JSON.parse(a[2].body)[0].path, '/etc/hostname');
     // once handed off, the connection is Node's: its ping answer is Node's (with Node's keep-alive headers)
     assert.match(a[3].head, /^HTTP\/1\.1 200 OK\r\nContent-Length: 0\r\nDate: <date>\r\nConnection: keep-alive\r\n/);
   });
 
   it('the Node execd killed: the next handed-off request starts it again and is answered', async () => {
-    await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
     const [old] = nodeExecd();
     assert.ok(old, 'a Node execd runs');
     process.kill(old.pid, 'SIGKILL');
     await waitFor(() => !nodeExecd().some((p) => p.pid === old.pid), { timeoutMs: 10000, message: 'the killed Node execd is gone' });
     // the C execd answers its own routes meanwhile
     assert.equal((await request(`http://127.0.0.1:${sb.port}/ping`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } })).status, 200);
-    const r = await request(`http://127.0.0.1:${sb.port}/files/info?path=/etc/hostname`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
+    const r = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
     assert.equal(r.status, 200, r.text);
     const now = nodeExecd();
     assert.equal(now.length, 1);

@@ -398,6 +398,26 @@ int xd_path_resolve(const char *p, osb_buf *out) {
   return rc;
 }
 
+int xd_expand_abs_path(const char *p, char *const *envp, const char *workspace, char **abs, char **err) {
+  osb_buf x = {0}, e = {0}, joined = {0}, out = {0};
+  int rc = -1;
+  *abs = *err = NULL;
+  if (xd_expand_path(p, envp, &x, &e) != 0) {
+    if (e.len && (*err = osb_buf_steal(&e, NULL)) != NULL) rc = 1;
+    goto done;
+  }
+  if (x.data && x.data[0] == '/') rc = osb_buf_append_str(&joined, x.data);
+  else rc = osb_buf_appendf(&joined, "%s/%s", workspace, x.data ? x.data : "");
+  if (rc == 0) rc = xd_path_resolve(joined.data, &out);
+  if (rc == 0 && !(*abs = osb_buf_steal(&out, NULL))) rc = -1;
+done:
+  osb_buf_free(&x);
+  osb_buf_free(&e);
+  osb_buf_free(&joined);
+  osb_buf_free(&out);
+  return rc;
+}
+
 
 long xd_unmark_nul(const char *s, const char *nul, osb_buf *out) {
   size_t ml = strlen(nul);

@@ -53,6 +53,10 @@ const char *xd_env_get(char *const *envp, const char *name, size_t name_len);
  * "path references undefined environment variables: A,B" (sorted, each once) in err. */
 int xd_expand_path(const char *p, char *const *envp, osb_buf *out, osb_buf *err);
 
+/* files-paths.js expandAbsPath: xd_expand_path, then path.resolve(workspace, result). 0 with *abs (malloc'd), 1 with
+ * the 400 text of its undefined variables in *err (malloc'd), -1 on OOM (nothing set). */
+int xd_expand_abs_path(const char *p, char *const *envp, const char *workspace, char **abs, char **err);
+
 /* Node's path.normalize (keep_trailing: a trailing '/' stays) / path.resolve against the working directory. */
 int xd_path_normalize(const char *p, int keep_trailing, osb_buf *out);
 int xd_path_resolve(const char *p, osb_buf *out);

@@ -63,14 +63,6 @@ static void job_free(xd_fsjob *fj) {
   free(job);
 }
 
-/* A key JavaScript enumerates first, in numeric order: an array index ("0" .. "4294967294", no leading zero). */
-static int array_index_key(const char *k) {
-  if (!*k || strlen(k) > 10 || (k[0] == '0' && k[1])) return 0;
-  for (const char *p = k; *p; p++)
-    if (*p < '0' || *p > '9') return 0;
-  return strtoull(k, NULL, 10) <= 4294967294ull;
-}
-
 static int cmp_keys(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -92,26 +84,7 @@ static int has_duplicate_keys(const cJSON *obj, size_t n) {
 /* expandAbsPath of one key, on the loop thread (execd's environment): the path in e->dir, or the 400 text of its
  * undefined variables in e->error (the worker answers it when it gets to that entry). 0, or -1 on OOM. */
 static int expand_entry(dir_entry *e, const char *workspace) {
-  osb_buf x = {0}, err = {0}, joined = {0}, out = {0};
-  int rc = -1;
-  if (xd_expand_path(e->key, environ, &x, &err) != 0) {
-    if (err.len) {
-      e->error = osb_buf_steal(&err, NULL);
-      rc = e->error ? 0 : -1;
-    }
-    goto done;
-  }
-  /* path.resolve(workspace, x) */
-  if (x.data && x.data[0] == '/') rc = osb_buf_append_str(&joined, x.data);
-  else rc = osb_buf_appendf(&joined, "%s/%s", workspace, x.data ? x.data : "");
-  if (rc == 0) rc = xd_path_resolve(joined.data, &out);
-  if (rc == 0 && !(e->dir = osb_buf_steal(&out, NULL))) rc = -1;
-done:
-  osb_buf_free(&x);
-  osb_buf_free(&err);
-  osb_buf_free(&joined);
-  osb_buf_free(&out);
-  return rc;
+  return xd_expand_abs_path(e->key, environ, workspace, &e->dir, &e->error) < 0 ? -1 : 0;
 }
 
 /* ---- the file system work (thread pool) ---- */
@@ -188,7 +161,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
   }
   size_t n = 0;
   for (const cJSON *c = root->child; c; c = c->next) {
-    if (array_index_key(c->string)) {
+    if (xd_js_array_index(c->string)) {
       taken = 0;
       goto out;
     }

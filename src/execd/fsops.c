@@ -40,41 +40,6 @@ int xd_oserr_text(osb_buf *out, const xd_oserr *e) {
 
 /* name -> id of /etc/passwd or /etc/group (files-info.js idTable): the first line of a name counts; the id field is
  * read like JavaScript's Number() and must be an integer. Returns 1 and *id when found, 0 otherwise. */
-static int js_number_int(const char *s, size_t n, long long *out) {
-  char buf[64];
-  while (n && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')) s++, n--;
-  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\v' || s[n - 1] == '\f')) n--;
-  if (n == 0) {
-    *out = 0;
-    return 1;
-  }
-  if (n >= sizeof buf) return 0;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  int base = 10;
-  const char *d = buf;
-  if (buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) base = 16;
-  else if (buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) base = 8;
-  else if (buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) base = 2;
-  if (base != 10) {
-    d = buf + 2;
-    if (!*d) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(d, &end, base);
-    if (*end || errno || *d == '-' || *d == '+' || v > (1ull << 53)) return 0;
-    *out = (long long)v;
-    return 1;
-  }
-  for (const char *p = buf; *p; p++) /* strtod would also read hex, inf and nan, which Number() reads otherwise */
-    if (!strchr("0123456789+-.eE", *p)) return 0;
-  char *end;
-  double v = strtod(buf, &end);
-  if (*end || !isfinite(v) || floor(v) != v || fabs(v) > 9007199254740992.0) return 0;
-  *out = (long long)v;
-  return 1;
-}
-
 int xd_lookup_id(const char *file, const char *name, long long *id) {
   FILE *f = fopen(file, "re");
   if (!f) return 0;
@@ -93,7 +58,7 @@ int xd_lookup_id(const char *file, const char *name, long long *id) {
     char *c3 = memchr(c2 + 1, ':', (size_t)(line + len - c2 - 1));
     size_t flen = c3 ? (size_t)(c3 - c2 - 1) : (size_t)(line + len - c2 - 1);
     long long v;
-    if (!js_number_int(c2 + 1, flen, &v)) continue;
+    if (!xd_js_number_int(c2 + 1, flen, &v)) continue;
     if ((size_t)(c1 - line) == nl && memcmp(line, name, nl) == 0) {
       *id = v;
       found = 1;

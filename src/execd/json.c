@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,48 @@ int xd_js_json_str(osb_buf *out, const char *s, size_t len) { return json_str(ou
 
 int xd_is_integer(double v) {
   return isfinite(v) && floor(v) == v;
+}
+
+int xd_js_array_index(const char *k) {
+  if (!*k || strlen(k) > 10 || (k[0] == '0' && k[1])) return 0;
+  for (const char *p = k; *p; p++)
+    if (*p < '0' || *p > '9') return 0;
+  return strtoull(k, NULL, 10) <= 4294967294ull;
+}
+
+int xd_js_number_int(const char *s, size_t n, long long *out) {
+  char buf[64];
+  while (n && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')) s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\v' || s[n - 1] == '\f')) n--;
+  if (n == 0) {
+    *out = 0;
+    return 1;
+  }
+  if (n >= sizeof buf) return 0;
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  int base = 10;
+  const char *d = buf;
+  if (buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) base = 16;
+  else if (buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) base = 8;
+  else if (buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) base = 2;
+  if (base != 10) {
+    d = buf + 2;
+    if (!*d) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(d, &end, base);
+    if (*end || errno || *d == '-' || *d == '+' || v > (1ull << 53)) return 0;
+    *out = (long long)v;
+    return 1;
+  }
+  for (const char *p = buf; *p; p++) /* strtod would also read hex, inf and nan, which Number() reads otherwise */
+    if (!strchr("0123456789+-.eE", *p)) return 0;
+  char *end;
+  double v = strtod(buf, &end);
+  if (*end || !isfinite(v) || floor(v) != v || fabs(v) > 9007199254740992.0) return 0;
+  *out = (long long)v;
+  return 1;
 }
 
 int xd_js_number(osb_buf *out, double v) {

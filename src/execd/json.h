@@ -30,5 +30,11 @@ int xd_json_check(const char *s, size_t n);
  * than once (cJSON and JavaScript then disagree on its place). Borrowed from obj. */
 struct cJSON;
 const struct cJSON *xd_json_member(const struct cJSON *obj, const char *name, int *dup);
+/* JavaScript's Number() of the n bytes at s (an id field of /etc/passwd or /etc/group), when it is an integer:
+ * 1 and *out, else 0 (NaN, a fraction, beyond 2^53). */
+int xd_js_number_int(const char *s, size_t n, long long *out);
+
+/* A key JavaScript enumerates first, in numeric order: an array index ("0" .. "4294967294", no leading zero). */
+int xd_js_array_index(const char *k);
 
 #endif

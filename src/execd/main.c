@@ -29,6 +29,7 @@ static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
 static void *upload; /* upload.c: POST /files/upload */
+static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
 static uv_signal_t sigs[6];
 static size_t nsigs;
@@ -93,6 +94,8 @@ static void shutdown_all(void) {
   dirs = NULL;
   xd_upload_close(upload);
   upload = NULL;
+  xd_files_close(files);
+  files = NULL;
   xd_pty_close(pty); /* kills the PTY sessions' processes */
   pty = NULL;
   xd_node_close(node);
@@ -225,8 +228,10 @@ int main(int argc, char **argv) {
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
   if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
+  if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route}, {pty, xd_pty_route}};
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
+                             {files, xd_files_route}, {pty, xd_pty_route}};
   size_thread_pool(loop);
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */

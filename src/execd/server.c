@@ -293,7 +293,15 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
 int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
   if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
+  if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
+  if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
+}
+
+/* The native routes that read no body (GET /files/info, GET|HEAD /files/download): a request of theirs that has one is
+ * the Node execd's, which answers it without reading it (here it would be read first, or refused over 64 MiB). */
+static int native_bodyless(const char *method, const char *path) {
+  return (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(path, "/files/", 7) == 0;
 }
 
 /* ---------------------------------------------------------------- xd.h: request accessors */
@@ -304,8 +312,9 @@ const char *xd_header(const xd_req *r, const char *name) {
   return NULL;
 }
 
-/* decodes s[0..n) ('+' = space, %XX) into a malloc'd string */
-static char *query_decode(const char *s, size_t n) {
+/* decodes s[0..n) ('+' = space, %XX) into a malloc'd string (NUL-terminated; *len its length, which a %00 makes
+ * larger than strlen) */
+static char *query_decode(const char *s, size_t n, size_t *len) {
   char *out = malloc(n + 1);
   if (!out) return NULL;
   size_t o = 0;
@@ -317,25 +326,74 @@ static char *query_decode(const char *s, size_t n) {
     } else out[o++] = s[i];
   }
   out[o] = 0;
+  if (len) *len = o;
   return out;
+}
+
+/* The next parameter named `key` at or after *p (URLSearchParams: '&'-separated, a name without '=' has the value ""):
+ * its decoded value (malloc'd, *len set), with *p moved past it; NULL when there is none (*p at the end) or on OOM
+ * (*p not at the end). */
+static char *query_next(const char **p, const char *key, size_t *len) {
+  size_t keylen = strlen(key);
+  while (**p) {
+    const char *s = *p;
+    const char *e = strchr(s, '&');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    const char *eq = memchr(s, '=', n);
+    size_t kl = eq ? (size_t)(eq - s) : n;
+    size_t dl;
+    char *k = query_decode(s, kl, &dl);
+    if (!k) return NULL;
+    int match = dl == keylen && memcmp(k, key, keylen) == 0;
+    free(k);
+    char *v = match ? (eq ? query_decode(eq + 1, n - kl - 1, len) : query_decode("", 0, len)) : NULL;
+    if (match && !v) return NULL;
+    *p = e ? e + 1 : s + n;
+    if (match) return v;
+  }
+  return NULL;
 }
 
 char *xd_query(const xd_req *r, const char *key) {
   const char *p = r->query;
-  while (*p) {
-    const char *e = strchr(p, '&');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    const char *eq = memchr(p, '=', n);
-    size_t kl = eq ? (size_t)(eq - p) : n;
-    char *k = query_decode(p, kl);
-    if (!k) return NULL;
-    int match = strcmp(k, key) == 0;
-    free(k);
-    if (match) return eq ? query_decode(eq + 1, n - kl - 1) : query_decode("", 0);
-    if (!e) break;
-    p = e + 1;
+  return query_next(&p, key, NULL);
+}
+
+int xd_query_all(const xd_req *r, const char *key, xd_query_list *out) {
+  memset(out, 0, sizeof *out);
+  const char *p = r->query;
+  size_t cap = 0;
+  for (;;) {
+    size_t len;
+    char *v = query_next(&p, key, &len);
+    if (!v) {
+      if (!*p) return 0;
+      xd_query_list_free(out);
+      return -1;
+    }
+    if (out->n == cap) {
+      size_t nc = cap ? cap * 2 : 4;
+      char **nv = realloc(out->v, nc * sizeof *nv);
+      size_t *nl = nv ? realloc(out->len, nc * sizeof *nl) : NULL;
+      if (nv) out->v = nv;
+      if (!nl) {
+        free(v);
+        xd_query_list_free(out);
+        return -1;
+      }
+      out->len = nl;
+      cap = nc;
+    }
+    out->v[out->n] = v;
+    out->len[out->n++] = len;
   }
-  return NULL;
+}
+
+void xd_query_list_free(xd_query_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  free(l->len);
+  memset(l, 0, sizeof *l);
 }
 
 /* ---------------------------------------------------------------- writing */
@@ -862,7 +920,8 @@ static void process(conn *c) {
   c->in_process = 1;
   while (!c->closing && !c->failed) {
     if (c->state == ST_HANDOFF) {
-      if (c->pending_writes == 0) handoff_now(c);
+      /* now, or once the earlier answers are written (a route that handed over while they were queued) */
+      handoff_now(c);
       break;
     }
     if (c->state == ST_ROUTED || c->state == ST_CLOSING || c->state == ST_RAW) break;
@@ -927,7 +986,8 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (!xd_server_native_candidate(c->req.method, c->path)) {
+      } else if (!xd_server_native_candidate(c->req.method, c->path) ||
+                 (native_bodyless(c->req.method, c->path) && (c->chunked || c->cl_left > 0))) {
         /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
          * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
@@ -1024,7 +1084,9 @@ static void finish(xd_res *res, int close_after) {
   request_done(c);
 }
 
-void xd_send(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len) {
+/* the head (Content-Length: clen) and `len` bytes of body */
+static void send_answer(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len,
+                        size_t clen) {
   conn *c = res->c;
   if (!c) {
     finish(res, 0);
@@ -1043,16 +1105,25 @@ void xd_send(xd_res *res, int status, const char *const *headers, size_t nheader
     rc = osb_buf_appendf(&h, "%s\r\n", headers[i]);
   }
   if (rc == 0 && c->req.wants_close && !has_conn) rc = osb_buf_append_str(&h, "Connection: close\r\n");
-  if (rc == 0) rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %zu\r\n\r\n", http_date(c->srv), len);
+  if (rc == 0) rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %zu\r\n\r\n", http_date(c->srv), clen);
   if (rc != 0) {
     osb_buf_free(&h);
     conn_fail(c);
     finish(res, 1);
     return;
   }
-  conn_write(c, h.data, h.len, body, len);
+  /* a HEAD answer has the head only (its Content-Length the GET answer's) */
+  conn_write(c, h.data, h.len, body, c->req.method && strcmp(c->req.method, "HEAD") == 0 ? 0 : len);
   osb_buf_free(&h);
   finish(res, close_after);
+}
+
+void xd_send(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len) {
+  send_answer(res, status, headers, nheaders, body, len, len);
+}
+
+void xd_send_head(xd_res *res, int status, const char *const *headers, size_t nheaders, size_t content_length) {
+  send_answer(res, status, headers, nheaders, NULL, 0, content_length);
 }
 
 void xd_send_json(xd_res *res, int status, const char *json, size_t len) {

@@ -32,12 +32,24 @@ typedef struct {
 const char *xd_header(const xd_req *r, const char *name);
 /* First value of query parameter `key` ('+' = space, %XX decoded), malloc'd, or NULL when absent. Caller frees. */
 char *xd_query(const xd_req *r, const char *key);
+/* Every value of query parameter `key`, in order (URLSearchParams.getAll), decoded like xd_query: v[i] malloc'd and
+ * NUL-terminated, len[i] its length (a %00 makes it larger than strlen). */
+typedef struct {
+  char **v;
+  size_t *len;
+  size_t n;
+} xd_query_list;
+/* 0 with *out filled (n = 0: none; free it with xd_query_list_free either way), -1 on OOM (nothing to free). */
+int xd_query_all(const xd_req *r, const char *key, xd_query_list *out);
+void xd_query_list_free(xd_query_list *l);
 
 typedef struct xd_res xd_res;
 
 /* --- complete answers (each finishes the response; the connection then serves its next request or closes) --- */
 /* status + headers ("Name: value" strings, CRLF added) + body with Content-Length. */
 void xd_send(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len);
+/* As xd_send, for a HEAD request: the head with Content-Length: content_length and no body. */
+void xd_send_head(xd_res *res, int status, const char *const *headers, size_t nheaders, size_t content_length);
 /* Content-Type: application/json; charset=utf-8 */
 void xd_send_json(xd_res *res, int status, const char *json, size_t len);
 /* {"code":...,"message":...} written like Go's encoding/json (xd_json_str), application/json */
@@ -133,6 +145,10 @@ void xd_dirs_close(void *module);
 void *xd_upload_new(const xd_ctx *ctx);
 int xd_upload_route(void *module, const xd_req *req, xd_res *res);
 void xd_upload_close(void *module);
+/* files.c: GET /files/info, GET and HEAD /files/download (byte mode; the rest is handed to the Node execd) */
+void *xd_files_new(const xd_ctx *ctx);
+int xd_files_route(void *module, const xd_req *req, xd_res *res);
+void xd_files_close(void *module);
 /* pty.c: POST /pty, GET and DELETE /pty/{id}, the WebSocket GET /pty/{id}/ws */
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);

@@ -8,9 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <pwd.h>
-#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,17 +19,7 @@
 
 static char ws[256];
 static int port;
-static _Atomic int handed; /* requests handed over (counted on the loop thread, read by the client thread) */
 
-/* The stand-in for the Node execd: counts the connection and answers it 502 so the client is not left waiting. */
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  handed++;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
-}
 
 /* One request on a fresh connection; the status and the body (malloc'd) of the answer. */
 static int request(const char *body, char **out) {
@@ -127,24 +115,20 @@ static void test_errors(void) {
 }
 
 static void test_handed_over(void) {
-  int before = handed;
+  int before = xd_handed;
   expect("{\"x\":{}} trailing", 502, "");
   expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 502, "");
   expect("{\"z\":{\"mode\":[7]}}", 502, "");
-  CHECK(handed == before + 3);
+  CHECK(xd_handed == before + 3);
   CHECK(mode_of("x") == -1 && mode_of("y") == -1 && mode_of("z") == -1);
 }
 
-static void *client(void *arg) {
-  (void)arg;
+static void client(void) {
   RUN(test_creates);
   RUN(test_errors);
   RUN(test_handed_over);
-  xd_module_test_done();
-  return NULL;
 }
 
 int main(void) {
-  xd_module_test t = {.name = "xd-dirs", .make = xd_dirs_new, .route = xd_dirs_route, .close = xd_dirs_close, .client = client, .handoff = on_handoff};
-  return xd_run_module_test(&t, ws, &port);
+  return xd_module_test("xd-dirs", ws, sizeof ws, &port, xd_dirs_new, xd_dirs_route, xd_dirs_close, client);
 }

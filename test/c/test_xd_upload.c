@@ -5,9 +5,7 @@
 #include "harness.h"
 #include "xd_loopback.h"
 
-#include <pthread.h>
 #include <pwd.h>
-#include <stdatomic.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,17 +15,6 @@
 
 static char ws[256];
 static int port;
-static _Atomic int handed;
-
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  handed++;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
-}
-
 #define B "xdB0undary"
 /* a metadata part and a file part as the official client sends them */
 static void meta_part(osb_buf *f, const char *json) {
@@ -185,7 +172,7 @@ static void test_errors(void) {
 }
 
 static void test_handed_over(void) {
-  int before = handed;
+  int before = xd_handed;
   osb_buf f = {0};
   osb_buf_append_str(&f, "preamble\r\n"); /* busboy skips a preamble; this reader hands it over */
   meta_part(&f, "{\"path\":\"h1\"}");
@@ -217,22 +204,18 @@ static void test_handed_over(void) {
   char *got = NULL;
   CHECK(xd_roundtrip(port, head, (size_t)hl, &got) == 502);
   free(got);
-  CHECK(handed == before + 7);
+  CHECK(xd_handed == before + 7);
   CHECK(content_of("h1") == NULL && content_of("h2") == NULL && content_of("h3") == NULL && content_of("h5") == NULL &&
         content_of("h6") == NULL);
 }
 
-static void *client(void *arg) {
-  (void)arg;
+static void client(void) {
   RUN(test_writes);
   RUN(test_errors);
   RUN(test_handed_over);
-  xd_module_test_done();
-  return NULL;
 }
 
 int main(void) {
   umask(022);
-  xd_module_test t = {.name = "xd-upload", .make = xd_upload_new, .route = xd_upload_route, .close = xd_upload_close, .client = client, .handoff = on_handoff};
-  return xd_run_module_test(&t, ws, &port);
+  return xd_module_test("xd-upload", ws, sizeof ws, &port, xd_upload_new, xd_upload_route, xd_upload_close, client);
 }
