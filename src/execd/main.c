@@ -232,7 +232,6 @@ int main(int argc, char **argv) {
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
   const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
                              {files, xd_files_route}, {pty, xd_pty_route}};
-  size_thread_pool(loop);
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
@@ -272,6 +271,7 @@ int main(int argc, char **argv) {
   if (socket_path) printf("execd ready\n");
   else printf("execd ready %d\n", bound);
   fflush(stdout);
+  size_thread_pool(loop); /* after the ready line: its threads start while the server hears of it (~1 ms) */
   uv_run(loop, UV_RUN_DEFAULT);
   /* everything closed in time: the bound's timer goes too, and the loop with it */
   if (uv_is_active((uv_handle_t *)&exit_timer) && !uv_is_closing((uv_handle_t *)&exit_timer)) {
