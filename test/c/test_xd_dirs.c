@@ -33,19 +33,8 @@ static int request(const char *body, char **out) {
   return status;
 }
 
-static int mode_of(const char *rel) {
-  char p[512];
-  struct stat st;
-  snprintf(p, sizeof p, "%s/%s", ws, rel);
-  return stat(p, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
-}
-
-static long owner_of(const char *rel) {
-  char p[512];
-  struct stat st;
-  snprintf(p, sizeof p, "%s/%s", ws, rel);
-  return stat(p, &st) == 0 ? (long)st.st_uid : -1;
-}
+static int mode_of(const char *rel) { return xd_mode_in(ws, rel); }
+static long owner_of(const char *rel) { return xd_owner_in(ws, rel); }
 
 static void expect(const char *body, int status, const char *answer) {
   char *got = NULL;

@@ -60,19 +60,8 @@ static char *content_of(const char *rel) {
   return buf;
 }
 
-static int mode_of(const char *rel) {
-  char p[512];
-  struct stat st;
-  snprintf(p, sizeof p, "%s/%s", ws, rel);
-  return stat(p, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
-}
-
-static long owner_of(const char *rel) {
-  char p[512];
-  struct stat st;
-  snprintf(p, sizeof p, "%s/%s", ws, rel);
-  return stat(p, &st) == 0 ? (long)st.st_uid : -1;
-}
+static int mode_of(const char *rel) { return xd_mode_in(ws, rel); }
+static long owner_of(const char *rel) { return xd_owner_in(ws, rel); }
 
 static void test_writes(void) {
   osb_buf f = {0};

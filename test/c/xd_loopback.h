@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include "execd/server.h"
@@ -89,6 +90,20 @@ static inline int xd_roundtrip(int port, const char *req, size_t len, char **bod
   free(buf);
   return *body ? status : -1;
 }
+/* The permission bits / owner uid of ws/rel (stat, symlinks followed), or -1 when it does not exist. */
+static inline int xd_mode_in(const char *ws, const char *rel) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", ws, rel);
+  return stat(p, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+}
+static inline long xd_owner_in(const char *ws, const char *rel) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", ws, rel);
+  return stat(p, &st) == 0 ? (long)st.st_uid : -1;
+}
+
 /* Requests handed over by the module tests' server (counted on the loop thread by xd_handoff_502). */
 static _Atomic int xd_handed __attribute__((unused));
 
