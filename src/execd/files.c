@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cmdreq.h"
+#include "fsops.h"
 #include "core/buf.h"
 #include "json.h"
 #include "utf8.h"
@@ -207,7 +208,7 @@ typedef struct {
   names *names;
   int signal_forwarding;
   void (*relay_signal)(int sig);
-  files_job *jobs; /* queued on the thread pool */
+  xd_fsjobs jobs; /* queued on the thread pool */
 } files_mod;
 
 typedef struct {
@@ -222,10 +223,8 @@ typedef struct {
 enum { ANSWER, HANDOFF };
 
 struct files_job {
-  uv_work_t work;
-  files_mod *mod; /* NULL once the module closed */
-  files_job *prev, *next;
-  xd_res *res;    /* NULL once the client went away */
+  xd_fsjob job;   /* first: the thread-pool job and its response (fsops.h); job.jobs NULL once the module closed */
+  files_mod *mod; /* valid while job.jobs is set */
   names *names;
   int download;
   int head;
@@ -419,28 +418,21 @@ out:
   close(fd);
 }
 
-static void job_work(uv_work_t *w) {
-  files_job *job = w->data;
+static void job_run(xd_fsjob *fj) {
+  files_job *job = (files_job *)fj;
   if (job->download) download_work(job);
   else info_work(job);
 }
 
-static void job_unlink(files_job *job) {
-  if (!job->mod) return;
-  if (job->prev) job->prev->next = job->next;
-  else job->mod->jobs = job->next;
-  if (job->next) job->next->prev = job->prev;
-}
+static void job_release(xd_fsjob *fj) { job_free((files_job *)fj); }
 
-static void nothing(void *arg) { (void)arg; }
-
-static void job_done(uv_work_t *w, int status) {
-  files_job *job = w->data;
-  xd_res *res = job->res;
+static void job_answer(xd_fsjob *fj, int status) {
+  files_job *job = (files_job *)fj;
+  xd_res *res = fj->res;
   if (!res) {
     /* the client went away before the file's bytes were written to it: the real execd's write to the closed
      * connection raises SIGPIPE, which --signal-forwarding relays to the foreground command */
-    if (job->relay && job->mod && job->mod->relay_signal && status == 0 && job->outcome == ANSWER && job->status == 200 &&
+    if (job->relay && fj->jobs && job->mod->relay_signal && status == 0 && job->outcome == ANSWER && job->status == 200 &&
         job->length > 0)
       job->mod->relay_signal(SIGPIPE);
   } else if (status != 0 || job->outcome == HANDOFF) {
@@ -456,24 +448,16 @@ static void job_done(uv_work_t *w, int status) {
     if (job->head) xd_send_head(res, 200, h, 4, job->length);
     else xd_send(res, 200, h, 4, job->body.data, job->body.len);
   }
-  job_unlink(job);
-  job_free(job);
 }
-
-static void job_gone(void *arg) { ((files_job *)arg)->res = NULL; }
 
 /* Queues the job (the thread pool's from now on). 0, or -1 (the job is still the caller's). */
 static int job_queue(files_mod *m, files_job *job, xd_res *res) {
   job->mod = m;
-  job->res = res;
   job->names = names_ref(m->names);
-  job->work.data = job;
-  if (uv_queue_work(m->loop, &job->work, job_work, job_done) != 0) return -1;
-  job->next = m->jobs;
-  if (m->jobs) m->jobs->prev = job;
-  m->jobs = job;
-  xd_res_on_close(res, job_gone, job);
-  return 0;
+  job->job.run = job_run;
+  job->job.answer = job_answer;
+  job->job.release = job_release;
+  return xd_fsjob_start(&m->jobs, m->loop, &job->job, res);
 }
 
 /* A query value this module takes as a path: no NUL (Node's fs refuses it with its own text) and UTF-8 (Node reads
@@ -637,14 +621,7 @@ void *xd_files_new(const xd_ctx *ctx) {
 void xd_files_close(void *module) {
   files_mod *m = module;
   if (!m) return;
-  /* jobs still on the thread pool free themselves when they finish; they answer no one */
-  for (files_job *j = m->jobs, *next; j; j = next) {
-    next = j->next;
-    if (j->res) xd_res_on_close(j->res, nothing, NULL);
-    j->res = NULL;
-    j->mod = NULL;
-    uv_cancel((uv_req_t *)&j->work);
-  }
+  xd_fsjobs_close(&m->jobs); /* jobs still on the thread pool free themselves when they finish; they answer no one */
   names_unref(m->names);
   free(m->workspace);
   free(m);

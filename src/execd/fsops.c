@@ -204,7 +204,9 @@ static void fsjob_work(uv_work_t *w) {
 
 static void fsjob_done(uv_work_t *w, int status) {
   xd_fsjob *job = w->data;
-  if (job->res) {
+  if (job->answer) {
+    job->answer(job, status);
+  } else if (job->res) {
     if (status != 0) xd_send_error(job->res, 500, "RUNTIME_ERROR", "operation canceled");
     else if (job->status == 200) xd_send_empty(job->res);
     else if (job->message) xd_send_error(job->res, job->status, job->code, job->message);

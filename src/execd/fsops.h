@@ -51,7 +51,8 @@ int xd_parse_mode(const struct cJSON *mode, const char *where, int *has_mode, un
 
 /* ---- a files request's work on the thread pool, answered on the loop thread (dirs.c, upload.c) ----
  * The module embeds an xd_fsjob first in its job struct, sets run (the thread pool's part: it leaves status 200 or
- * sets status, code and message) and release (frees the module's struct, the job included), and starts it. The
+ * sets status, code and message), release (frees the module's struct, the job included) and optionally answer, and
+ * starts it. The
  * answer is 200 with no body, or {code, message} (500 "out of memory" when the message is NULL). A client that went
  * away gets nothing; the job is released when its work is done, also after the module closed. */
 typedef struct xd_fsjob xd_fsjob;
@@ -62,6 +63,9 @@ struct xd_fsjob {
   uv_work_t work;
   void (*run)(xd_fsjob *job);
   void (*release)(xd_fsjob *job);
+  /* optional: answers res itself instead of the 200/error above, when the work is done (status: the thread pool's,
+   * non-zero when it was cancelled); called also when res is NULL (the client went away or the module closed) */
+  void (*answer)(xd_fsjob *job, int status);
   xd_fsjobs *jobs;   /* NULL once the module closed */
   xd_res *res;       /* NULL once the client went away or the module closed */
   int status;        /* 200, or the error's status */
