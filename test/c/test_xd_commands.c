@@ -19,15 +19,6 @@
 
 static char ws[256];
 static int port;
-static uv_async_t done_async;
-
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
-}
 
 static int connect_execd(void) { return xd_dial(port, 20); }
 
@@ -205,8 +196,7 @@ static void test_client_leaves(void) {
   /* left running: closing the module at the end must kill it */
 }
 
-static void *client(void *arg) {
-  (void)arg;
+static void client(void) {
   sigset_t all; /* signals (SIGCHLD of the commands) are the loop thread's: no EINTR in this thread's reads */
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -217,45 +207,12 @@ static void *client(void *arg) {
   RUN(test_client_leaves);
   char *a = call("POST", "/command", "{\"command\":\"sleep 30\",\"background\":true}");
   free(a);
-  uv_async_send(&done_async);
-  return NULL;
-}
-
-static xd_server *server;
-static void *commands;
-static void on_done(uv_async_t *a) {
-  uv_close((uv_handle_t *)a, NULL);
-  xd_server_close(server);
-  xd_commands_close(commands);
 }
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  if (!t_tempdir(ws, sizeof ws, "xd-commands")) {
-    printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  xd_ctx ctx = {0};
-  ctx.loop = &loop;
-  ctx.workspace = ws;
-  ctx.command_tail_ms = 50;
-  commands = xd_commands_new(&ctx);
-  xd_route route = {commands, xd_commands_route};
-  server = commands ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
-  if (!server) {
-    printf("server did not start\n0 passed, 1 failed\n");
-    return 1;
-  }
-  uv_async_init(&loop, &done_async, on_done);
-  pthread_t t;
-  pthread_create(&t, NULL, client, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT); /* returns once the server and the module closed every handle */
-  pthread_join(t, NULL);
-  CHECK(uv_loop_close(&loop) == 0);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ws);
-  if (system(cmd) != 0) printf("could not remove %s\n", ws);
-  return t_summary();
+  xd_ctx base = {0};
+  base.command_tail_ms = 50;
+  return xd_module_test_with("xd-commands", ws, sizeof ws, &port, &base, xd_commands_new, xd_commands_route,
+                             xd_commands_close, client);
 }

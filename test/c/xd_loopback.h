@@ -154,11 +154,27 @@ static inline void xd_run_client(uv_loop_t *loop, void (*client)(void), void (*o
 /* xd_run_client's on_done for a test whose server alone keeps the loop running */
 static inline void xd_close_server(void *server) { xd_server_close(server); }
 
+typedef struct {
+  xd_server *server;
+  void *module;
+  void (*close_fn)(void *);
+} xd_module_run_;
+
+/* xd_run_client's on_done of a module test: the server and the module closed on the loop thread (a module with
+ * handles of its own, like the commands', keeps the loop running until then) */
+static inline void xd_close_both_(void *arg) {
+  xd_module_run_ *r = arg;
+  xd_server_close(r->server);
+  r->close_fn(r->module);
+}
+
 /* The main() of a route module's test (harness.h first): a fresh workspace /tmp/osb-test-<name>-XXXXXX written into
- * ws (cap bytes), the module made for it (new_fn) and served on loopback (*port; what it does not take goes to
- * xd_handoff_502), client() run, then the module closed and the workspace removed. Returns t_summary(). */
-static inline int xd_module_test(const char *name, char *ws, size_t cap, int *port, void *(*new_fn)(const xd_ctx *),
-                                 xd_route_fn route_fn, void (*close_fn)(void *), void (*client)(void)) {
+ * ws (cap bytes), the module made for it (new_fn, from *base's options when base is given: loop and workspace are set
+ * here) and served on loopback (*port; what it does not take goes to xd_handoff_502), client() run, then the server
+ * and the module closed and the workspace removed. Returns t_summary(). */
+static inline int xd_module_test_with(const char *name, char *ws, size_t cap, int *port, const xd_ctx *base,
+                                      void *(*new_fn)(const xd_ctx *), xd_route_fn route_fn, void (*close_fn)(void *),
+                                      void (*client)(void)) {
   if (!t_tempdir(ws, cap, name)) {
     printf("cannot make a temporary directory\n0 passed, 1 failed\n");
     return 1;
@@ -166,6 +182,7 @@ static inline int xd_module_test(const char *name, char *ws, size_t cap, int *po
   uv_loop_t loop;
   uv_loop_init(&loop);
   xd_ctx ctx = {0};
+  if (base) ctx = *base;
   ctx.loop = &loop;
   ctx.workspace = ws;
   void *module = new_fn(&ctx);
@@ -175,11 +192,15 @@ static inline int xd_module_test(const char *name, char *ws, size_t cap, int *po
     printf("server did not start\n0 passed, 1 failed\n");
     return 1;
   }
-  xd_run_client(&loop, client, xd_close_server, server);
-  close_fn(module);
-  uv_run(&loop, UV_RUN_DEFAULT);
+  xd_module_run_ r = {server, module, close_fn};
+  xd_run_client(&loop, client, xd_close_both_, &r);
   CHECK(uv_loop_close(&loop) == 0);
   t_rmtree(ws);
   return t_summary();
+}
+
+static inline int xd_module_test(const char *name, char *ws, size_t cap, int *port, void *(*new_fn)(const xd_ctx *),
+                                 xd_route_fn route_fn, void (*close_fn)(void *), void (*client)(void)) {
+  return xd_module_test_with(name, ws, cap, port, NULL, new_fn, route_fn, close_fn, client);
 }
 #endif
