@@ -74,21 +74,12 @@ static int pair_error(pair *p, const char *code, const char *message) {
 
 /* expandAbsPath of metadata.path: target, or the 400 of its undefined variables */
 static int expand_target(pair *p, const char *workspace) {
-  osb_buf x = {0}, err = {0}, joined = {0}, out = {0};
-  int rc = -1;
-  if (xd_expand_path(p->path, environ, &x, &err) != 0) {
-    if (err.len) rc = pair_error(p, "INVALID_REQUEST_BODY", err.data);
-    goto done;
+  char *err;
+  int rc = xd_expand_abs_path(p->path, environ, workspace, &p->target, &err);
+  if (rc == 1) {
+    rc = pair_error(p, "INVALID_REQUEST_BODY", err);
+    free(err);
   }
-  if (x.data && x.data[0] == '/') rc = osb_buf_append_str(&joined, x.data);
-  else rc = osb_buf_appendf(&joined, "%s/%s", workspace, x.data ? x.data : "") < 0 ? -1 : 0;
-  if (rc == 0) rc = xd_path_resolve(joined.data, &out);
-  if (rc == 0 && !(p->target = osb_buf_steal(&out, NULL))) rc = -1;
-done:
-  osb_buf_free(&x);
-  osb_buf_free(&err);
-  osb_buf_free(&joined);
-  osb_buf_free(&out);
   return rc;
 }
 
