@@ -111,9 +111,13 @@ static void make_one(xd_fsjob *job, const dir_entry *e) {
   int existed = stat(e->dir, &st) == 0;
   char *first = NULL;
   xd_oserr err = {0};
-  if (xd_mkdirp(e->dir, &first, &err) == 0 && xd_own_created(e->dir, first, e->owner, e->group, &err) == 0 && !existed &&
-      e->has_mode && chmod(e->dir, e->mode) != 0)
-    xd_oserr_set(&err, errno, "chmod", e->dir);
+  int rc = xd_mkdirp(e->dir, &first, &err);
+  if (rc == 0 && first && (e->owner || e->group)) { /* the names are read only when a directory was made */
+    xd_owner o;
+    xd_owner_resolve(e->owner, e->group, &o);
+    rc = xd_own_created(e->dir, first, &o, &err);
+  }
+  if (rc == 0 && !existed && e->has_mode && chmod(e->dir, e->mode) != 0) xd_oserr_set(&err, errno, "chmod", e->dir);
   if (err.err) job_fail(job, &err);
   free(first);
   xd_oserr_free(&err);

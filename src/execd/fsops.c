@@ -38,9 +38,8 @@ int xd_oserr_text(osb_buf *out, const xd_oserr *e) {
   return osb_buf_appendf(out, "%s: %.*s", e->syscall, tl, text) < 0 ? -1 : 0;
 }
 
-/* name -> id of /etc/passwd or /etc/group (files-info.js idTable): the first line of a name counts; the id field is
- * read like JavaScript's Number() and must be an integer. Returns 1 and *id when found, 0 otherwise. */
-int xd_lookup_id(const char *file, const char *name, long long *id) {
+/* name -> id of /etc/passwd or /etc/group: 1 and *id when found, 0 otherwise. */
+static int lookup_id(const char *file, const char *name, long long *id) {
   FILE *f = fopen(file, "re");
   if (!f) return 0;
   char *line = NULL;
@@ -120,21 +119,23 @@ int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
   return 0;
 }
 
-int xd_own(const char *path, const char *owner, const char *group, xd_oserr *e) {
-  long long uid = -1, gid = -1;
-  int has_uid = owner && xd_lookup_id("/etc/passwd", owner, &uid);
-  int has_gid = group && xd_lookup_id("/etc/group", group, &gid);
-  if (!has_uid && !has_gid) return 0;
-  if (chown(path, has_uid ? (uid_t)uid : (uid_t)-1, has_gid ? (gid_t)gid : (gid_t)-1) == 0) return 0;
+void xd_owner_resolve(const char *owner, const char *group, xd_owner *o) {
+  long long id;
+  o->has_uid = owner && lookup_id("/etc/passwd", owner, &id);
+  o->uid = o->has_uid ? (uid_t)id : (uid_t)-1;
+  o->has_gid = group && lookup_id("/etc/group", group, &id);
+  o->gid = o->has_gid ? (gid_t)id : (gid_t)-1;
+}
+
+int xd_own(const char *path, const xd_owner *o, xd_oserr *e) {
+  if (!o->has_uid && !o->has_gid) return 0;
+  if (chown(path, o->uid, o->gid) == 0) return 0;
   xd_oserr_set(e, errno, "chown", path);
   return -1;
 }
 
-int xd_own_created(const char *dir, const char *first, const char *owner, const char *group, xd_oserr *e) {
-  long long uid = -1, gid = -1;
-  int has_uid = owner && xd_lookup_id("/etc/passwd", owner, &uid);
-  int has_gid = group && xd_lookup_id("/etc/group", group, &gid);
-  if (!first || (!has_uid && !has_gid)) return 0;
+int xd_own_created(const char *dir, const char *first, const xd_owner *o, xd_oserr *e) {
+  if (!first || (!o->has_uid && !o->has_gid)) return 0;
   char *p = strdup(dir);
   if (!p) {
     xd_oserr_set(e, ENOMEM, "chown", first);
@@ -146,10 +147,7 @@ int xd_own_created(const char *dir, const char *first, const char *owner, const 
     if (p[i] != '/' && p[i] != '\0') continue;
     char c = p[i];
     p[i] = '\0';
-    if (chown(p, has_uid ? (uid_t)uid : (uid_t)-1, has_gid ? (gid_t)gid : (gid_t)-1) != 0) {
-      xd_oserr_set(e, errno, "chown", p);
-      rc = -1;
-    }
+    rc = xd_own(p, o, e);
     p[i] = c;
     if (c == '\0') break;
   }

@@ -5,6 +5,7 @@
 #ifndef XD_FSOPS_H
 #define XD_FSOPS_H
 #include <stddef.h>
+#include <sys/types.h>
 #include <uv.h>
 #include "core/buf.h"
 #include "xd.h"
@@ -28,20 +29,26 @@ int xd_oserr_text(osb_buf *out, const xd_oserr *e);
  * '/a'"). 0, or -1 when out of memory. */
 int xd_oserr_node_text(osb_buf *out, const xd_oserr *e);
 
-/* name -> id of /etc/passwd or /etc/group as files-info.js idTable reads them (the first line of a name counts, the
- * id read like JavaScript's Number() and an integer): 1 and *id when found, 0 otherwise. */
-int xd_lookup_id(const char *file, const char *name, long long *id);
+/* The ids an owner and a group name resolve to in /etc/passwd and /etc/group, read as files-info.js idTable reads
+ * them (the first line of a name counts, the id read like JavaScript's Number() and an integer). */
+typedef struct {
+  int has_uid, has_gid; /* the name was given and resolves */
+  uid_t uid;
+  gid_t gid;
+} xd_owner;
+/* Resolves the names (NULL = not given; each given one costs a read of its file). */
+void xd_owner_resolve(const char *owner, const char *group, xd_owner *o);
 
 /* mkdirp.js: mkdir -p of dir (absolute), one component at a time, 0777 before the umask (an existing directory costs
  * one stat). 0 with *first = the first directory it created (malloc'd, the caller frees) or NULL; -1 with e set. */
 int xd_mkdirp(const char *dir, char **first, xd_oserr *e);
 
-/* The rest of mkdirWithOwnership: chown of `first` and every directory below it down to dir, to the owner/group
- * names that resolve (nothing when neither does; names NULL = not given). 0, or -1 with e set. */
-int xd_own_created(const char *dir, const char *first, const char *owner, const char *group, xd_oserr *e);
+/* The rest of mkdirWithOwnership: chown of `first` and every directory below it down to dir, to the ids that resolved
+ * (nothing when neither did). 0, or -1 with e set. */
+int xd_own_created(const char *dir, const char *first, const xd_owner *o, xd_oserr *e);
 
-/* chown of path to the owner/group names that resolve (applyOwnership): 0, or -1 with e set. */
-int xd_own(const char *path, const char *owner, const char *group, xd_oserr *e);
+/* chown of path to the ids that resolved (applyOwnership; nothing when neither did): 0, or -1 with e set. */
+int xd_own(const char *path, const xd_owner *o, xd_oserr *e);
 
 /* parseMode of a request's "mode" value (cJSON, may be NULL): 0 = fine (*has_mode, *mode set), 1 = a 400 whose
  * message ("invalid mode ... for <where>: ...") is appended to msg, 2 = a value whose JavaScript text this module

@@ -185,14 +185,16 @@ static void write_pair(xd_fsjob *job, const pair *p) {
   dir[dl] = '\0';
   char *first = NULL;
   xd_oserr err = {0};
-  if (xd_mkdirp(dir, &first, &err) != 0 || xd_own_created(dir, first, p->owner, p->group, &err) != 0)
+  xd_owner o; /* the names read once, for the directories made and the file */
+  xd_owner_resolve(p->owner, p->group, &o);
+  if (xd_mkdirp(dir, &first, &err) != 0 || xd_own_created(dir, first, &o, &err) != 0)
     job_fail(job, "error creating target directory", dir, &err);
   else if (write_file(p->target, dir, p->data, p->len, &err) != 0)
     job_fail(job, "error opening destination file", p->target, &err);
   else if (p->has_mode && chmod(p->target, p->mode) != 0) {
     xd_oserr_set(&err, errno, "chmod", p->target);
     job_fail(job, "error chmoding file", p->target, &err);
-  } else if (xd_own(p->target, p->owner, p->group, &err) != 0)
+  } else if (xd_own(p->target, &o, &err) != 0)
     job_fail(job, "error chmoding file", p->target, &err);
   xd_oserr_free(&err);
   free(first);
