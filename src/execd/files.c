@@ -386,7 +386,9 @@ static void info_work(files_job *job) {
 static void download_work(files_job *job) {
   struct stat st;
   job->outcome = HANDOFF;
-  /* what is neither a file nor a directory is the Node execd's, unopened here (opening a FIFO waits for a writer) */
+  /* what is neither a file nor a directory is the Node execd's, unopened here: opening a FIFO waits for a writer, and
+   * even a non-blocking open would release a writer waiting for a reader, whose writes then break on our close (the
+   * fstat below still decides for what was opened) */
   if (stat(job->file, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return;
   int fd = open(job->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
