@@ -298,11 +298,6 @@ int xd_server_native_candidate(const char *method, const char *path) {
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
 }
 
-/* The native routes that read no body (GET /files/info, GET|HEAD /files/download): a request of theirs that has one is
- * the Node execd's, which answers it without reading it (here it would be read first, or refused over 64 MiB). */
-static int native_bodyless(const char *method, const char *path) {
-  return (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(path, "/files/", 7) == 0;
-}
 
 /* ---------------------------------------------------------------- xd.h: request accessors */
 
@@ -915,6 +910,18 @@ static void dispatch(conn *c) {
 }
 
 /* handles what is buffered, one request at a time */
+/* Whether a request is the Node execd's from its head alone (before its body is read): no native route's; a files
+ * GET/HEAD that has a body (the Node execd answers it without reading it; here it would be read first, or refused
+ * over 64 MiB); an upload that is chunked or over XD_UPLOAD_NATIVE_MAX (upload.c holds a form in memory, the Node
+ * execd spools a large one). */
+static int node_by_head(const conn *c) {
+  const char *m = c->req.method;
+  int has_body = c->chunked || c->cl_left > 0;
+  if (!xd_server_native_candidate(m, c->path)) return 1;
+  if ((strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0) && strncmp(c->path, "/files/", 7) == 0) return has_body;
+  return strcmp(c->path, "/files/upload") == 0 && (c->chunked || c->cl_left > XD_UPLOAD_NATIVE_MAX);
+}
+
 static void process(conn *c) {
   if (c->in_process) return;
   c->in_process = 1;
@@ -986,14 +993,10 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (!xd_server_native_candidate(c->req.method, c->path) ||
-                 (native_bodyless(c->req.method, c->path) && (c->chunked || c->cl_left > 0))) {
+      } else if (node_by_head(c)) {
         /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
          * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
-        break;
-      } else if (strcmp(c->path, "/files/upload") == 0 && (c->chunked || c->cl_left > XD_UPLOAD_NATIVE_MAX)) {
-        handoff_now(c); /* upload.c holds a form in memory; the Node execd spools a large one (a known length only) */
         break;
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
         c->too_large = c->discard = 1;
