@@ -277,6 +277,8 @@ static void test_pty_mode_stdin_and_frames(void) {
   CHECK(ws_until_close(&c, &s) == 1);
   CHECK(strstr(s.out, "/dev/pts/") != NULL);
   CHECK(strstr(s.out, "got-line\r\n") != NULL);
+  if (!strstr(s.out, "got-line\r\n")) /* seen once in a fresh-clone run under load, not reproduced since: what came */
+    printf("    out [%s]\n    replay [%s]\n    texts [%s]\n", s.out, s.replay, s.texts);
   CHECK(strstr(s.texts, "\"mode\":\"pty\"") != NULL);
   CHECK(strstr(s.texts, "|{\"type\":\"pong\"}\n|") != NULL);
   CHECK(strstr(s.texts, "|{\"type\":\"error\",\"error\":\"unknown frame type \\\"bogus\\\"\",\"code\":\"INVALID_FRAME\"}\n|") != NULL);
