@@ -217,18 +217,26 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "  (\n",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
-   * one more start per process): its stdin first, the wrapper's variables gone, then its environment and cwd. */
+   * one more start per process): its stdin first, the wrapper's variables gone, then its cwd (before its environment:
+   * "~" is execd's HOME, not one the call sets) and environment. */
   bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
                                                 : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
+  if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
+    bad |= osb_buf_append_str(&b, "  cd -- ");
+    if (strcmp(o->cwd, "~") == 0) {
+      bad |= osb_buf_append_str(&b, "~");
+    } else if (strncmp(o->cwd, "~/", 2) == 0) {
+      bad |= osb_buf_append_str(&b, "~/");
+      if (o->cwd[2]) bad |= shq(&b, o->cwd + 2);
+    } else {
+      bad |= shq(&b, o->cwd);
+    }
+    bad |= osb_buf_append_str(&b, " || exit 1\n");
+  }
   for (size_t i = 0; i < o->nenv; i++) {
     bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
     bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
     bad |= osb_buf_append_str(&b, "\n");
-  }
-  if (o->cwd && *o->cwd) {
-    bad |= osb_buf_append_str(&b, "  cd -- ");
-    bad |= shq(&b, o->cwd);
-    bad |= osb_buf_append_str(&b, " || exit 1\n");
   }
   bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
