@@ -33,7 +33,9 @@
 
 static long g_count;  /* atomic: processes alive in the table */
 static long g_paused; /* atomic: processes whose socket is paused by flow control */
+static long g_objects; /* atomic: process objects allocated and not yet freed (the last reference released) */
 long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
+long osb_proc_object_count(void) { return __atomic_load_n(&g_objects, __ATOMIC_RELAXED); }
 long osb_proc_paused_count(void) { return __atomic_load_n(&g_paused, __ATOMIC_RELAXED); }
 
 /* What waits to go to the wrapper's stdin: our own protocol lines (go, ack: a whole execd message), user bytes and
@@ -141,6 +143,7 @@ static void proc_free(osb_proc *p) {
     free(w);
   }
   free(p);
+  __atomic_sub_fetch(&g_objects, 1, __ATOMIC_RELAXED);
 }
 
 static void proc_ref(osb_proc *p) { __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED); }
@@ -1127,6 +1130,7 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
     osb_conn_clear(&execd);
     goto oom;
   }
+  __atomic_add_fetch(&g_objects, 1, __ATOMIC_RELAXED);
   p->execd = execd;
   p->refs = 2; /* caller + engine side */
   p->ws = ws;
