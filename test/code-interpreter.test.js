@@ -17,6 +17,7 @@ import {
   OpenSandboxOptionError,
   OpenSandboxStreamError,
   OpenSandboxTimeoutError,
+  OpenSandboxTransportError,
   CodeInterpreter,
   OpenSandboxContextNotFoundError,
   createCodeInterpreterTools,
@@ -337,6 +338,25 @@ describe('code interpreter client', function () {
         assert.equal(r.executionTimeMs, 5);
         assert.equal(r.completed, true);
         assert.equal(r.success, true);
+      } finally {
+        await peer.close();
+      }
+    });
+    it('a stream that ends after init without the end of the cell is a typed transport error, not a success', async () => {
+      // what a sandbox deleted under a running cell can look like on the real execd: the response ends cleanly
+      const peer = await rawPeer((sock) => {
+        sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const x = '{"type":"init","text":"ctx1"}\n\n{"type":"ping","text":"pong"}\n\n';
+        sock.end(`${Buffer.byteLength(x).toString(16)}\r\n${x}\r\n0\r\n\r\n`);
+      });
+      try {
+        const cut = new CodeInterpreter({ baseUrl: peer.url });
+        await assert.rejects(cut.run({ code: '6 * 7', language: 'python', contextId: 'ctx1' }).result, (e) => {
+          assert.ok(e instanceof OpenSandboxTransportError, String(e));
+          assert.equal(e.code, 'CODE_STREAM_CUT');
+          assert.match(e.message, /ended before the cell reported its end/);
+          return true;
+        });
       } finally {
         await peer.close();
       }

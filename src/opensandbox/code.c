@@ -534,6 +534,13 @@ static void on_stream_done(void *ud, const osb_http_result *res) {
     settle(r, &r->pending_err);
   } else if (res->error == OSB_HTTP_OK && !r->id && !r->completed_ev && !r->has_error) {
     settle_error(r, OSB_KIND_PROTOCOL, "STREAM_ENDED", "the code stream ended without any event");
+  } else if (res->error == OSB_HTTP_OK && !r->completed_ev && !r->has_error && !r->timed_out && !r->interrupted) {
+    /* execd ends every cell it ran with execution_complete or error: a stream that just stops after init (the
+     * sandbox deleted or the server stopped under the cell) has no result to report. A transport error, so that
+     * the caller's recovery asks the lifecycle API whether the sandbox is gone (never retried: the cell may have
+     * run). */
+    settle_error(r, OSB_KIND_TRANSPORT, "CODE_STREAM_CUT",
+                 "the code stream ended before the cell reported its end (no execution_complete or error event)");
   } else if (res->error == OSB_HTTP_OK) {
     settle(r, NULL); /* end of stream: the only "done" of /code */
   } else if (r->del_sent && (r->has_error || r->completed_ev)) {
