@@ -163,13 +163,15 @@ export class CodeInterpreter {
    * stderr? }) gets the kept output in batches while the cell runs. Without contextId the server's default
    * context of the language is used.
    */
-  run({ code, language, contextId, timeoutMs, maxOutputBytes, maxResultBytes } = {}, onOutput) {
+  run({ code, language, contextId, timeoutMs, maxOutputBytes, maxResultBytes, maxEventBytes } = {}, onOutput) {
     nonEmpty(code, 'code');
     nonEmpty(language, 'language');
     if (contextId !== undefined && contextId !== null) nonEmpty(contextId, 'contextId');
     if (onOutput !== undefined && onOutput !== null && typeof onOutput !== 'function') throw option('onOutput', 'must be a function');
+    const eventBound = ms(maxEventBytes, 'maxEventBytes', 0);
+    if (eventBound !== 0 && eventBound < 1024) throw option('maxEventBytes', 'must be >= 1024');
     const h = this.#n.run(code, language, contextId ?? null, ms(timeoutMs, 'timeoutMs', 0),
-      bytes(maxOutputBytes, 'maxOutputBytes', 1048576), bytes(maxResultBytes, 'maxResultBytes', 8388608), onOutput ?? undefined);
+      bytes(maxOutputBytes, 'maxOutputBytes', 1048576), bytes(maxResultBytes, 'maxResultBytes', 8388608), onOutput ?? undefined, eventBound);
     const operation = `run ${language} code${contextId ? ` in context ${contextId}` : ''}`;
     const result = h.result.then((r) => toRunResult(r, language), (e) => {
       throw this.#map(e, operation, contextId);
@@ -183,8 +185,15 @@ export class CodeInterpreter {
   }
 }
 
+/**
+ * Jupyter's notice that it dropped the cell's stream output (its server's IOPub rate limits: notebook and
+ * jupyter_server send it on stderr instead of the stdout/stderr messages over the limit, which never reach execd).
+ */
+const JUPYTER_RATE_LIMIT = /^IOPub (?:data|message) rate exceeded\./m;
+
 function toRunResult(r, language) {
   const results = JSON.parse(r.resultsJson);
+  const outputRateLimited = JUPYTER_RATE_LIMIT.test(r.stderr);
   return {
     contextId: r.contextId,
     language,
@@ -193,10 +202,11 @@ function toRunResult(r, language) {
     success: !r.error && !r.timedOut && !r.interrupted,
     stdout: r.stdout,
     stderr: r.stderr,
-    stdoutTruncated: r.stdoutDroppedBytes > 0,
-    stderrTruncated: r.stderrDroppedBytes > 0,
+    stdoutTruncated: r.stdoutDroppedBytes > 0 || outputRateLimited,
+    stderrTruncated: r.stderrDroppedBytes > 0 || outputRateLimited,
     stdoutDroppedBytes: r.stdoutDroppedBytes,
     stderrDroppedBytes: r.stderrDroppedBytes,
+    outputRateLimited,
     results,
     resultsTruncated: r.resultsDropped > 0,
     resultsDropped: r.resultsDropped,
@@ -243,6 +253,7 @@ function modelView(r, { maxModelOutputChars, tracebackLines }) {
     stdoutTruncated: r.stdoutTruncated || out.clipped,
     stderrTruncated: r.stderrTruncated || err.clipped,
     resultsTruncated: r.resultsTruncated || res.clipped,
+    outputRateLimited: r.outputRateLimited,
     timedOut: r.timedOut,
     interrupted: r.interrupted,
   };
@@ -475,6 +486,7 @@ export function createCodeInterpreterTools(sandbox, options = {}) {
       stdoutTruncated: z.boolean(),
       stderrTruncated: z.boolean(),
       resultsTruncated: z.boolean(),
+      outputRateLimited: z.boolean().describe("Jupyter dropped stream output over its IOPub rate limit (its notice is in stderr): print less"),
       timedOut: z.boolean(),
       interrupted: z.boolean(),
     }),

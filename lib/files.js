@@ -19,10 +19,17 @@ export function assertExactPath(p, option = 'path') {
   }
 }
 
-/** A cwd as the sandbox should see it: a relative one resolves against base (the working directory); none -> base. */
+/** A cwd that means the sandbox user's home: `~` or `~/…` (the forms execd expands; `~user` is a plain name). */
+export const isHomeCwd = cwd => cwd === '~' || (typeof cwd === 'string' && cwd.startsWith('~/'));
+
+/**
+ * A cwd as the sandbox should see it: a relative one resolves against base (the working directory); none -> base.
+ * `~` and `~/…` are sent as they are: execd expands them to its user's home (for commands, code contexts; the
+ * process wrapper's shell does the same for processes.spawn), as a shell would.
+ */
 export function resolveCwd(cwd, base) {
   if (!cwd) return base ?? null;
-  return path.posix.isAbsolute(cwd) || !base ? cwd : path.posix.join(base, cwd);
+  return path.posix.isAbsolute(cwd) || isHomeCwd(cwd) || !base ? cwd : path.posix.join(base, cwd);
 }
 
 /** Mastra's numeric mode (0o644) as execd's decimal-digit integer (644). */

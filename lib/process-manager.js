@@ -83,6 +83,9 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
         this.emitStderr(`${this.stderr && !this.stderr.endsWith('\n') ? '\n' : ''}${x.errorText}\n`);
       }
       this.exitCode = x.exitCode;
+      // An ended process keeps only its output (Mastra's bounded buffers, maxRetainedBytes per stream): the native
+      // object, which holds its own copy of that output, is let go (kill/stdin check exitCode first).
+      this.#native = null;
       return {
         success: x.exitCode === 0,
         exitCode: x.exitCode,

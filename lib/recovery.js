@@ -23,11 +23,12 @@ export function suspicious(err) {
 
 /**
  * True when `err` proves the request started nothing. anyTransport: every transport failure of this call happens
- * before anything starts (the native layer marks a command stream cut after its init event COMMAND_STREAM_CUT).
+ * before anything starts (the native layer marks a command stream cut after its init event COMMAND_STREAM_CUT, and a
+ * code cell's stream that ended after its init without the cell's end CODE_STREAM_CUT: both may have run something).
  */
 export function neverStarted(err, anyTransport = false) {
   if (err?.kind === 'api') return [404, 502, 503].includes(err.status) || proxyRefused(err);
-  if (err?.kind !== 'transport' || err.code === 'COMMAND_STREAM_CUT') return false;
+  if (err?.kind !== 'transport' || err.code === 'COMMAND_STREAM_CUT' || err.code === 'CODE_STREAM_CUT') return false;
   return anyTransport || REFUSED.test(err.message ?? '');
 }
 

@@ -17,6 +17,7 @@ import {
   OpenSandboxOptionError,
   OpenSandboxStreamError,
   OpenSandboxTimeoutError,
+  OpenSandboxTransportError,
   CodeInterpreter,
   OpenSandboxContextNotFoundError,
   createCodeInterpreterTools,
@@ -341,6 +342,72 @@ describe('code interpreter client', function () {
         await peer.close();
       }
     });
+    it('an event larger than the parser bound (maxEventBytes) keeps the start of its text and counts the rest; larger results are counted', async () => {
+      const ctx = await ci.createContext({ language: 'python' });
+      const code = 'import sys\nprint("o" * 300000)\nsys.stderr.write("\\u00e9" * 100000)\nsys.stderr.flush()\n"r" * 200000';
+      const r = await run({ code, language: 'python', contextId: ctx.id, maxEventBytes: 65536, maxOutputBytes: -1 });
+      assert.equal(r.success, true);
+      assert.ok(r.stdout.length > 60000 && r.stdout.length < 65536, `kept ${r.stdout.length}`);
+      assert.equal(r.stdout, 'o'.repeat(r.stdout.length));
+      assert.equal(r.stdout.length + r.stdoutDroppedBytes, 300001); // the '\n' of print is counted too
+      assert.equal(r.stdoutTruncated, true);
+      assert.equal(r.stderr, 'é'.repeat(r.stderr.length)); // cut on a character boundary
+      assert.equal(Buffer.byteLength(r.stderr) + r.stderrDroppedBytes, 200000);
+      assert.deepEqual(r.results, []);
+      assert.equal(r.resultsDropped, 1);
+      assert.equal(r.resultsTruncated, true);
+      assert.throws(() => ci.run({ code: '1', language: 'python', maxEventBytes: 10 }), /maxEventBytes/);
+    });
+
+    it("Jupyter's IOPub rate-limit notice (its server dropped the stream) marks the output truncated", async () => {
+      // notebook 6.4 / jupyter_server send this on stderr INSTEAD of stream messages over iopub_data_rate_limit (1 MB/s
+      // over 3 s by default): a 3 MB print reaches execd as this notice only
+      const notice = 'IOPub data rate exceeded.\nThe notebook server will temporarily stop sending output\nto the client in order to avoid crashing it.\n' +
+        'To change this limit, set the config variable\n`--NotebookApp.iopub_data_rate_limit`.\n\nCurrent values:\n' +
+        'NotebookApp.iopub_data_rate_limit=1000000.0 (bytes/sec)\nNotebookApp.rate_limit_window=3.0 (secs)\n\n';
+      const ev = (o) => `${JSON.stringify(o)}\n\n`;
+      const peer = await rawPeer((sock) => {
+        sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const chunk = (x) => sock.write(`${Buffer.byteLength(x).toString(16)}\r\n${x}\r\n`);
+        chunk(ev({ type: 'init', text: 'ctx1' }) + ev({ type: 'stderr', text: notice }) + ev({ type: 'execution_count', execution_count: 3 }) +
+          ev({ type: 'execution_complete', execution_time: 150 }));
+        sock.end('0\r\n\r\n');
+      });
+      try {
+        const jupyter = new CodeInterpreter({ baseUrl: peer.url });
+        const r = await jupyter.run({ code: "print('x' * 3_000_000)", language: 'python', contextId: 'ctx1' }).result;
+        assert.equal(r.stdout, '');
+        assert.equal(r.outputRateLimited, true);
+        assert.equal(r.stdoutTruncated, true);
+        assert.equal(r.stderrTruncated, true);
+        assert.equal(r.stdoutDroppedBytes, 0); // what Jupyter dropped is not known to execd or to us
+        assert.equal(r.success, true);
+        const plain = await run({ code: 'print("IOPub data rate exceeded. (just text)")', language: 'python' });
+        assert.equal(plain.outputRateLimited, false); // only on stderr, where Jupyter puts it
+      } finally {
+        await peer.close();
+      }
+    });
+
+    it('a stream that ends after init without the end of the cell is a typed transport error, not a success', async () => {
+      // what a sandbox deleted under a running cell can look like on the real execd: the response ends cleanly
+      const peer = await rawPeer((sock) => {
+        sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const x = '{"type":"init","text":"ctx1"}\n\n{"type":"ping","text":"pong"}\n\n';
+        sock.end(`${Buffer.byteLength(x).toString(16)}\r\n${x}\r\n0\r\n\r\n`);
+      });
+      try {
+        const cut = new CodeInterpreter({ baseUrl: peer.url });
+        await assert.rejects(cut.run({ code: '6 * 7', language: 'python', contextId: 'ctx1' }).result, (e) => {
+          assert.ok(e instanceof OpenSandboxTransportError, String(e));
+          assert.equal(e.code, 'CODE_STREAM_CUT');
+          assert.match(e.message, /ended before the cell reported its end/);
+          return true;
+        });
+      } finally {
+        await peer.close();
+      }
+    });
   });
 
   describe('createCodeInterpreterTools', () => {
@@ -406,6 +473,25 @@ describe('code interpreter client', function () {
       assert.equal(r.stdout, `${'z'.repeat(100)}\n[... 4900 more characters not shown]`);
       assert.equal(full[0].result.stdout.length, 5000);
       assert.equal(full[0].result.stdoutDroppedBytes, 200001 - 5000);
+    });
+
+    it('a 3 MB print, stderr and result with the default limits: the start of each, marked truncated, the dropped bytes counted', async () => {
+      const full = [];
+      const tools = createCodeInterpreterTools(sandbox, { onResult: (e) => full.push(e.result) });
+      const out = await tools.run_code.execute({ code: "print('x' * 3_000_000)" }, {});
+      assert.equal(out.success, true);
+      assert.equal(out.stdout, `${'x'.repeat(8000)}\n[... ${1048576 - 8000} more characters not shown]`);
+      assert.equal(out.stdoutTruncated, true);
+      assert.equal(out.outputRateLimited, false);
+      assert.equal(full[0].stdout, 'x'.repeat(1048576));
+      assert.equal(full[0].stdoutDroppedBytes, 3000001 - 1048576);
+      const err = await tools.run_code.execute({ code: "import sys\nsys.stderr.write('y' * 3_000_000)" }, {});
+      assert.equal(err.stderrTruncated, true);
+      assert.equal(full[1].stderr.length + full[1].stderrDroppedBytes, 3000000);
+      const res = await tools.run_code.execute({ code: "'z' * 3_000_000" }, {});
+      assert.equal(res.resultsTruncated, true); // clipped for the model
+      assert.equal(res.result.length, 8000 + `\n[... ${3000002 - 8000} more characters not shown]`.length);
+      assert.equal(full[2].results[0].text.length, 3000002); // repr() quotes: the whole bundle is kept (maxResultBytes 8 MiB)
     });
 
     it('unknown language: a clear error before any request; unknown context: a typed error', async () => {

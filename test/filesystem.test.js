@@ -136,6 +136,18 @@ describe('OpenSandboxFilesystem', function () {
     await same(f => f.readdir('ls', { recursive: true, extension: '.ts' }), byName);
     await same(f => f.readdir('ls', { extension: ['js'] }), byName);
     assert.equal((await same(f => f.readdir('ls/a.ts'))).err, 'NotDirectoryError');
+    // extension filters files only: directories (and symlinks, whatever their name) are listed as LocalFilesystem
+    // lists them, so a recursive listing still shows where the matching files are
+    for (const f of ['ext/a.txt', 'ext/e.md', 'ext/deep/b.txt', 'ext/m1/m2/c.md', 'ext/m1/m2/d.txt']) await same(x => x.writeFile(f, f));
+    await same(x => x.mkdir('ext/empty'));
+    await sandbox.executeCommand('ln -s a.txt /workspace/fs/ext/ln.md');
+    await fs.symlink('a.txt', path.join(hostDir, 'ext/ln.md'));
+    const txt = await same(x => x.readdir('ext', { recursive: true, extension: '.txt' }), byName);
+    assert.deepEqual(byName(txt.ok).map(e => `${e.name}:${e.type}`),
+      ['a.txt:file', 'deep:directory', 'deep/b.txt:file', 'empty:directory', 'ln.md:file', 'm1:directory', 'm1/m2:directory', 'm1/m2/d.txt:file']);
+    await same(x => x.readdir('ext', { recursive: true, extension: ['txt', '.md'] }), byName);
+    await same(x => x.readdir('ext', { recursive: true, maxDepth: 1, extension: '.md' }), byName);
+    await same(x => x.readdir('ext', { extension: '.txt' }), byName);
     assert.equal((await same(f => f.readdir('nope'))).err, 'DirectoryNotFoundError');
   });
 

@@ -4,6 +4,12 @@
 // 10 MB through a small maxRetainedBytes.
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { LocalSandbox } from '@mastra/core/workspace';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { stats } from '../lib/native.js';
@@ -213,6 +219,56 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(first, h);
     assert.equal(first.exitCode, 0);
     assert.equal(await pm.get(h.pid), undefined);
+  });
+
+  it("list() keeps what Mastra's LocalSandbox keeps (ended processes until get() after their exit or release()); an ended process keeps only its bounded output", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'osb-pm-local-'));
+    const local = new LocalSandbox({ workingDirectory: dir });
+    await local._start();
+    try {
+      const shape = async (m) => {
+        const hs = [];
+        for (let i = 0; i < 3; i++) hs.push(await m.spawn(`echo ${i}`));
+        for (const h of hs) await h.wait();
+        const mine = (l) => l.filter((p) => hs.some((h) => h.pid === p.pid)).map((p) => ({ running: p.running, exitCode: p.exitCode }));
+        const listed = [mine(await m.list())];
+        assert.equal(await m.get(hs[0].pid), hs[0]); // read after its exit: dismissed
+        listed.push(mine(await m.list()));
+        m.release(hs[1].pid);
+        listed.push(mine(await m.list()));
+        assert.equal(await m.get(hs[1].pid), undefined);
+        assert.equal((await m.get(hs[2].pid)).stdout, '2\n');
+        listed.push(mine(await m.list()));
+        return listed;
+      };
+      const ended = { running: false, exitCode: 0 };
+      const expected = [[ended, ended, ended], [ended, ended], [ended], []];
+      assert.deepEqual(await shape(local.processes), expected);
+      assert.deepEqual(await shape(pm), expected);
+    } finally {
+      await local._destroy().catch(() => {});
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+    // ended processes that nobody reads stay listed (as on LocalSandbox), but each keeps only its output (at most
+    // maxRetainedBytes per stream, in JS): the native process object, with its own copy, is let go
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc');
+    gc();
+    const before = stats().processObjects;
+    const hs = [];
+    for (let i = 0; i < 12; i++) hs.push(await pm.spawn('head -c 200000 /dev/zero | tr "\\0" y', { maxRetainedBytes: 100000 }));
+    for (const h of hs) assert.equal((await h.wait()).exitCode, 0);
+    assert.equal((await pm.list()).filter((p) => hs.some((h) => h.pid === p.pid)).length, 12);
+    await waitFor(() => {
+      gc();
+      return stats().processObjects <= before;
+    }, { message: `native process objects still held: ${stats().processObjects} > ${before}` });
+    for (const h of hs) {
+      assert.equal(h.stdout.length, 100000);
+      assert.equal(h.stdoutDroppedBytes, 100000);
+      assert.equal(await pm.kill(h.pid), false);
+      await assert.rejects(h.sendStdin('x'), /already exited/);
+    }
   });
 
   it('unknown pids: get() undefined, kill() false, never a throw', async () => {

@@ -115,6 +115,24 @@ describe('OpenSandboxSandbox.executeCommand', function () {
     }
   });
 
+  it('cwd "~" and "~/x": the sandbox user\'s home, as a shell (and execd) expands it; "~x" is a plain relative name', async () => {
+    const home = (await sandbox.executeCommand('echo "$HOME"')).stdout.replace(/\n$/, '');
+    assert.match(home, /^\/./);
+    await sandbox.executeCommand('mkdir -p ~/"h sub" "~x"');
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '~' })).stdout, `${home}\n`);
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '~/' })).stdout, `${home}\n`);
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '~/h sub' })).stdout, `${home}/h sub\n`);
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '~x' })).stdout, '/workspace/~x\n');
+    // processes.spawn: the same rule (the process wrapper's shell expands it)
+    const spawned = async cwd => (await (await sandbox.processes.spawn('pwd', { cwd })).wait()).stdout;
+    assert.equal(await spawned('~'), `${home}\n`);
+    assert.equal(await spawned('~/h sub'), `${home}/h sub\n`);
+    assert.equal(await spawned('~x'), '/workspace/~x\n');
+    // the home is execd's, not a HOME the call sets (execd expands a command's ~ with its own)
+    assert.equal((await (await sandbox.processes.spawn('pwd', { cwd: '~', env: { HOME: '/tmp' } })).wait()).stdout, `${home}\n`);
+    assert.equal((await sandbox.executeCommand('pwd', [], { cwd: '~', env: { HOME: '/tmp' } })).stdout, `${home}\n`);
+  });
+
   it('start creates a missing workingDirectory (mode 755, spaces and all); one that cannot be made fails start naming it', async () => {
     const made = new OpenSandboxSandbox({ domain: server.domain, workingDirectory: '/workspace/a b/c' });
     try {

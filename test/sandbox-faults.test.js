@@ -41,11 +41,12 @@ async function deadPort() {
  * Raw TCP execd peer: answers GET /ping, POST /directories (the working directory at start) and DELETE /command with
  * 200; POST /command gets the
  * current mode: 'ok' = init + execution_complete (used while the sandbox starts); 'cut' = init + one stdout event, then the connection is dropped;
- * 'malformed' = init + a line that is not JSON, connection left open.
+ * 'malformed' = init + a line that is not JSON, connection left open. POST /code/context makes "peer-ctx"; POST /code
+ * answers init and then ends the response cleanly without the cell's end (a cell cut under its sandbox).
  */
 async function startExecdPeer() {
   const sockets = new Set();
-  const peer = { mode: 'ok', commands: 0, heads: [] };
+  const peer = { mode: 'ok', commands: 0, cells: 0, heads: [] };
   const server = net.createServer(sock => {
     sockets.add(sock);
     sock.on('close', () => sockets.delete(sock));
@@ -77,6 +78,17 @@ async function startExecdPeer() {
             chunk('{"type":"stdout","text": this is not json at all\n\n');
           }
           return;
+        }
+        if (method === 'POST' && path === '/code/context') {
+          const body = '{"id":"peer-ctx","language":"python"}';
+          sock.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+          continue;
+        }
+        if (method === 'POST' && path === '/code') { // init, then the response ends cleanly without the cell's end
+          peer.cells++;
+          const x = '{"type":"init","text":"peer-ctx"}\n\n';
+          sock.write(`HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n${x.length.toString(16)}\r\n${x}\r\n0\r\n\r\n`);
+          continue;
         }
         const ok = (method === 'GET' && path === '/ping') || (method === 'POST' && path === '/directories') || (method === 'DELETE' && path === '/command');
         sock.write(ok ? 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n'
@@ -278,6 +290,19 @@ describe('OpenSandboxSandbox faults', function () {
       await s._destroy();
     });
 
+    clientOnly(profile)('run_code (python) right after the delete: the real result of the cell on the new sandbox, or a typed error', async () => {
+      const { s, first } = await started();
+      const tools = createCodeInterpreterTools(s, { languages: ['python'] });
+      assert.equal((await tools.run_code.execute({ code: 'x = 1' }, {})).success, true);
+      await deleteRemote(s);
+      const r = await tools.run_code.execute({ code: '6 * 7' }, {});
+      assert.equal(r.success, true);
+      assert.equal(r.result, '42');
+      assert.equal(typeof r.executionCount, 'number');
+      assert.notEqual(s.opensandbox.sandboxId, first);
+      await s._destroy();
+    });
+
     it('a command that had started when the sandbox went away is not run again: typed "gone" error, handle reset', async () => {
       const { s, first } = await started();
       const pending = s.executeCommand('echo began; sleep 30', [], { onStdout: () => deleteRemote(s) });
@@ -371,6 +396,34 @@ describe('OpenSandboxSandbox faults', function () {
         assert.ok(!/open-sandbox-api-key/i.test(head), head);
         assert.ok(!head.includes(API_KEY), head);
       }
+    });
+
+    it('a code cell whose stream ends without its end: typed transport error (never success); after a delete: typed "gone"', async () => {
+      const tools = createCodeInterpreterTools(s, { languages: ['python'] });
+      const cells = peer.cells;
+      await assert.rejects(tools.run_code.execute({ code: '6 * 7' }, {}), err => {
+        assert.ok(err instanceof OpenSandboxTransportError, String(err));
+        assert.ok(!(err instanceof OpenSandboxSandboxGoneError));
+        assert.equal(err.code, 'CODE_STREAM_CUT');
+        return true;
+      });
+      assert.equal(s.status, 'running');
+      // the sandbox deleted through the lifecycle API, its execd still answering for a moment (the real execd's
+      // case): the cell may have run, so it is not run again; the handle is reset
+      const s2 = make({ domain: fwd.domain });
+      await s2._start();
+      const gone = s2.opensandbox.sandboxId;
+      const tools2 = createCodeInterpreterTools(s2, { languages: ['python'] });
+      const del = await fetch(`${server.baseUrl}/v1/sandboxes/${gone}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': API_KEY } });
+      assert.equal(del.status, 204);
+      await assert.rejects(tools2.run_code.execute({ code: '6 * 7' }, {}), err => {
+        assert.ok(err instanceof OpenSandboxSandboxGoneError, String(err));
+        assert.equal(err.sandboxId, gone);
+        noSecret(err);
+        return true;
+      });
+      assert.equal(s2.status, 'stopped');
+      assert.equal(peer.cells, cells + 2); // each cell sent once
     });
 
     it('every error is an OpenSandboxError with a stable code', async () => {

@@ -39,6 +39,9 @@ export interface CodeRunOptions {
   maxOutputBytes?: number;
   /** Bytes of result MIME bundles kept (JSON text). Default 8 MiB; -1 = unbounded. */
   maxResultBytes?: number;
+  /** Bytes of one stream event parsed whole (>= 1024). Default 16 MiB. A larger stdout/stderr event keeps the start
+   * of its text (the rest counted in the dropped bytes); a larger result bundle is counted in resultsDropped. */
+  maxEventBytes?: number;
 }
 
 /** A result MIME bundle as execd sends it: `text` is text/plain; images are base64 (`image/png`, …). */
@@ -59,10 +62,14 @@ export interface CodeRunResult {
   success: boolean;
   stdout: string;
   stderr: string;
+  /** Output was cut: by maxOutputBytes / maxEventBytes (the dropped bytes say how much), or by Jupyter (outputRateLimited). */
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
   stdoutDroppedBytes: number;
   stderrDroppedBytes: number;
+  /** stderr has Jupyter's "IOPub data/message rate exceeded" notice: its server dropped stream output over its IOPub
+   * rate limit before execd saw it (how much is not known). */
+  outputRateLimited: boolean;
   results: CodeResultBundle[];
   resultsTruncated: boolean;
   resultsDropped: number;
@@ -132,6 +139,8 @@ export interface RunCodeOutput {
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
   resultsTruncated: boolean;
+  /** Jupyter dropped stream output over its IOPub rate limit (its notice is in stderr). */
+  outputRateLimited: boolean;
   timedOut: boolean;
   interrupted: boolean;
 }

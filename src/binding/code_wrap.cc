@@ -230,7 +230,7 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
     });
   }
 
-  // run(code, language, contextId|null, timeoutMs, maxOutputBytes, maxResultBytes, onBatch|undefined)
+  // run(code, language, contextId|null, timeoutMs, maxOutputBytes, maxResultBytes, onBatch|undefined, maxEventBytes?)
   //   -> { result: Promise, handle: External }
   Napi::Value Run(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -241,6 +241,7 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
     long timeout = ArgLong(info, 3, 0, "timeoutMs");
     long maxOut = ArgLong(info, 4, 1048576, "maxOutputBytes");
     long maxRes = ArgLong(info, 5, 8388608, "maxResultBytes");
+    long maxEvent = ArgLong(info, 7, 0, "maxEventBytes");
     if (!ArgIsNullish(info, 6) && !info[6].IsFunction()) ThrowType(env, "onOutput must be a function");
     osb_engine* e = a->Engine(env);
 
@@ -251,6 +252,7 @@ class CodeInterpreterWrap : public Napi::ObjectWrap<CodeInterpreterWrap> {
     o.timeout_ms = timeout;
     o.max_output = maxOut;
     o.max_results = maxRes;
+    o.max_event_bytes = maxEvent;
     osb_code_callbacks cb{OnOutput, OnResult};
 
     RunJs* rj = new RunJs(env, a);

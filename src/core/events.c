@@ -14,7 +14,17 @@ struct osb_events {
   void *ud;
   int state; /* OSB_EVENTS_OK / STOPPED / ERROR */
   char err[256];
+  /* lenient mode: an oversized line (see events.h) */
+  int lenient, over, over_text, has_name;
+  osb_ev_type over_type;
+  char over_name[32];
+  unsigned long long over_bytes, dropped;
+  int cnt; /* counting the rest of its text: 0 no (done), 1 in the string, 2 after '\\', 3 in "\\u" hex digits */
+  int hex_left, low_pending;
+  unsigned hex;
 };
+
+void osb_events_set_lenient(osb_events *p, int on) { p->lenient = on != 0; }
 
 osb_events *osb_events_new(size_t max_line, osb_events_cb cb, void *ud) {
   osb_events *p = calloc(1, sizeof *p);
@@ -206,6 +216,219 @@ static int text_with_nul(osb_events *p, const char *s, size_t len, size_t *out_l
   return 0;
 }
 
+/* ---- lenient mode: oversized lines ---- */
+
+static size_t put_utf8(char *out, unsigned cp) {
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = (char)(0xE0 | (cp >> 12));
+    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = (char)(0xF0 | (cp >> 18));
+  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* Decodes the start of a JSON string body s[0..n) into out (room for n bytes) up to its closing quote (*closed = 1),
+ * the end of s, or an escape that is cut off or malformed there. *consumed = raw bytes decoded. */
+static size_t decode_partial(const char *s, size_t n, char *out, size_t *consumed, int *closed) {
+  size_t o = 0, i = 0;
+  *closed = 0;
+  while (i < n) {
+    if (s[i] == '"') {
+      *closed = 1;
+      break;
+    }
+    if (s[i] != '\\') {
+      out[o++] = s[i++];
+      continue;
+    }
+    if (i + 1 >= n) break;
+    char e = s[i + 1];
+    if (e != 'u') {
+      out[o++] = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+      i += 2;
+      continue;
+    }
+    unsigned cp, lo;
+    size_t step = 6;
+    if (i + 6 > n || hex4(s + i + 2, &cp) != 0) break;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (i + 12 > n || s[i + 6] != '\\' || s[i + 7] != 'u' || hex4(s + i + 8, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+        break;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      step = 12;
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+      break;
+    }
+    o += put_utf8(out + o, cp); /* never longer than its escape */
+    i += step;
+  }
+  *consumed = i;
+  return o;
+}
+
+/* Counts the decoded bytes of the rest of an oversized line's text, one raw byte at a time. */
+static void count_text(osb_events *p, const char *s, size_t n) {
+  for (size_t i = 0; i < n && p->cnt; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (p->cnt == 1) {
+      if (c == '\\') {
+        p->cnt = 2;
+      } else if (c == '"') {
+        p->cnt = 0; /* the end of the text: the rest of the line is other fields */
+      } else {
+        p->dropped++;
+        p->low_pending = 0;
+      }
+    } else if (p->cnt == 2) {
+      if (c == 'u') {
+        p->cnt = 3;
+        p->hex_left = 4;
+        p->hex = 0;
+      } else {
+        p->dropped++;
+        p->low_pending = 0;
+        p->cnt = 1;
+      }
+    } else {
+      unsigned v = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                 : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 0;
+      p->hex = (p->hex << 4) | v;
+      if (--p->hex_left > 0) continue;
+      unsigned cp = p->hex;
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        p->dropped += 4; /* the pair's character */
+        p->low_pending = 1;
+      } else if (cp >= 0xDC00 && cp <= 0xDFFF && p->low_pending) {
+        p->low_pending = 0;
+      } else {
+        p->low_pending = 0;
+        p->dropped += cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+      }
+      p->cnt = 1;
+    }
+  }
+}
+
+/* The kept prefix of an oversized line (p->line, max_line bytes) is in: find its "type" and, for stdout/stderr, the
+ * decodable start of its "text" (into p->text); then count the rest of the text as it streams by. */
+static int begin_oversized(osb_events *p) {
+  const char *s = p->line.data;
+  size_t len = p->line.len;
+  p->over = 1;
+  p->over_bytes = len;
+  p->over_text = p->has_name = 0;
+  p->over_type = OSB_EV_OVERSIZED;
+  p->dropped = 0;
+  p->cnt = p->low_pending = 0;
+  while (len && is_ws(*s)) s++, len--;
+  if (len >= 5 && memcmp(s, "data:", 5) == 0) {
+    s += 5, len -= 5;
+    while (len && is_ws(*s)) s++, len--;
+  }
+  size_t text_at = 0;
+  int depth = 0;
+  for (size_t i = 0; i < len;) {
+    char c = s[i];
+    if (c != '"') {
+      if (c == '{' || c == '[') depth++;
+      else if (c == '}' || c == ']') depth--;
+      i++;
+      continue;
+    }
+    size_t after = skip_string(s, len, i);
+    if (after >= len) break; /* a string cut off at the end of the prefix */
+    size_t j = after;
+    while (j < len && is_ws(s[j])) j++;
+    if (depth != 1 || j >= len || s[j] != ':') { /* not a key of the event object */
+      i = after;
+      continue;
+    }
+    const char *key = s + i + 1;
+    size_t klen = after - i - 2;
+    for (j++; j < len && is_ws(s[j]); j++) {}
+    if (j >= len) break;
+    if (s[j] != '"') {
+      i = j;
+      continue;
+    }
+    size_t vend = skip_string(s, len, j);
+    if (klen == 4 && memcmp(key, "type", 4) == 0 && vend < len && vend - j - 2 < sizeof p->over_name &&
+        !memchr(s + j + 1, '\\', vend - j - 2)) {
+      memcpy(p->over_name, s + j + 1, vend - j - 2);
+      p->over_name[vend - j - 2] = 0;
+      p->has_name = 1;
+      for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++)
+        if (strcmp(TYPES[t].name, p->over_name) == 0) p->over_type = TYPES[t].type;
+    } else if (klen == 4 && memcmp(key, "text", 4) == 0 && !text_at) {
+      text_at = j + 1;
+    }
+    i = vend;
+  }
+  if ((p->over_type != OSB_EV_STDOUT && p->over_type != OSB_EV_STDERR) || !text_at) {
+    p->over_type = OSB_EV_OVERSIZED;
+    return OSB_EVENTS_OK;
+  }
+  size_t n = len - text_at, consumed = 0;
+  int closed = 0;
+  osb_buf_reset(&p->text);
+  if (osb_buf_reserve_exact(&p->text, n + 1) != 0) return fail(p, "out of memory", NULL, 0);
+  size_t o = decode_partial(s + text_at, n, p->text.data, &consumed, &closed);
+  size_t full = o;
+  size_t j = o; /* a character cut off at the end is not delivered: its bytes count as dropped */
+  while (j > 0 && o - j < 3 && ((unsigned char)p->text.data[j - 1] & 0xC0) == 0x80) j--;
+  if (j > 0) {
+    unsigned char lead = (unsigned char)p->text.data[j - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > o - (j - 1)) o = j - 1;
+  }
+  p->text.len = o;
+  p->text.data[o] = '\0';
+  p->dropped = full - o;
+  p->over_text = 1;
+  if (!closed) {
+    p->cnt = 1;
+    count_text(p, s + text_at + consumed, n - consumed);
+  }
+  return OSB_EVENTS_OK;
+}
+
+/* The oversized line has ended: deliver it. */
+static int end_oversized(osb_events *p) {
+  osb_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.execution_time = ev.execution_count = ev.timestamp = -1;
+  ev.type = p->over_type;
+  ev.type_name = p->has_name ? p->over_name : NULL;
+  ev.line_bytes = p->over_bytes;
+  if (p->over_text) {
+    ev.text = p->text.data;
+    ev.text_len = p->text.len;
+    ev.text_dropped = p->dropped;
+  }
+  p->over = 0;
+  p->cnt = 0;
+  osb_buf_reset(&p->line);
+  if (p->cb(p->ud, &ev)) {
+    p->state = OSB_EVENTS_STOPPED;
+    return OSB_EVENTS_STOPPED;
+  }
+  return OSB_EVENTS_OK;
+}
+
 static int starts_with(const char *s, size_t len, const char *prefix) {
   size_t n = strlen(prefix);
   return len >= n && memcmp(s, prefix, n) == 0;
@@ -301,13 +524,24 @@ int osb_events_feed(osb_events *p, const char *data, size_t len) {
   while (len) {
     const char *nl = memchr(data, '\n', len);
     size_t take = nl ? (size_t)(nl - data) : len;
-    if (p->line.len + take > p->max_line) return fail(p, "event line too long", NULL, 0);
     int rc;
-    if (!nl) {
+    if (!p->over && p->line.len + take > p->max_line) {
+      if (!p->lenient) return fail(p, "event line too long", NULL, 0);
+      size_t room = p->max_line - p->line.len; /* keep the first max_line bytes, count the rest */
+      if (osb_buf_append(&p->line, data, room) != 0) return fail(p, "out of memory", NULL, 0);
+      rc = begin_oversized(p);
+      if (rc != OSB_EVENTS_OK) return rc;
+      data += room, len -= room, take -= room;
+    }
+    if (p->over) {
+      count_text(p, data, take);
+      p->over_bytes += take;
+      if (!nl) return OSB_EVENTS_OK;
+      rc = end_oversized(p);
+    } else if (!nl) {
       if (osb_buf_append(&p->line, data, take) != 0) return fail(p, "out of memory", NULL, 0);
       return OSB_EVENTS_OK;
-    }
-    if (p->line.len) { /* complete the buffered partial line */
+    } else if (p->line.len) { /* complete the buffered partial line */
       if (osb_buf_append(&p->line, data, take) != 0) return fail(p, "out of memory", NULL, 0);
       rc = handle_line(p, p->line.data, p->line.len);
       osb_buf_reset(&p->line);
@@ -323,6 +557,7 @@ int osb_events_feed(osb_events *p, const char *data, size_t len) {
 
 int osb_events_finish(osb_events *p) {
   if (p->state != OSB_EVENTS_OK) return p->state;
+  if (p->over) return end_oversized(p);
   if (p->line.len == 0) return OSB_EVENTS_OK;
   int rc = handle_line(p, p->line.data, p->line.len);
   osb_buf_reset(&p->line);

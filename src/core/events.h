@@ -3,7 +3,12 @@
  * and ":" lines are ignored; every other line must be one JSON object, dispatched by its "type". A type-less
  * {"code","message"} (or {"error": …}) object is a stream error event. A "text" with "\u0000" escapes keeps its NUL
  * bytes (text_len counts them; cJSON alone would end the string there). Nothing from the network is trusted:
- * a line longer than max_line, a non-JSON line or a non-object line is a protocol error. Not thread-safe. */
+ * a line longer than max_line, a non-JSON line or a non-object line is a protocol error. Not thread-safe.
+ * Lenient mode (osb_events_set_lenient, used by the code interpreter, where one event can carry megabytes: a cell's
+ * whole print, an image): a line longer than max_line is not an error. Its first max_line bytes are kept; when it is
+ * a "stdout"/"stderr" event whose "text" starts in them, the decodable part of the text there is delivered as that
+ * event with text_dropped = the decoded bytes of the rest (counted as the line streams by, never stored); any other
+ * oversized line is delivered as OSB_EV_OVERSIZED (type_name sniffed from the kept bytes, or NULL). */
 #ifndef OSB_EVENTS_H
 #define OSB_EVENTS_H
 #include <stddef.h>
@@ -20,7 +25,8 @@ typedef enum {
   OSB_EV_ERROR,
   OSB_EV_COMPLETE,     /* execution_complete */
   OSB_EV_STREAM_ERROR, /* type-less {code,message} / {error} */
-  OSB_EV_UNKNOWN       /* an unknown "type", or a type-less non-error object (forward compatibility: ignore it) */
+  OSB_EV_UNKNOWN,      /* an unknown "type", or a type-less non-error object (forward compatibility: ignore it) */
+  OSB_EV_OVERSIZED     /* lenient mode: a line over max_line that is not stdout/stderr (see above) */
 } osb_ev_type;
 
 /* One event. Every pointer is borrowed: valid only during the callback. Absent fields are NULL / -1. */
@@ -38,7 +44,9 @@ typedef struct {
   const cJSON *results;   /* result: "results" object, or NULL */
   const char *code;       /* stream error: "code" ("" if absent) */
   const char *message;    /* stream error: "message" / "error" text ("" if absent) */
-  const cJSON *json;      /* the whole object */
+  const cJSON *json;      /* the whole object; NULL for an oversized line (lenient mode) */
+  unsigned long long text_dropped; /* lenient mode, oversized stdout/stderr: decoded text bytes not delivered */
+  unsigned long long line_bytes;   /* lenient mode, oversized line: its length in bytes (0 otherwise) */
 } osb_event;
 
 /* Returns 0 to continue, non-zero to stop parsing (osb_events_feed then returns OSB_EVENTS_STOPPED). */
@@ -52,6 +60,8 @@ typedef struct osb_events osb_events;
 
 /* Returns a new parser (caller frees it with osb_events_free) or NULL when out of memory. */
 osb_events *osb_events_new(size_t max_line, osb_events_cb cb, void *ud);
+/* Lenient mode on/off (see above); set it before the first feed. */
+void osb_events_set_lenient(osb_events *p, int on);
 /* Feeds a chunk. Returns OSB_EVENTS_OK, OSB_EVENTS_STOPPED (the callback asked to stop; later feeds are
  * ignored and return STOPPED too) or OSB_EVENTS_ERROR (see osb_events_error; later feeds return ERROR). */
 int osb_events_feed(osb_events *p, const char *data, size_t len);

@@ -397,15 +397,13 @@ static void keep_output(osb_code_run *r, int is_err, const char *text, size_t le
   osb_buf *kept = is_err ? &r->err : &r->out;
   uint64_t *dropped = is_err ? &r->err_dropped : &r->out_dropped;
   size_t take = len;
-  if (r->max_output >= 0) {
-    if (*dropped > 0) {
-      take = 0; /* once truncated, later output is dropped too (the kept text stays a prefix) */
-    } else {
-      uint64_t room = (uint64_t)r->max_output > kept->len ? (uint64_t)r->max_output - kept->len : 0;
-      if (take > room) {
-        take = (size_t)room;
-        while (take > 0 && ((unsigned char)text[take] & 0xC0) == 0x80) take--; /* a character boundary */
-      }
+  if (*dropped > 0) {
+    take = 0; /* once truncated, later output is dropped too (the kept text stays a prefix) */
+  } else if (r->max_output >= 0) {
+    uint64_t room = (uint64_t)r->max_output > kept->len ? (uint64_t)r->max_output - kept->len : 0;
+    if (take > room) {
+      take = (size_t)room;
+      while (take > 0 && ((unsigned char)text[take] & 0xC0) == 0x80) take--; /* a character boundary */
     }
   }
   if (take && (osb_buf_append(kept, text, take) != 0 || osb_batch_append(&r->batch, is_err, text, take) != 0))
@@ -469,6 +467,21 @@ static int on_event(void *ud, const osb_event *ev) {
     case OSB_EV_STDOUT:
     case OSB_EV_STDERR:
       if (ev->text) keep_output(r, ev->type == OSB_EV_STDERR, ev->text, ev->text_len);
+      if (ev->text_dropped) { /* a chunk larger than the parser's line bound: the rest of its text was counted */
+        if (ev->type == OSB_EV_STDERR) r->err_dropped += ev->text_dropped;
+        else r->out_dropped += ev->text_dropped;
+      }
+      return 0;
+    case OSB_EV_OVERSIZED: /* any other event larger than the line bound: counted, not kept */
+      if (ev->type_name && strcmp(ev->type_name, "result") == 0) {
+        r->results_dropped++;
+      } else if (ev->type_name && strcmp(ev->type_name, "error") == 0) {
+        osb_event e;
+        memset(&e, 0, sizeof e);
+        e.ename = "OversizedEvent";
+        e.evalue = "the cell's error event was larger than the client's event bound, so its details were dropped";
+        keep_error(r, &e);
+      }
       return 0;
     case OSB_EV_RESULT:
       keep_result(r, ev->results);
@@ -534,6 +547,13 @@ static void on_stream_done(void *ud, const osb_http_result *res) {
     settle(r, &r->pending_err);
   } else if (res->error == OSB_HTTP_OK && !r->id && !r->completed_ev && !r->has_error) {
     settle_error(r, OSB_KIND_PROTOCOL, "STREAM_ENDED", "the code stream ended without any event");
+  } else if (res->error == OSB_HTTP_OK && !r->completed_ev && !r->has_error && !r->timed_out && !r->interrupted) {
+    /* execd ends every cell it ran with execution_complete or error: a stream that just stops after init (the
+     * sandbox deleted or the server stopped under the cell) has no result to report. A transport error, so that
+     * the caller's recovery asks the lifecycle API whether the sandbox is gone (never retried: the cell may have
+     * run). */
+    settle_error(r, OSB_KIND_TRANSPORT, "CODE_STREAM_CUT",
+                 "the code stream ended before the cell reported its end (no execution_complete or error event)");
   } else if (res->error == OSB_HTTP_OK) {
     settle(r, NULL); /* end of stream: the only "done" of /code */
   } else if (r->del_sent && (r->has_error || r->completed_ev)) {
@@ -617,7 +637,8 @@ osb_code_run *osb_code_run_start(osb_engine *e, const osb_code *x, const osb_cod
   if (!r) goto oom;
   r->refs = 2; /* the caller's and the engine's */
   r->body = build_run_body(o);
-  r->parser = osb_events_new(0, on_event, r);
+  r->parser = osb_events_new(o->max_event_bytes > 0 ? (size_t)o->max_event_bytes : 0, on_event, r);
+  if (r->parser) osb_events_set_lenient(r->parser, 1); /* a cell's single print can exceed any line bound */
   if (!r->body || !r->parser || osb_conn_copy(&r->cf, x) != 0) goto oom;
   if (osb_buf_append_str(&r->results, "[") != 0) goto oom;
   r->cell_timeout_ms = o->timeout_ms;

@@ -54,6 +54,9 @@ typedef struct {
   long timeout_ms;        /* cell timeout; 0 = none (the idle watchdog still applies) */
   int64_t max_output;     /* bytes kept per stream (stdout, stderr); < 0 = unbounded */
   int64_t max_results;    /* bytes of result bundles (JSON text) kept; < 0 = unbounded */
+  int64_t max_event_bytes; /* bytes of one stream event parsed whole (0 = OSB_EVENTS_DEFAULT_MAX_LINE); a larger
+                            * stdout/stderr event keeps the start of its text (the rest counted as dropped), any
+                            * other larger event is counted (results) or reported (error) */
 } osb_code_run_opts;
 
 /* Borrowed during on_result only. */

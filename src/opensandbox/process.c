@@ -33,7 +33,9 @@
 
 static long g_count;  /* atomic: processes alive in the table */
 static long g_paused; /* atomic: processes whose socket is paused by flow control */
+static long g_objects; /* atomic: process objects allocated and not yet freed (the last reference released) */
 long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
+long osb_proc_object_count(void) { return __atomic_load_n(&g_objects, __ATOMIC_RELAXED); }
 long osb_proc_paused_count(void) { return __atomic_load_n(&g_paused, __ATOMIC_RELAXED); }
 
 /* What waits to go to the wrapper's stdin: our own protocol lines (go, ack: a whole execd message), user bytes and
@@ -141,6 +143,7 @@ static void proc_free(osb_proc *p) {
     free(w);
   }
   free(p);
+  __atomic_sub_fetch(&g_objects, 1, __ATOMIC_RELAXED);
 }
 
 static void proc_ref(osb_proc *p) { __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED); }
@@ -217,18 +220,26 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "  (\n",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
-   * one more start per process): its stdin first, the wrapper's variables gone, then its environment and cwd. */
+   * one more start per process): its stdin first, the wrapper's variables gone, then its cwd (before its environment:
+   * "~" is execd's HOME, not one the call sets) and environment. */
   bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
                                                 : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
+  if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
+    bad |= osb_buf_append_str(&b, "  cd -- ");
+    if (strcmp(o->cwd, "~") == 0) {
+      bad |= osb_buf_append_str(&b, "~");
+    } else if (strncmp(o->cwd, "~/", 2) == 0) {
+      bad |= osb_buf_append_str(&b, "~/");
+      if (o->cwd[2]) bad |= shq(&b, o->cwd + 2);
+    } else {
+      bad |= shq(&b, o->cwd);
+    }
+    bad |= osb_buf_append_str(&b, " || exit 1\n");
+  }
   for (size_t i = 0; i < o->nenv; i++) {
     bad |= osb_buf_appendf(&b, "  export %s=", o->env_kv[2 * i]);
     bad |= shq(&b, o->env_kv[2 * i + 1] ? o->env_kv[2 * i + 1] : "");
     bad |= osb_buf_append_str(&b, "\n");
-  }
-  if (o->cwd && *o->cwd) {
-    bad |= osb_buf_append_str(&b, "  cd -- ");
-    bad |= shq(&b, o->cwd);
-    bad |= osb_buf_append_str(&b, " || exit 1\n");
   }
   bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
@@ -1119,6 +1130,7 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
     osb_conn_clear(&execd);
     goto oom;
   }
+  __atomic_add_fetch(&g_objects, 1, __ATOMIC_RELAXED);
   p->execd = execd;
   p->refs = 2; /* caller + engine side */
   p->ws = ws;

@@ -104,6 +104,8 @@ void osb_proc_retain(osb_proc *p);
 void osb_proc_release(osb_proc *p);
 /* Processes alive in the table (started and not yet cleaned up), process-wide (all addon instances). */
 long osb_proc_count(void);
+/* Process objects not yet freed (still referenced, e.g. by a JS handle; each keeps its retained output), process-wide. */
+long osb_proc_object_count(void);
 /* Processes whose socket is paused by flow control, process-wide. */
 long osb_proc_paused_count(void);
 

@@ -126,10 +126,13 @@ static void cell_free(cell *c) {
   osb_buf_free(&c->err);
 }
 
+static int64_t MAX_EVENT; /* max_event_bytes of the next cells (0 = the default bound) */
+
 static osb_code_run *start(const osb_code *x, cell *c, const char *ctx, const char *code, long timeout_ms,
                            int64_t max_output, int64_t max_results) {
   osb_code_run_opts o;
   memset(&o, 0, sizeof o);
+  o.max_event_bytes = MAX_EVENT;
   o.code = code;
   o.language = "python";
   o.context_id = ctx;
@@ -216,6 +219,26 @@ static void test_output_bounded(void) {
   CHECK_STR(r.results, "[{\"text\":\"'small'\"}]");
   osb_code_run_release(h);
   cell_free(&r);
+}
+
+/* Events over the parser's bound (a small one here; 16 MiB by default): an oversized stdout keeps the start of its
+ * text, the rest is counted exactly and later output dropped (the kept text stays a prefix); an oversized result
+ * is counted; the stream is read to its end and what follows still arrives. */
+static void test_oversized_events(void) {
+  char id[64];
+  CHECK(new_context(id) == 0);
+  MAX_EVENT = 4096;
+  cell c;
+  run_cell(&c, id, "import sys\nsys.stdout.write('b' * 200000)\nsys.stdout.flush()\nprint('after')\n"
+                   "sys.stderr.write('e' * 10)\n'r' * 10000", 0, -1);
+  CHECK(!c.failed && c.out_len > 4000 && c.out_len < 4096);
+  CHECK(c.out_len + c.out_dropped == 200000 + 6);
+  CHECK(strspn(c.rout, "b") == (c.out_len < sizeof c.rout - 1 ? c.out_len : sizeof c.rout - 1));
+  CHECK(c.err_len == 10 && c.err_dropped == 0);
+  CHECK(c.results_count == 0 && c.results_dropped == 1);
+  CHECK(c.completed && !c.has_error);
+  cell_free(&c);
+  MAX_EVENT = 0;
 }
 
 static void test_timeout_and_interrupt(void) {
@@ -332,6 +355,7 @@ int main(void) {
   RUN(test_contexts);
   RUN(test_state_results_errors);
   RUN(test_output_bounded);
+  RUN(test_oversized_events);
   RUN(test_timeout_and_interrupt);
   RUN(test_errors);
   RUN(test_release_early);

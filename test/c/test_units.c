@@ -228,6 +228,82 @@ static void test_events_errors(void) {
   free(log);
 }
 
+/* Lenient mode (the code interpreter): a line over the bound keeps the decodable start of a stdout/stderr text and
+ * counts the rest exactly (escapes, surrogate pairs, a character cut off at the bound); any other oversized line is
+ * OSB_EV_OVERSIZED with its sniffed type; the lines around it are untouched. Every bound and several chunkings. */
+typedef struct {
+  osb_buf log;
+  osb_buf out; /* the stdout text delivered */
+  unsigned long long out_dropped;
+} over_rec;
+
+static int over_cb(void *ud, const osb_event *ev) {
+  over_rec *r = ud;
+  if (ev->type == OSB_EV_STDOUT) {
+    osb_buf_append(&r->out, ev->text, ev->text_len);
+    r->out_dropped += ev->text_dropped;
+    osb_buf_appendf(&r->log, "stdout%s;", ev->line_bytes ? "(over)" : "");
+  } else if (ev->type == OSB_EV_OVERSIZED) {
+    osb_buf_appendf(&r->log, "oversized:%s:%llu;", ev->type_name ? ev->type_name : "-", ev->line_bytes);
+  } else {
+    osb_buf_appendf(&r->log, "%d:%.*s;", (int)ev->type, (int)ev->text_len, ev->text ? ev->text : "");
+  }
+  return 0;
+}
+
+static void test_events_oversized(void) {
+  osb_buf in;
+  osb_buf_init(&in);
+  osb_buf_append_str(&in, "{\"type\":\"init\",\"text\":\"c\"}\n");
+  osb_buf_append_str(&in, "data: {\"type\":\"stdout\",\"text\":\"");
+  for (int i = 0; i < 300; i++) osb_buf_append_str(&in, "a");
+  osb_buf_append_str(&in, "\\n\\u00e9\\ud83c\\udf89\xc3\xa9\\\"\",\"timestamp\":1}\r\n");
+  size_t result_at = in.len;
+  osb_buf_append_str(&in, "{\"type\":\"result\",\"results\":{\"text\":\"");
+  for (int i = 0; i < 300; i++) osb_buf_append_str(&in, "z");
+  osb_buf_append_str(&in, "\"}}\n");
+  size_t result_len = in.len - result_at - 1;
+  osb_buf_append_str(&in, "{\"type\":\"stderr\",\"text\":\"ok\"}\n");
+  osb_buf_append_str(&in, "{\"text\":\"");
+  for (int i = 0; i < 300; i++) osb_buf_append_str(&in, "q");
+  osb_buf_append_str(&in, "\"}"); /* no newline: delivered by finish */
+  osb_buf full; /* the whole decoded stdout text */
+  osb_buf_init(&full);
+  for (int i = 0; i < 300; i++) osb_buf_append_str(&full, "a");
+  osb_buf_append_str(&full, "\n\xc3\xa9\xf0\x9f\x8e\x89\xc3\xa9\"");
+  char expect_log[256];
+  snprintf(expect_log, sizeof expect_log, "0:c;stdout(over);oversized:result:%zu;3:ok;oversized:-:311;", result_len);
+  static const size_t steps[] = {1, 2, 3, 5, 7, 13, 64, 100000};
+  int bad = 0;
+  for (size_t max_line = 40; max_line <= 120 && !bad; max_line++) {
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0] && !bad; k++) {
+      over_rec r;
+      memset(&r, 0, sizeof r);
+      osb_events *p = osb_events_new(max_line, over_cb, &r);
+      osb_events_set_lenient(p, 1);
+      int rc = OSB_EVENTS_OK;
+      for (size_t off = 0; off < in.len && rc == OSB_EVENTS_OK; off += steps[k])
+        rc = osb_events_feed(p, in.data + off, in.len - off < steps[k] ? in.len - off : steps[k]);
+      if (rc == OSB_EVENTS_OK) rc = osb_events_finish(p);
+      osb_events_free(p);
+      const char *log = r.log.data ? r.log.data : "";
+      int ok = rc == OSB_EVENTS_OK && strcmp(log, expect_log) == 0 && r.out.len + r.out_dropped == full.len &&
+               (r.out.len == 0 || memcmp(r.out.data, full.data, r.out.len) == 0) &&
+               (r.out.len == full.len || ((unsigned char)full.data[r.out.len] & 0xC0) != 0x80);
+      if (!ok) {
+        printf("  max_line %zu step %zu: rc %d log %s kept %zu dropped %llu\n", max_line, steps[k], rc, log, r.out.len,
+               r.out_dropped);
+        bad = 1;
+      }
+      osb_buf_free(&r.log);
+      osb_buf_free(&r.out);
+    }
+  }
+  CHECK(!bad);
+  osb_buf_free(&in);
+  osb_buf_free(&full);
+}
+
 static void test_events_stop(void) {
   int rc;
   char *log = parse_all(TRANSCRIPT, strlen(TRANSCRIPT), 5, 0, 3, &rc, NULL, 0);
@@ -508,6 +584,7 @@ int main(void) {
   RUN(test_events_errors);
   RUN(test_events_text_with_nul);
   RUN(test_events_stop);
+  RUN(test_events_oversized);
   RUN(test_error_mapping);
   RUN(test_pty_frames);
   RUN(test_pty_frames_real_execd);
