@@ -127,6 +127,13 @@ typedef struct {
   /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
    * closed connection (pty.c) */
   void (*relay_signal)(int sig);
+  /* --code-kernels: the directory of the code interpreter's kernel programs (code-python-kernel.py, ...), or NULL */
+  const char *code_kernels;
+  /* --node: the node that runs the javascript kernel (NULL: `node` on PATH) */
+  const char *node_path;
+  /* DELETE /command?id= of an id commands.c does not know: the code module's contexts and shell runs
+   * (xd_code_interrupt). 1 when it took the request (answered now or later), 0 when the id is not its either. */
+  int (*code_interrupt)(const char *id, xd_res *res);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -153,5 +160,12 @@ void xd_files_close(void *module);
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);
 void xd_pty_close(void *module);               /* shutdown: closes its clients, kills its runs */
+/* code.c: POST /code/context, GET /code/contexts[/{id}], DELETE /code/contexts[/{id}], POST /code, DELETE /code */
+void *xd_code_new(const xd_ctx *ctx);
+int xd_code_route(void *module, const xd_req *req, xd_res *res);
+/* Interrupts the context or shell run `id` (DELETE /code?id=, DELETE /command?id=): 1 when it is one (answered now
+ * or once the run ended), 0 when the id is unknown (nothing sent). */
+int xd_code_interrupt(void *module, const char *id, xd_res *res);
+void xd_code_close(void *module);              /* shutdown: kills the kernels and shell runs */
 
 #endif
