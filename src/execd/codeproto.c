@@ -116,7 +116,7 @@ static int write_value(osb_buf *out, const cJSON *v, int rename) {
       int r = rename && strcmp(e->string, "text/plain") == 0;
       ms[i] = (member){e, r ? "text" : e->string, r, i};
     }
-    qsort(ms, n, sizeof *ms, cmp_member);
+    if (n) qsort(ms, n, sizeof *ms, cmp_member);
     int rc = osb_buf_append(out, "{", 1);
     int first = 1;
     for (i = 0; rc == 0 && i < n; i++) {
