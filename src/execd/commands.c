@@ -1190,7 +1190,7 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
     int taken = m->code_interrupt && m->code_interrupt(id, res);
     free(id);
     if (taken) return 1;
-    if (m->node_running && m->node_running()) { /* a code context lives in the Node execd */
+    if (m->node_running && m->node_running()) { /* a bash session lives in the Node execd (sessions.js) */
       xd_handoff(res);
       return 1;
     }

@@ -75,8 +75,8 @@ int xd_res_closed(const xd_res *res);
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
 
 /* Hands this request, with its connection, to the Node execd (started if needed) as if no native module had taken
- * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a code
- * context, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
+ * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a bash
+ * session, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
 void xd_handoff(xd_res *res);
 
 /* --- upgraded connections (WebSocket): after its 101 answer the connection is the route's, as a byte pipe --- */
@@ -122,7 +122,7 @@ typedef struct {
   int pty_close_linger;      /* --pty-close-linger */
   uint64_t command_tail_ms;  /* --command-tail-ms: how long a /command stream stays open after its final event */
   /* The Node execd is running (connections were handed to it): a request for an id this module does not know
-   * (DELETE /command?id= of a code context) may be handed over instead of answered. */
+   * (DELETE /command?id= of a bash session) may be handed over instead of answered. */
   int (*node_running)(void);
   /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
    * closed connection (pty.c) */
