@@ -53,7 +53,7 @@ extern char **environ;
 #define READ_CHUNK 65536
 /* Output is sent in batches: what the kernel writes within OUT_BATCH_MS (e.g. print's text and its "\n", two writes)
  * goes out as one event, at most OUT_BATCH_MAX bytes of text each (ipykernel batches its stream output too). */
-#define OUT_BATCH_MS 2
+#define OUT_BATCH_MS 10
 #define OUT_BATCH_MAX 65536
 
 enum { L_PYTHON, L_JAVASCRIPT, L_BASH, NLANG };
