@@ -304,7 +304,8 @@ export class SandboxProcess {
     const addon = execdAddon();
     if (addon) execdArgs.push('--native-addon', addon);
     // the C execd answers ping, directories and commands itself and starts the Node execd for the rest (handoff.h)
-    const execdArgv = execdFile ? [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN] : [process.execPath, EXECD_MAIN, ...execdArgs];
+    // the code interpreter's kernels (programs of their own languages) are started by the C execd from their directory
+    const execdArgv = execdFile ? [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN, '--code-kernels', path.dirname(EXECD_MAIN)] : [process.execPath, EXECD_MAIN, ...execdArgs];
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,

@@ -106,6 +106,7 @@ struct module {
   int forwarding;
   uint64_t tail_ms;
   int (*node_running)(void);
+  int (*code_interrupt)(const char *id, xd_res *res);
   const char *shell; /* "bash" or "sh" */
   cmd *all_head, *all_tail;
   cmd *fin_head, *fin_tail;
@@ -1185,8 +1186,11 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
   }
   cmd *rec = find_cmd(m, id);
   if (!rec) {
+    /* a code context or a code shell run (code.c) */
+    int taken = m->code_interrupt && m->code_interrupt(id, res);
     free(id);
-    if (m->node_running && m->node_running()) { /* a code context lives in the Node execd */
+    if (taken) return 1;
+    if (m->node_running && m->node_running()) { /* a bash session lives in the Node execd (sessions.js) */
       xd_handoff(res);
       return 1;
     }
@@ -1299,6 +1303,7 @@ void *xd_commands_new(const xd_ctx *ctx) {
   m->forwarding = ctx->signal_forwarding;
   m->tail_ms = ctx->command_tail_ms;
   m->node_running = ctx->node_running;
+  m->code_interrupt = ctx->code_interrupt;
   m->shell = find_shell() ? "bash" : "sh";
   if (uv_signal_init(m->loop, &m->sigchld) != 0) {
     free(m->workspace);

@@ -6,6 +6,8 @@
  *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
  *                                         no native module takes (handoff.h)
  *   --native-addon FILE                   passed on to the Node execd (the addon its spawn.js starts processes with)
+ *   --code-kernels DIR                    the code interpreter's kernel programs (lib/dev-server/execd/code-*-kernel.*);
+ *                                         the javascript kernel runs on --node
  * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
@@ -31,6 +33,7 @@ static void *dirs; /* dirs.c: POST /directories */
 static void *upload; /* upload.c: POST /files/upload */
 static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
+static void *code; /* code.c: /code* */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -79,6 +82,8 @@ static int node_running(void) {
 
 static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
 
+static int code_interrupt(const char *id, xd_res *res) { return xd_code_interrupt(code, id, res); }
+
 static void on_exit_timer(uv_timer_t *t) {
   (void)t;
   exit(0);
@@ -98,6 +103,8 @@ static void shutdown_all(void) {
   files = NULL;
   xd_pty_close(pty); /* kills the PTY sessions' processes */
   pty = NULL;
+  xd_code_close(code); /* kills the kernels and the code shell runs */
+  code = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -146,10 +153,10 @@ static void size_thread_pool(uv_loop_t *loop) {
 
 int main(int argc, char **argv) {
   const char *socket_path = NULL, *port_s = NULL, *host = "127.0.0.1", *workspace = "/workspace";
-  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL, *native_addon = NULL;
+  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL, *native_addon = NULL, *code_kernels = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");
   int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
-  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_ADDON, O_VERSION };
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_ADDON, O_KERNELS, O_VERSION };
   static const struct option opts[] = {
       {"socket", required_argument, NULL, O_SOCKET},
       {"port", required_argument, NULL, O_PORT},
@@ -164,6 +171,7 @@ int main(int argc, char **argv) {
       {"node", required_argument, NULL, O_NODE},
       {"node-execd", required_argument, NULL, O_NODE_EXECD},
       {"native-addon", required_argument, NULL, O_ADDON},
+      {"code-kernels", required_argument, NULL, O_KERNELS},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
   };
@@ -184,6 +192,7 @@ int main(int argc, char **argv) {
       case O_NODE: node_path = optarg; break;
       case O_NODE_EXECD: node_execd = optarg; break;
       case O_ADDON: native_addon = optarg; break; /* the Node execd's (spawn.js): passed on */
+      case O_KERNELS: code_kernels = optarg; break;
       case O_VERSION: printf("osb-execd %s\n", OSB_EXECD_VERSION); return 0; /* the package's (scripts/build.js) */
       default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
     }
@@ -223,15 +232,17 @@ int main(int argc, char **argv) {
   xd_ctx ctx = {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
-      .relay_signal = relay_signal,
+      .relay_signal = relay_signal, .code_kernels = code_kernels, .node_path = node_path,
+      .code_interrupt = code_interrupt,
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
   if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
   if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
+  if (!(code = xd_code_new(&ctx))) die("out of memory", NULL);
   const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
-                             {files, xd_files_route}, {pty, xd_pty_route}};
+                             {files, xd_files_route}, {pty, xd_pty_route}, {code, xd_code_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];

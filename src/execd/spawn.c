@@ -50,6 +50,9 @@ pid_t xd_spawn(const xd_spawn_spec *s) {
   if (pid == 0) {
     setsid();
     if (dup2(s->in, 0) < 0 || dup2(s->out, 1) < 0 || dup2(s->err, 2) < 0) goto fail;
+    if (s->fd3 > 2) {
+      if (s->fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(s->fd3, 3) < 0) goto fail;
+    }
     if (s->ctty && ioctl(0, TIOCSCTTY, 0) != 0) goto fail;
     if (s->cwd && chdir(s->cwd) != 0) goto fail;
     if (s->set_uid || s->set_gid) (void)setgroups(0, NULL);

@@ -12,6 +12,7 @@ typedef struct {
   char *const *envp;
   const char *cwd;       /* NULL: execd's own */
   int in, out, err;      /* the child's 0, 1, 2 (each >= 3: xd_high_fd; the caller closes them after) */
+  int fd3;               /* > 2: also the child's fd 3 (a code kernel's control socket, code.c); 0: none */
   int ctty;              /* make fd 0 (a terminal's slave side) the new session's controlling terminal */
   int set_uid, set_gid;
   uid_t uid;

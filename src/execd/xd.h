@@ -75,8 +75,8 @@ int xd_res_closed(const xd_res *res);
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
 
 /* Hands this request, with its connection, to the Node execd (started if needed) as if no native module had taken
- * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a code
- * context, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
+ * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a bash
+ * session, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
 void xd_handoff(xd_res *res);
 
 /* --- upgraded connections (WebSocket): after its 101 answer the connection is the route's, as a byte pipe --- */
@@ -122,11 +122,18 @@ typedef struct {
   int pty_close_linger;      /* --pty-close-linger */
   uint64_t command_tail_ms;  /* --command-tail-ms: how long a /command stream stays open after its final event */
   /* The Node execd is running (connections were handed to it): a request for an id this module does not know
-   * (DELETE /command?id= of a code context) may be handed over instead of answered. */
+   * (DELETE /command?id= of a bash session) may be handed over instead of answered. */
   int (*node_running)(void);
   /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
    * closed connection (pty.c) */
   void (*relay_signal)(int sig);
+  /* --code-kernels: the directory of the code interpreter's kernel programs (code-python-kernel.py, ...), or NULL */
+  const char *code_kernels;
+  /* --node: the node that runs the javascript kernel (NULL: `node` on PATH) */
+  const char *node_path;
+  /* DELETE /command?id= of an id commands.c does not know: the code module's contexts and shell runs
+   * (xd_code_interrupt). 1 when it took the request (answered now or later), 0 when the id is not its either. */
+  int (*code_interrupt)(const char *id, xd_res *res);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -153,5 +160,12 @@ void xd_files_close(void *module);
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);
 void xd_pty_close(void *module);               /* shutdown: closes its clients, kills its runs */
+/* code.c: POST /code/context, GET /code/contexts[/{id}], DELETE /code/contexts[/{id}], POST /code, DELETE /code */
+void *xd_code_new(const xd_ctx *ctx);
+int xd_code_route(void *module, const xd_req *req, xd_res *res);
+/* Interrupts the context or shell run `id` (DELETE /code?id=, DELETE /command?id=): 1 when it is one (answered now
+ * or once the run ended), 0 when the id is unknown (nothing sent). */
+int xd_code_interrupt(void *module, const char *id, xd_res *res);
+void xd_code_close(void *module);              /* shutdown: kills the kernels and shell runs */
 
 #endif
