@@ -109,7 +109,9 @@ inside() { inside_in "$app" "$@"; }
 install_tarball() {
   local dir=$1 cli=$2 log=$1.install.out start ms
   start=$(date +%s%N)
-  inside_in "$dir" "$nodebin" "$cli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$log" 2>&1 ||
+  # --no-update-notifier: npm's own "New major version of npm available" notice (printed when the registry has a newer
+  # npm) is not the package's output
+  inside_in "$dir" "$nodebin" "$cli" install --no-audit --no-fund --no-update-notifier --prefer-offline --legacy-peer-deps "$tgz" > "$log" 2>&1 ||
     { cat "$log"; die "npm $(inside_in "$dir" "$nodebin" "$cli" -v) install of the tarball"; }
   ms=$((($(date +%s%N) - start) / 1000000))
   grep -Ei 'warn|gyp|error|script' "$log" && die "npm install printed warnings"
