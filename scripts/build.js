@@ -133,9 +133,9 @@ buildExecd();
 /**
  * The C execd (osb-execd): an executable of its own, compiled by the C compiler directly rather than by node-gyp, whose
  * targets compile against Node's headers (Node's own uv.h would shadow the libuv this binary links). Shared libuv and
- * cJSON through pkg-config, or with MASTRA_OPENSANDBOX_STATIC_DEPS=<dir> the static link of the prebuilt one:
- * <dir>/lib/libuv.a and libcjson.a, and glibc-compat.o with its --wrap list (the glibc floor, as for the addon).
- * The package version is compiled in (`osb-execd --version`). $CC chooses the compiler (the prebuild's cross gcc).
+ * cJSON through pkg-config, with $CC (default cc); or with MASTRA_OPENSANDBOX_STATIC_DEPS=<dir> the prebuilt one, a
+ * static executable against musl: <dir>/execd/bin/cc, its libuv.a and libcjson.a (scripts/prebuild.sh makes them).
+ * The package version is compiled in (`osb-execd --version`).
  */
 function buildExecd() {
   const dir = path.join(root, 'src', 'execd');
@@ -149,20 +149,19 @@ function buildExecd() {
   const headers = [...fs.readdirSync(dir).filter((f) => f.endsWith('.h')).map((f) => path.join(dir, f)),
     path.join(root, 'src/core/buf.h')];
   const version = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).version;
-  const cc = process.env.CC || 'cc';
   const debug = Boolean(process.env.MASTRA_OPENSANDBOX_DEBUG);
   let depCflags = [];
   let depLibs;
+  let cc = process.env.CC || 'cc';
+  let link = [];
   if (staticDir) {
-    // <dir>: also uv/{include,lib/libuv.a}, and optionally glibc-compat-exec.o with wrap-exec.txt
-    const d = path.resolve(staticDir);
-    const compat = fs.existsSync(path.join(d, 'glibc-compat-exec.o'));
-    const wraps = compat ? fs.readFileSync(path.join(d, 'wrap-exec.txt'), 'utf8').split('\n').filter(Boolean) : [];
-    depCflags = [`-I${path.join(d, 'uv', 'include')}`, `-I${path.join(d, 'include')}`];
-    depLibs = [path.join(d, 'uv', 'lib', 'libuv.a'), path.join(d, 'lib', 'libcjson.a'),
-      ...(compat ? [path.join(d, 'glibc-compat-exec.o')] : []), ...wraps.map((w) => `-Wl,--wrap=${w}`),
-      // named libpthread/libdl: on glibc < 2.34 the old symbol versions live there, not in libc.so.6
-      '-Wl,--no-as-needed', '-l:libpthread.so.0', '-l:libdl.so.2', '-Wl,--as-needed', '-lm'];
+    // <dir>/execd: the prebuilt one's musl toolchain (bin/cc: gcc with musl's specs), include/ and lib/libuv.a,
+    // lib/libcjson.a built for musl (scripts/prebuild/execd-deps.sh); the executable is linked -static
+    const d = path.join(path.resolve(staticDir), 'execd');
+    cc = path.join(d, 'bin', 'cc');
+    depCflags = [`-I${path.join(d, 'include')}`];
+    depLibs = [path.join(d, 'lib', 'libuv.a'), path.join(d, 'lib', 'libcjson.a')];
+    link = ['-static'];
   } else {
     const pc = (flag) => {
       const p = spawnSync('pkg-config', [flag, 'libuv', 'libcjson'], { encoding: 'utf8' });
@@ -180,7 +179,7 @@ function buildExecd() {
   fs.mkdirSync(path.dirname(out), { recursive: true });
   // a change of the flags (compiler, static or shared, version, debug) rebuilds everything
   const flagsStamp = path.join(objDir, 'flags.stamp');
-  const flagsText = [cc, ...cflags, ...depLibs].join(' ');
+  const flagsText = [cc, ...cflags, ...depLibs, ...link].join(' ');
   const sameFlags = fs.existsSync(flagsStamp) && fs.readFileSync(flagsStamp, 'utf8') === flagsText;
   const mtime = (f) => (fs.existsSync(f) ? fs.statSync(f).mtimeMs : -1);
   const newestHeader = Math.max(...headers.map(mtime));
@@ -200,7 +199,7 @@ function buildExecd() {
     if (mtime(obj) > mtime(out)) relink = true;
     return obj;
   });
-  if (relink) run([...objects, '-o', out, ...depLibs]);
+  if (relink) run([...link, ...objects, '-o', out, ...depLibs]);
   fs.writeFileSync(flagsStamp, flagsText);
   console.log(`${NAME}: ${path.relative(root, out)} ${relink ? 'built' : 'up to date'}`);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # npm run prebuild [-- --arch x64|arm64] [--stage]: the self-contained prebuilt addon that the npm package carries,
 #   build/prebuild/linux-<arch>/mastra_opensandbox.node  + build/prebuild/linux-<arch>/NOTICES/
-# and beside it the C execd, build/prebuild/linux-<arch>/osb-execd (libuv and cJSON linked statically, the same glibc
-# floor; NEEDED only glibc's libraries; `osb-execd --version` is run, under qemu-user for arm64 on x64).
+# and beside it the C execd, build/prebuild/linux-<arch>/osb-execd, a static executable (musl, libuv and cJSON linked
+# in: no interpreter, no NEEDED, so it runs in any root file system; `osb-execd --version` is run, under qemu-user for
+# arm64 on x64).
 # --stage (prepack) also copies it to prebuilds/linux-<arch>/, which lib/native.js loads first and the package's
 # "files" include; postpack removes prebuilds/ again, so a checkout keeps loading its own build/Release.
 # curl (HTTP/HTTPS only), libwebsockets, cJSON and OpenSSL are built from Debian's source packages of the versions
@@ -14,7 +15,8 @@
 # $MASTRA_OPENSANDBOX_PREBUILD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/mastra-opensandbox/prebuild): a cold run
 # downloads ~18 MB of sources and compiles them (minutes), a warm one only links the addon. Needs: dpkg-dev
 # (apt-get source), cmake, ninja-build, libssl-dev (its libssl.a/libcrypto.a) and the -dev packages whose versions
-# are used; --arch arm64 on x64 also gcc-aarch64-linux-gnu and g++-aarch64-linux-gnu (its OpenSSL is downloaded).
+# are used, musl-tools (musl-dev: osb-execd's C library); --arch arm64 on x64 also gcc-aarch64-linux-gnu and
+# g++-aarch64-linux-gnu (its OpenSSL and musl-dev are downloaded).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -42,7 +44,6 @@ cc=${tp}gcc cxx=${tp}g++
 GLIBC_FLOOR=2.28
 GLIBCXX_FLOOR=3.4.21
 NEEDED_OK="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 libstdc++.so.6 libgcc_s.so.1 $loader"
-EXECD_NEEDED_OK="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 $loader"
 EXPORTS="napi_register_module_v1 node_api_module_get_api_version_v1"
 
 # ---- 1. the static C libraries (cached)
@@ -134,35 +135,53 @@ if [ ! -f "$deps/.complete" ]; then
   say "static libraries built in $((SECONDS - start)) s"
 fi
 
-# ---- 1b. libuv for osb-execd (the C execd): Debian's static libuv_a.a of the libuv1-dev version installed here,
-# position-independent; for a native build this machine's own, for a cross build the target's libuv1-dev .deb
-# downloaded and unpacked (never installed). Cached by architecture and version.
-uv_v=$(ver libuv1-dev)
-uvd=$cache/libuv-$arch-$(echo "$arch libuv=$uv_v" | sha256sum | cut -c1-16)
-if [ ! -f "$uvd/.complete" ]; then
-  rm -rf "$uvd" "$uvd.partial"
-  mkdir -p "$uvd.partial/lib"
+# ---- 1b. osb-execd's toolchain and libraries: musl (statically linked: no interpreter, no NEEDED, runs in any root
+# file system; docs/ARCHITECTURE.md "Native build" says why musl and not glibc's -static), libuv and cJSON built for
+# it from the Debian source packages of the installed libuv1-dev and libcjson-dev (scripts/prebuild/execd-deps.sh).
+# musl is Debian's musl-dev of the version installed here: for a native build this machine's own, for a cross build
+# the target's musl-dev .deb downloaded and unpacked (never installed). The compiler is gcc (or the cross gcc) with
+# musl's specs file, its paths pointed at that musl: $xd/bin/cc. Cached by architecture and versions.
+musl_v=$(ver musl-dev) uv_v=$(ver libuv1-dev)
+mtriplet=${triplet%-gnu}-musl
+xd_key="$arch musl=$musl_v libuv=$uv_v cjson=$cjson_v $($cc -dumpfullversion) execd-deps.sh=$(sha256sum scripts/prebuild/execd-deps.sh | cut -c1-16)"
+xd=$cache/execd-$arch-$(echo "$xd_key" | sha256sum | cut -c1-16)
+if [ ! -f "$xd/.complete" ]; then
+  start=$SECONDS
+  say "building osb-execd's static libraries ($xd_key) into $xd"
+  rm -rf "$xd" "$xd.partial"
+  mkdir -p "$xd.partial/bin" "$xd.partial/NOTICES"
+  private_apt
+  (cd "$scratch/src" && apt-get "${apt_opts[@]}" source libuv1="$uv_v" cjson="$cjson_v" >/dev/null) ||
+    die "apt-get source libuv1=$uv_v cjson=$cjson_v failed (is that version still on the mirror?)"
   if [ -z "$tp" ]; then
-    uv_root=
+    musl_root=
   else
-    private_apt
-    (cd "$scratch" && apt-get "${apt_opts[@]}" download "libuv1-dev:$debarch=$uv_v") || die "apt-get download libuv1-dev:$debarch=$uv_v failed"
-    dpkg-deb -x "$scratch"/libuv1-dev_*.deb "$scratch/uv"
-    uv_root=$scratch/uv
+    (cd "$scratch" && apt-get "${apt_opts[@]}" download "musl-dev:$debarch=$musl_v") || die "apt-get download musl-dev:$debarch=$musl_v failed"
+    dpkg-deb -x "$scratch"/musl-dev_*.deb "$xd.partial/musl"
+    musl_root=$xd/musl
   fi
-  cp "$uv_root/usr/lib/$triplet/libuv_a.a" "$uvd.partial/lib/libuv.a" || die "no libuv_a.a in libuv1-dev $uv_v ($debarch)"
-  mkdir -p "$uvd.partial/include"
-  cp -r "$uv_root/usr/include/uv.h" "$uv_root/usr/include/uv" "$uvd.partial/include/"
-  cp "$uv_root/usr/share/doc/libuv1-dev/copyright" "$uvd.partial/libuv.txt"
-  mv "$uvd.partial" "$uvd"
-  touch "$uvd/.complete"
+  specs=${musl_root:-}/usr/lib/$mtriplet/musl-gcc.specs
+  [ -f "${musl_root:+$xd.partial/musl}/usr/lib/$mtriplet/musl-gcc.specs" ] || die "no $specs (apt-get install musl-tools)"
+  sed -e "s| /usr/| ${musl_root}/usr/|g; s|-L/usr/|-L${musl_root}/usr/|g" \
+    "${musl_root:+$xd.partial/musl}/usr/lib/$mtriplet/musl-gcc.specs" > "$xd.partial/musl-gcc.specs"
+  printf '#!/bin/sh\nexec %s "$@" -specs "%s"\n' "$(command -v "$cc")" "$xd/musl-gcc.specs" > "$xd.partial/bin/cc"
+  chmod +x "$xd.partial/bin/cc"
+  ln -s "$(command -v "${tp}ar")" "$xd.partial/bin/ar"
+  ln -s "$(command -v "${tp}ranlib")" "$xd.partial/bin/ranlib"
+  mv "$xd.partial" "$xd" # the specs and cc name $xd: the libraries are built in place
+  bash scripts/prebuild/execd-deps.sh "$scratch/src" "$xd" "$xd/bin/cc" || { rm -rf "$xd"; die "osb-execd's libraries failed"; }
+  cp "$scratch"/src/libuv1-*/debian/copyright "$xd/NOTICES/libuv.txt"
+  cp "${musl_root:+$xd/musl}/usr/share/doc/musl-dev/copyright" "$xd/NOTICES/musl.txt"
+  echo "$xd_key" > "$xd/VERSIONS"
+  touch "$xd/.complete"
+  say "osb-execd's static libraries built in $((SECONDS - start)) s"
 fi
 
 # ---- 2. the addon, linked in a copy of the package's build files (the developer's build/Release stays as it is);
 # incremental while the libraries, the link files and the compilers stay the same
 work=$root/build/prebuild-work-$arch
 out=$root/build/prebuild/linux-$arch
-link_key="$deps $uvd $cc $cxx $(cat scripts/prebuild/exports.map scripts/prebuild/glibc-compat.c | sha256sum)"
+link_key="$deps $xd $cc $cxx $(cat scripts/prebuild/exports.map scripts/prebuild/glibc-compat.c | sha256sum)"
 [ "$(cat "$work/.link-key" 2>/dev/null)" = "$link_key" ] || rm -rf "$work"
 rm -rf "$out"
 mkdir -p "$work/scripts" "$work/static" "$out"
@@ -174,10 +193,7 @@ if [ ! -f "$work/.link-key" ]; then
   cp scripts/prebuild/exports.map "$work/static/"
   "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIC -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat.o"
   "${tp}nm" "$work/static/glibc-compat.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap.txt"
-  # osb-execd: libuv, and the compat object with the executable's start (__libc_start_main)
-  ln -s "$uvd" "$work/static/uv"
-  "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -fPIE -DOSB_COMPAT_EXECUTABLE -c scripts/prebuild/glibc-compat.c -o "$work/static/glibc-compat-exec.o"
-  "${tp}nm" "$work/static/glibc-compat-exec.o" | sed -n 's/.* T __wrap_//p' > "$work/static/wrap-exec.txt"
+  ln -s "$xd" "$work/static/execd" # osb-execd: musl's compiler, libuv and cJSON (build.js links it -static)
 fi
 gyp_arch=()
 [ "$arch" = x64 ] || gyp_arch=(--arch=arm64)
@@ -191,29 +207,26 @@ execd=$out/osb-execd
 
 ssl_v=$(cat "$deps/OPENSSL_VERSION" 2>/dev/null || echo "$ssl_v") # what the build took (the mirror's)
 
-# ---- 3. the promise: glibc floor, NEEDED, exports (osb-execd: the same floor, glibc's libraries only)
+# ---- 3. the promise: glibc floor, NEEDED, exports; osb-execd static (no program interpreter, no dynamic section)
 newest() { "${tp}readelf" -W --version-info "$2" | grep -o "Name: $1[0-9.]*" | sed "s/Name: $1//" | sort -V | tail -1; }
 le() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1)" = "$2" ]; }
-glibc=$(newest GLIBC_ "$node") glibcxx=$(newest GLIBCXX_ "$node") execd_glibc=$(newest GLIBC_ "$execd")
-for f in "$node" "$execd"; do
-  g=$(newest GLIBC_ "$f")
-  le "$g" "$GLIBC_FLOOR" || die "$(basename "$f") needs GLIBC_$g > $GLIBC_FLOOR: $("${tp}readelf" -W --dyn-syms "$f" | grep -o "[a-z_0-9]*@GLIBC_$g" | sort -u | tr '\n' ' ')"
-done
+glibc=$(newest GLIBC_ "$node") glibcxx=$(newest GLIBCXX_ "$node")
+le "$glibc" "$GLIBC_FLOOR" || die "the addon needs GLIBC_$glibc > $GLIBC_FLOOR: $("${tp}readelf" -W --dyn-syms "$node" | grep -o "[a-z_0-9]*@GLIBC_$glibc" | sort -u | tr '\n' ' ')"
 le "${glibcxx:-0}" "$GLIBCXX_FLOOR" || die "needs GLIBCXX_$glibcxx > $GLIBCXX_FLOOR"
 needed_of() { "${tp}readelf" -W -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' '; }
-needed=$(needed_of "$node") execd_needed=$(needed_of "$execd")
+needed=$(needed_of "$node")
 for l in $needed; do
   case " $NEEDED_OK " in *" $l "*) ;; *) die "needs $l (allowed: $NEEDED_OK)" ;; esac
 done
-for l in $execd_needed; do
-  case " $EXECD_NEEDED_OK " in *" $l "*) ;; *) die "osb-execd needs $l (allowed: $EXECD_NEEDED_OK)" ;; esac
-done
+[ "$("${tp}readelf" -W -h "$execd" | sed -n 's/^ *Type: *\([A-Z]*\).*/\1/p')" = EXEC ] || die "osb-execd is not a static ELF executable"
+! "${tp}readelf" -W -l "$execd" | grep -q INTERP || die "osb-execd has a program interpreter: $("${tp}readelf" -W -l "$execd" | grep -A1 INTERP)"
+"${tp}readelf" -W -d "$execd" | grep -q 'no dynamic section' || die "osb-execd has a dynamic section (NEEDED: $(needed_of "$execd"))"
 exports=$("${tp}readelf" -W --dyn-syms "$node" | awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" { print $8 }' | sed 's/@.*//' | sort | tr '\n' ' ')
 [ "$exports" = "$(echo $EXPORTS | tr ' ' '\n' | sort | tr '\n' ' ')" ] || die "exports '$exports', expected '$EXPORTS'"
 
 # ---- 4. notices, a load test where the binary runs here
 cp -r "$deps/NOTICES" "$out/NOTICES"
-cp "$uvd/libuv.txt" "$out/NOTICES/libuv.txt"
+cp "$xd/NOTICES/libuv.txt" "$xd/NOTICES/musl.txt" "$out/NOTICES/"
 cp node_modules/node-addon-api/LICENSE.md "$out/NOTICES/node-addon-api.txt"
 sed -n '/^GCC RUNTIME LIBRARY EXCEPTION/,/requirements of the license of GCC\./p' /usr/share/doc/libgcc-s1/copyright > "$out/NOTICES/gcc-runtime-library-exception.txt"
 cat > "$out/NOTICES/README.txt" <<EOF
@@ -227,18 +240,19 @@ mastra_opensandbox.node (linux-$arch) contains, linked statically:
 It links dynamically to glibc, libstdc++ and libgcc_s of the system it runs on.
 
 osb-execd (linux-$arch), the local server's execd inside a sandbox, contains, linked statically:
-  libuv $uv_v (Debian's libuv1-dev; MIT and others, Debian's copyright file) -> libuv.txt
+  musl $musl_v (Debian's musl-dev; MIT, Debian's copyright file) -> musl.txt
+  libuv $uv_v (Debian source package; MIT and others, Debian's copyright file) -> libuv.txt
   cJSON $cjson_v (MIT) -> cJSON.txt
   startup code and helpers of GCC's runtime (GPL-3.0 with the GCC Runtime Library Exception) -> gcc-runtime-library-exception.txt
-It links dynamically to glibc of the system it runs on.
+It needs no library of the system it runs on (a static executable for the Linux kernel's $machine system calls).
 EOF
 if [ "$arch" = x64 ] && [ "$(uname -m)" = x86_64 ]; then
   node -e "const m = require(process.argv[1]); if (typeof m.versions !== 'function') process.exit(1)" "$node" || die "$node does not load"
 fi
-# osb-execd runs: here, or under qemu-user with the cross runtime as its library root
+# osb-execd runs: here, or under qemu-user (static: no library root needed)
 pkg_v=$(node -p "require('./package.json').version")
 run_execd=("$execd")
-[ -z "$tp" ] || run_execd=("qemu-$machine" -L "/usr/$triplet" "$execd")
+[ -z "$tp" ] || run_execd=("qemu-$machine" "$execd")
 if [ -z "$tp" ] || command -v "qemu-$machine" >/dev/null; then
   v=$("${run_execd[@]}" --version) || die "$execd --version failed"
   [ "$v" = "osb-execd $pkg_v" ] || die "$execd --version printed '$v', expected 'osb-execd $pkg_v'"
@@ -247,7 +261,7 @@ else
 fi
 size=$(stat -c %s "$node")
 say "$node: $((size / 1024)) KiB, GLIBC_$glibc, GLIBCXX_${glibcxx:-none}, NEEDED $needed"
-say "$execd: $(($(stat -c %s "$execd") / 1024)) KiB, GLIBC_$execd_glibc, NEEDED $execd_needed"
+say "$execd: $(($(stat -c %s "$execd") / 1024)) KiB, static ($machine, musl $musl_v; no interpreter, no dynamic section)"
 if [ "$stage" = 1 ]; then
   rm -rf "prebuilds/linux-$arch"
   mkdir -p prebuilds

@@ -14,10 +14,12 @@ mode=${1:-}
 DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-dev libwebsockets-dev libuv1-dev bubblewrap valgrind clang libclang-rt-14-dev python3-matplotlib
   libssl-dev openssl cmake ninja-build dpkg-dev # these five: the prebuilt addon (scripts/prebuild.sh) and its test
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user # the linux-arm64 prebuilt addon: cross build, check under qemu
+  musl-tools # the prebuilt osb-execd is static against musl (its musl-dev; scripts/prebuild.sh, execd-deps.sh)
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)
   slirp4netns # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
   python3-pylsp python3-pyflakes # the Python language server (with pyflakes diagnostics) of test/lsp.test.js
-  busybox-static) # test/c/test_wrapper.c: the process wrapper with a minimal image's tools
+  busybox-static # test/c/test_wrapper.c: the process wrapper with a minimal image's tools; test/execd-busybox.test.js: a root of busybox alone
+  bash-static) # test/execd-busybox.test.js: that root plus a static bash, for the PTY API (it runs bash, as upstream's)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

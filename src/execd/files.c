@@ -29,6 +29,7 @@
 
 #include "cmdreq.h"
 #include "fsops.h"
+#include "idfile.h"
 #include "core/buf.h"
 #include "json.h"
 #include "utf8.h"
@@ -76,36 +77,36 @@ static int cmp_entry(const void *a, const void *b) {
   return x->line < y->line ? -1 : x->line > y->line;
 }
 
-/* The lines `name:x:id:...`: a name and an id that Number() reads as an integer, '#' lines and empty names skipped.
- * 0, or -1 on OOM (the table is then empty). */
+typedef struct {
+  id_table *t;
+  size_t cap;
+} table_fill;
+
+static int table_add(const xd_idline *l, void *arg) {
+  table_fill *f = arg;
+  id_table *t = f->t;
+  if (t->n == f->cap) {
+    size_t nc = f->cap ? f->cap * 2 : 64;
+    id_entry *ne = realloc(t->e, nc * sizeof *ne);
+    if (!ne) return -1;
+    t->e = ne;
+    f->cap = nc;
+  }
+  char *name = malloc(l->name_len + 1);
+  if (!name) return -1;
+  memcpy(name, l->name, l->name_len);
+  name[l->name_len] = '\0';
+  t->e[t->n++] = (id_entry){l->id, l->line, name};
+  return 0;
+}
+
+/* The lines of the file (idfile.c's reading), one entry per id (its first line). 0, or -1 on OOM (the table is then
+ * empty). */
 static int table_parse(id_table *t, const char *text, size_t len) {
-  size_t cap = 0, line = 0;
-  for (size_t at = 0; at < len; line++) {
-    const char *l = text + at;
-    const char *nl = memchr(l, '\n', len - at);
-    size_t ll = nl ? (size_t)(nl - l) : len - at;
-    at += ll + 1;
-    if (ll == 0 || l[0] == '#') continue;
-    const char *c1 = memchr(l, ':', ll);
-    if (!c1 || c1 == l) continue;
-    const char *c2 = memchr(c1 + 1, ':', (size_t)(l + ll - c1 - 1));
-    if (!c2) continue; /* no third field: Number(undefined) is NaN */
-    const char *c3 = memchr(c2 + 1, ':', (size_t)(l + ll - c2 - 1));
-    long long id;
-    if (!xd_js_number_int(c2 + 1, c3 ? (size_t)(c3 - c2 - 1) : (size_t)(l + ll - c2 - 1), &id)) continue;
-    if (t->n == cap) {
-      size_t nc = cap ? cap * 2 : 64;
-      id_entry *ne = realloc(t->e, nc * sizeof *ne);
-      if (!ne) goto oom;
-      t->e = ne;
-      cap = nc;
-    }
-    size_t nlen = (size_t)(c1 - l);
-    char *name = malloc(nlen + 1);
-    if (!name) goto oom;
-    memcpy(name, l, nlen);
-    name[nlen] = '\0';
-    t->e[t->n++] = (id_entry){id, line, name};
+  table_fill f = {t, 0};
+  if (xd_idfile_scan(text, len, table_add, &f) != 0) {
+    table_clear(t);
+    return -1;
   }
   if (t->n > 1) {
     qsort(t->e, t->n, sizeof *t->e, cmp_entry);
@@ -117,9 +118,6 @@ static int table_parse(id_table *t, const char *text, size_t len) {
     t->n = k;
   }
   return 0;
-oom:
-  table_clear(t);
-  return -1;
 }
 
 /* The table as the file is now (a missing or unreadable file: empty). Under the names lock. */
@@ -134,17 +132,8 @@ static void table_refresh(id_table *t) {
       t->ctim.tv_sec == st.st_ctim.tv_sec && t->ctim.tv_nsec == st.st_ctim.tv_nsec)
     return;
   table_clear(t);
-  int fd = open(t->file, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
   osb_buf text = {0};
-  char buf[16384];
-  ssize_t r;
-  int ok = 1;
-  while (ok && (r = read(fd, buf, sizeof buf)) != 0) {
-    if (r < 0 && errno == EINTR) continue;
-    ok = r > 0 && osb_buf_append(&text, buf, (size_t)r) == 0;
-  }
-  close(fd);
+  int ok = xd_idfile_read(t->file, &text) == 0;
   if (ok && table_parse(t, text.data ? text.data : "", text.len) == 0) {
     t->parsed = 1;
     t->dev = st.st_dev;
@@ -175,8 +164,8 @@ static names *names_new(void) {
     return NULL;
   }
   n->refs = 1;
-  n->users.file = "/etc/passwd";
-  n->groups.file = "/etc/group";
+  n->users.file = XD_IDFILE_PASSWD;
+  n->groups.file = XD_IDFILE_GROUP;
   return n;
 }
 

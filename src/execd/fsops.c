@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "idfile.h"
 #include "json.h"
 
 void xd_oserr_set(xd_oserr *e, int err, const char *syscall, const char *path) {
@@ -36,36 +37,6 @@ int xd_oserr_text(osb_buf *out, const xd_oserr *e) {
   int tl = (int)strcspn(text, ",");
   if (e->path) return osb_buf_appendf(out, "%s %s: %.*s", e->syscall, e->path, tl, text) < 0 ? -1 : 0;
   return osb_buf_appendf(out, "%s: %.*s", e->syscall, tl, text) < 0 ? -1 : 0;
-}
-
-/* name -> id of /etc/passwd or /etc/group: 1 and *id when found, 0 otherwise. */
-static int lookup_id(const char *file, const char *name, long long *id) {
-  FILE *f = fopen(file, "re");
-  if (!f) return 0;
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
-  int found = 0;
-  size_t nl = strlen(name);
-  while (!found && (len = getline(&line, &cap, f)) >= 0) {
-    if (len > 0 && line[len - 1] == '\n') line[--len] = '\0';
-    if (len == 0 || line[0] == '#') continue;
-    char *c1 = memchr(line, ':', (size_t)len);
-    if (!c1 || c1 == line) continue;
-    char *c2 = memchr(c1 + 1, ':', (size_t)(line + len - c1 - 1));
-    if (!c2) continue; /* r[2] undefined: Number(undefined) is NaN */
-    char *c3 = memchr(c2 + 1, ':', (size_t)(line + len - c2 - 1));
-    size_t flen = c3 ? (size_t)(c3 - c2 - 1) : (size_t)(line + len - c2 - 1);
-    long long v;
-    if (!xd_js_number_int(c2 + 1, flen, &v)) continue;
-    if ((size_t)(c1 - line) == nl && memcmp(line, name, nl) == 0) {
-      *id = v;
-      found = 1;
-    }
-  }
-  free(line);
-  fclose(f);
-  return found;
 }
 
 static int is_dir(const char *p) {
@@ -121,9 +92,9 @@ int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
 
 void xd_owner_resolve(const char *owner, const char *group, xd_owner *o) {
   long long id;
-  o->has_uid = owner && lookup_id("/etc/passwd", owner, &id);
+  o->has_uid = owner && xd_idfile_id_of(XD_IDFILE_PASSWD, owner, &id);
   o->uid = o->has_uid ? (uid_t)id : (uid_t)-1;
-  o->has_gid = group && lookup_id("/etc/group", group, &id);
+  o->has_gid = group && xd_idfile_id_of(XD_IDFILE_GROUP, group, &id);
   o->gid = o->has_gid ? (gid_t)id : (gid_t)-1;
 }
 

@@ -6,10 +6,13 @@
 #define _GNU_SOURCE /* the sources below use memmem and pipe2 */
 #include "harness.h"
 
+#include <pwd.h>
+
 #include "../../src/execd/json.c"
 #include "../../src/execd/lines.c"
 #include "../../src/execd/utf8.c"
 #include "../../src/execd/logring.c"
+#include "../../src/execd/idfile.c"
 #include "../../src/execd/cmdreq.c"
 
 static char *go_json(const char *s, size_t len) {
@@ -286,6 +289,53 @@ static void test_expand_path(void) {
   osb_buf_free(&err);
 }
 
+typedef struct {
+  osb_buf seen;
+} idlines;
+
+static int collect_idline(const xd_idline *l, void *arg) {
+  idlines *c = arg;
+  const char *home;
+  size_t hn;
+  int has_home = xd_idline_field(l, 5, &home, &hn);
+  osb_buf_appendf(&c->seen, "%.*s=%lld@%zu[%.*s];", (int)l->name_len, l->name, l->id, l->line, has_home ? (int)hn : 1,
+                  has_home ? home : "-");
+  return l->name_len == 4 && memcmp(l->name, "stop", 4) == 0 ? 7 : 0;
+}
+
+/* idfile.c: the one reader of /etc/passwd and /etc/group (files-info.js idTable's rules), and `~` without $HOME */
+static void test_idfile(void) {
+  static const char text[] = "# comment\nroot:x:0:0:root:/root:/bin/sh\n\n:x:5:5::/e:\nnoid:x\nfrac:x:1.5:1::/f:\n"
+                             "hex:x:0x10:1::/h\nsp:x: 7 :1\nlast:x:9";
+  idlines c = {{0}};
+  CHECK(xd_idfile_scan(text, sizeof text - 1, collect_idline, &c) == 0);
+  CHECK_STR(c.seen.data, "root=0@1[/root];hex=16@6[/h];sp=7@7[-];last=9@8[-];");
+  osb_buf_reset(&c.seen);
+  static const char stop[] = "a:x:1\nstop:x:2\nb:x:3\n";
+  CHECK(xd_idfile_scan(stop, sizeof stop - 1, collect_idline, &c) == 7);
+  CHECK_STR(c.seen.data, "a=1@0[-];stop=2@1[-];");
+  osb_buf_free(&c.seen);
+  long long id = -1;
+  CHECK(xd_idfile_id_of(XD_IDFILE_PASSWD, "root", &id) == 1 && id == 0);
+  CHECK(xd_idfile_id_of(XD_IDFILE_PASSWD, "no such user here", &id) == 0);
+  CHECK(xd_idfile_id_of("/nonexistent/passwd", "root", &id) == 0);
+  osb_buf b = {0};
+  CHECK(xd_idfile_read("/", &b) == -1 && b.len == 0); /* a directory is not read */
+  /* `~` with no $HOME: the home of this uid in /etc/passwd, as getpwuid answers on this (glibc, files) host */
+  struct passwd *pw = getpwuid(getuid());
+  char *saved = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+  unsetenv("HOME");
+  char *envp[] = {NULL};
+  osb_buf out = {0}, err = {0};
+  CHECK(xd_expand_path("~", envp, &out, &err) == 0);
+  CHECK_STR(out.data, pw && pw->pw_dir ? pw->pw_dir : "/");
+  if (saved) setenv("HOME", saved, 1);
+  free(saved);
+  osb_buf_free(&out);
+  osb_buf_free(&err);
+  osb_buf_free(&b);
+}
+
 static void test_nul_characters(void) {
   /* \u0000 inside a string is kept as a marker character the body does not contain; an escaped backslash is not one */
   const char *body = "{\"command\":\"echo a\\u0000b\",\"cwd\":\"\\\\u0000\"}";
@@ -350,6 +400,7 @@ int main(void) {
   RUN(test_go_duration);
   RUN(test_parse_wording);
   RUN(test_expand_path);
+  RUN(test_idfile);
   RUN(test_nul_characters);
   RUN(test_js_inspect);
   return t_summary();
