@@ -1313,6 +1313,10 @@ void xd_raw_release(xd_raw *r, const char *rest, size_t len) {
   conn *c = (conn *)r;
   c->raw_cb = NULL;
   if (c->closing) return;
+  if (c->failed) { /* a write failed: its close was due on the loop (conn_fail), whose timer this would take */
+    conn_close(c);
+    return;
+  }
   /* the next request's bytes: what the route read past its request, then what was not handed to it yet */
   osb_buf in = {0};
   if (osb_buf_reserve_exact(&in, len + c->in.len) != 0) {
