@@ -3,7 +3,8 @@
  * byte (Date values masked): what the service receives (path and query, headers without hop-by-hop and token headers,
  * Host, Connection: close, re-chunked bodies), what the client gets (heads without hop-by-hop headers, chunked when the
  * length is not known, 1xx dropped, HEAD without body), keep-alive and pipelining through it and back to the server's
- * own routes, /proxy/44772 to the server itself (tokens kept), the 400/502 answers (bad port, refused port, reset,
+ * own routes, /proxy/44772 to execd itself on a Unix socket (a second server; tokens kept; ENOENT as "the sandbox"),
+ * the 400/502 answers (bad port, refused port, reset,
  * an answer Node cannot pass on), a WebSocket echo (upgrade replayed, bytes both ways, half-close passed on), a body
  * larger than the server's 64 MiB limit streamed with a bounded footprint, an answer held back by a client that does
  * not read (the service blocks: backpressure), a client leaving mid-answer; and the framing readers as units. */
@@ -14,6 +15,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <sys/un.h>
 
 #include "core/buf.h"
 #include "execd/proxy.h"
@@ -24,6 +26,7 @@
 #define BIG (80u * 1024u * 1024u)
 
 static int port;    /* the server */
+static char sock_b[100]; /* the second server, B (execd itself for the first), on a Unix socket */
 static int up_port; /* the service */
 static int closed_port;
 static int up_fd = -1;
@@ -399,7 +402,8 @@ static void test_close_delimited_head_1xx(void) {
   close(fd);
 }
 
-/* /proxy/44772 is the server itself: the token goes with the request (it checks its own) */
+/* /proxy/44772 is execd itself, here on a Unix socket (a second server, B): the token goes with the request (it checks
+ * its own) */
 static void test_self(void) {
   osb_buf h = {0}, b = {0};
   CHECK(exchange("GET /proxy/44772/ping HTTP/1.1\r\nHost: h\r\nX-EXECD-ACCESS-TOKEN: " TOKEN "\r\nConnection: close\r\n\r\n", 0,
@@ -416,7 +420,32 @@ static void test_self(void) {
   CHECK_STR(h.data, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nDate: DATE\r\n"
                     "Content-Length: 62\r\nConnection: close\r\n\r\n");
   CHECK_STR(b.data, "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"invalid port: 0x50\"}");
-  osb_buf_free(&h), osb_buf_free(&b);
+  /* through B's own proxy on to the service: what B forwards */
+  osb_buf_reset(&h), osb_buf_reset(&b);
+  char req[512];
+  snprintf(req, sizeof req, "GET /proxy/44772/proxy/%d/echo/b HTTP/1.1\r\nHost: h\r\nX-EXECD-ACCESS-TOKEN: " TOKEN
+                            "\r\nX-Probe: 2\r\nConnection: close\r\n\r\n", up_port);
+  CHECK(exchange(req, 0, &h, &b) == 0);
+  char want[256];
+  snprintf(want, sizeof want, "len=0 hash=14650fb0739d0383\nGET /echo/b HTTP/1.1\r\nX-Probe: 2\r\nHost: 127.0.0.1:%d\r\n"
+                              "Connection: close\r\n\r\n", up_port);
+  CHECK_STR(b.data, want);
+  /* B's own self is a socket that is not there: "the sandbox" */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {0};
+  a.sun_family = AF_UNIX;
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", sock_b);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  static const char self_req[] = "GET /proxy/44772/ping HTTP/1.1\r\nHost: h\r\nX-EXECD-ACCESS-TOKEN: " TOKEN "\r\n\r\n";
+  CHECK(send_all(fd, self_req, sizeof self_req - 1) == 0);
+  osb_buf in = {0};
+  osb_buf_reset(&h), osb_buf_reset(&b);
+  CHECK(read_answer(fd, &in, 0, &h, &b) == 0);
+  CHECK_STR(b.data, "{\"code\":\"PROXY_ERROR\",\"message\":\"cannot reach the sandbox: ENOENT\"}");
+  close(fd);
+  osb_buf_free(&in), osb_buf_free(&h), osb_buf_free(&b);
 }
 
 static void test_errors(void) {
@@ -783,14 +812,16 @@ static void client(void) {
 }
 
 typedef struct {
-  xd_server *server;
-  void *module;
+  xd_server *server, *server_b;
+  void *module, *module_b;
 } both;
 
 static void close_both(void *arg) {
   both *b = arg;
   xd_server_close(b->server);
+  xd_server_close(b->server_b);
   xd_proxy_close(b->module);
+  xd_proxy_close(b->module_b);
 }
 
 int main(void) {
@@ -817,13 +848,26 @@ int main(void) {
   o.nroutes = 1;
   o.handoff = xd_handoff_502;
   xd_server *server = xd_server_new(&o);
-  if (!module || !server || xd_server_listen_tcp(server, "127.0.0.1", 0, &port) != 0 ||
-      xd_proxy_set_self(module, NULL, "127.0.0.1", port) != 0) {
+  /* B: execd itself on a Unix socket, for the first one's /proxy/44772 */
+  char dir[64], sock[100];
+  if (!t_tempdir(dir, sizeof dir, "proxy")) return 1;
+  snprintf(sock, sizeof sock, "%s/execd.sock", dir);
+  snprintf(sock_b, sizeof sock_b, "%s", sock);
+  char missing[110];
+  snprintf(missing, sizeof missing, "%s/missing.sock", dir);
+  void *module_b = xd_proxy_new(&ctx);
+  xd_route route_b = {module_b, xd_proxy_route};
+  o.routes = &route_b;
+  xd_server *server_b = xd_server_new(&o);
+  if (!module || !server || xd_server_listen_tcp(server, "127.0.0.1", 0, &port) != 0 || !module_b || !server_b ||
+      xd_server_listen_unix(server_b, sock) != 0 || xd_proxy_set_self(module, sock, NULL, 0) != 0 ||
+      xd_proxy_set_self(module_b, missing, NULL, 0) != 0) {
     printf("server did not start\n0 passed, 1 failed\n");
     return 1;
   }
-  both b = {server, module};
+  both b = {server, server_b, module, module_b};
   xd_run_client(&loop, client, close_both, &b);
+  t_rmtree(dir);
   CHECK(uv_loop_close(&loop) == 0);
   up_stop = 1;
   pthread_join(svc, NULL);
