@@ -153,6 +153,34 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.deepEqual(nodeExecd(), []);
   });
 
+  it('/proxy/{port} to a service in the sandbox and /proxy/44772 to execd itself are answered without Node', async () => {
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
+    // the sandbox's own service: what it got, as JSON (its request head and the body's length)
+    const svc = "require('http').createServer((q,s)=>{let n=0;q.on('data',(c)=>{n+=c.length});q.on('end',()=>s.end(JSON.stringify({m:q.method,u:q.url,n,h:q.rawHeaders})))}).listen(8125,'127.0.0.1')";
+    const started = await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers,
+      body: { background: true, command: `cat > /tmp/svc.js <<'EOF'\n${svc}\nEOF\nexec node /tmp/svc.js` } });
+    const id = /"type":"init","text":"([0-9a-f]{32})"/.exec(started.text)?.[1];
+    assert.ok(id, started.text);
+    const body = Buffer.alloc(3 << 20, 7); // more than the server reads at once: streamed
+    const app = await waitFor(async () => {
+      const r = await request(`http://127.0.0.1:${sb.port}/proxy/8125/a/b?x=1`, { method: 'POST', headers: { ...headers, 'X-Probe': 'p' }, body });
+      return r.status === 200 && r;
+    }, { timeoutMs: 15000, message: 'the service answers through the proxy' });
+    const got = JSON.parse(app.text);
+    assert.deepEqual([got.m, got.u, got.n], ['POST', '/a/b?x=1', body.length]);
+    const names = got.h.filter((_, i) => i % 2 === 0);
+    assert.ok(names.includes('X-Probe'), app.text);
+    assert.deepEqual(names.filter((n) => /access-token|secure-access/i.test(n)), [], app.text); // tokens dropped toward it
+    // execd itself (the token kept: it checks its own) and a port nothing listens on
+    const self = await exchange(sb.port, get('/proxy/44772/ping', 'Connection: close\r\n'));
+    assert.deepEqual(answers(self), [{ head: PING_OK.replace('\r\nContent-Length: 0\r\n', '\r\nContent-Length: 0\r\nConnection: close\r\n'), body: '' }]);
+    const refused = await request(`http://127.0.0.1:${sb.port}/proxy/8126/`, { headers });
+    assert.deepEqual([refused.status, refused.json], [502, { code: 'PROXY_ERROR', message: 'cannot reach port 8126: ECONNREFUSED' }]);
+    await request(`http://127.0.0.1:${sb.port}/command?id=${id}`, { method: 'DELETE', headers });
+    await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the service is gone' });
+    assert.deepEqual(nodeExecd(), []);
+  });
+
   it('GET /files/info and GET|HEAD /files/download are answered without Node, byte for byte', async () => {
     const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
     const made = await request(`http://127.0.0.1:${sb.port}/command`, {

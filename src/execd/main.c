@@ -34,6 +34,7 @@ static void *upload; /* upload.c: POST /files/upload */
 static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
 static void *code; /* code.c: /code* */
+static void *proxy; /* proxy.c: /proxy/{port}/... */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -105,6 +106,8 @@ static void shutdown_all(void) {
   pty = NULL;
   xd_code_close(code); /* kills the kernels and the code shell runs */
   code = NULL;
+  xd_proxy_close(proxy);
+  proxy = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -241,8 +244,10 @@ int main(int argc, char **argv) {
   if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
   if (!(code = xd_code_new(&ctx))) die("out of memory", NULL);
+  if (!(proxy = xd_proxy_new(&ctx))) die("out of memory", NULL);
   const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
-                             {files, xd_files_route}, {pty, xd_pty_route}, {code, xd_code_route}};
+                             {files, xd_files_route}, {pty, xd_pty_route}, {code, xd_code_route},
+                             {proxy, xd_proxy_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];
@@ -271,6 +276,8 @@ int main(int argc, char **argv) {
   else rc = xd_server_listen_tcp(server, host, port, &bound);
   if (rc != 0) die("cannot listen", uv_strerror(rc));
   snprintf(port_arg, sizeof port_arg, "%d", bound);
+  /* /proxy/44772 reaches this execd where it listens */
+  if (xd_proxy_set_self(proxy, socket_path, host, bound) != 0) die("out of memory", NULL);
 
   int handled[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGPIPE, SIGWINCH};
   for (size_t i = 0; i < (signal_forwarding ? 6u : 2u); i++) {

@@ -96,6 +96,7 @@ struct conn {
   /* ST_RAW (xd_upgrade): the route's byte pipe */
   const xd_raw_callbacks *raw_cb; /* NULL once the route closed it or was told it ended */
   void *raw_arg;
+  void (*raw_eof)(void *); /* xd_raw_on_eof */
 };
 
 struct xd_server {
@@ -294,6 +295,7 @@ int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
   if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
   if (strcmp(path, "/code") == 0 || strncmp(path, "/code/", 6) == 0) return 1;
+  if (strncmp(path, "/proxy/", 7) == 0) return 1; /* proxy.c (a valid port's body is streamed, not read first) */
   if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
   if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
@@ -752,8 +754,9 @@ static int parse_head(conn *c, size_t len) {
   return 0;
 }
 
-/* GET /pty/{id}/ws: an upgrade the native PTY module (pty.c) takes */
+/* GET /pty/{id}/ws: an upgrade the native PTY module (pty.c) takes; any upgrade under /proxy/ (proxy.c) */
 static int native_upgrade(const char *path) {
+  if (strncmp(path, "/proxy/", 7) == 0) return 1;
   if (strncmp(path, "/pty/", 5) != 0) return 0;
   const char *id = path + 5, *slash = strchr(id, '/');
   return slash && slash > id && strcmp(slash, "/ws") == 0;
@@ -999,7 +1002,7 @@ static void process(conn *c) {
          * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
         handoff_now(c);
         break;
-      } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT) {
+      } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT && xd_proxy_port(c->path) <= 0) {
         c->too_large = c->discard = 1;
         if (c->cl_left > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) {
           c->req.wants_close = 1;
@@ -1012,6 +1015,10 @@ static void process(conn *c) {
       if (expect && strcasecmp(expect, "100-continue") == 0 && (c->chunked || c->cl_left > 0) &&
           c->in.len == c->head_len && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0) != 0)
         break;
+      if (!c->discard && xd_proxy_port(c->path) > 0) { /* proxy.c streams the body itself (xd_upgrade, no head) */
+        dispatch(c);
+        continue;
+      }
       if (c->discard) { /* the head is not needed any more: nothing of this request goes to Node */
         osb_buf_consume(&c->in, c->head_len);
         c->head_len = 0;
@@ -1051,13 +1058,22 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
   if (n == 0) return;
   if (c->state == ST_RAW) {
+    if (n == UV_EOF && c->raw_cb && c->raw_eof) { /* a half-close the route wants to hear of */
+      reading(c, 0);
+      c->eof = 1;
+      c->raw_eof(c->raw_arg);
+      return;
+    }
     if (n < 0) {
       reading(c, 0);
       conn_close(c); /* on_end */
       return;
     }
-    c->in.len = 0; /* the bytes are in the buffer read_alloc gave: handed on, not kept */
-    if (c->raw_cb) c->raw_cb->on_data(c->raw_arg, c->in.data, (size_t)n);
+    /* the bytes are in the buffer read_alloc gave, after those of the request not handed on yet (raw_leftover):
+     * all of them handed on, in order, none kept */
+    size_t len = c->in.len + (size_t)n;
+    c->in.len = 0;
+    if (c->raw_cb) c->raw_cb->on_data(c->raw_arg, c->in.data, len);
     return;
   }
   if (n < 0) {
@@ -1245,7 +1261,7 @@ xd_raw *xd_upgrade(xd_res *res, const char *head, size_t len, const xd_raw_callb
     finish(res, 1);
     return NULL;
   }
-  if (conn_write(c, head, len, NULL, 0) != 0) {
+  if (len > 0 && conn_write(c, head, len, NULL, 0) != 0) {
     finish(res, 1);
     return NULL;
   }
@@ -1257,6 +1273,7 @@ xd_raw *xd_upgrade(xd_res *res, const char *head, size_t len, const xd_raw_callb
   c->state = ST_RAW;
   c->raw_cb = cb;
   c->raw_arg = arg;
+  c->raw_eof = NULL;
   uv_timer_stop(&c->idle);
   if (c->in.len > 0) uv_timer_start(&c->idle, raw_leftover, 0, 0);
   reading(c, 1);
@@ -1282,6 +1299,37 @@ void xd_raw_close(xd_raw *r, int now) {
   reading(c, 0);
   if (now || c->pending_writes == 0) conn_close(c);
   else c->close_pending = 1;
+}
+
+void xd_raw_on_eof(xd_raw *r, void (*fn)(void *arg)) { ((conn *)r)->raw_eof = fn; }
+
+static void raw_released(uv_timer_t *t) {
+  conn *c = t->data;
+  if (c->closing) return;
+  reading(c, 1);
+  process(c);
+}
+
+void xd_raw_release(xd_raw *r, const char *rest, size_t len) {
+  conn *c = (conn *)r;
+  c->raw_cb = NULL;
+  if (c->closing) return;
+  if (c->failed) { /* a write failed: its close was due on the loop (conn_fail), whose timer this would take */
+    conn_close(c);
+    return;
+  }
+  /* the next request's bytes: what the route read past its request, then what was not handed to it yet */
+  osb_buf in = {0};
+  if (osb_buf_reserve_exact(&in, len + c->in.len) != 0) {
+    conn_close(c);
+    return;
+  }
+  osb_buf_append(&in, rest, len);
+  osb_buf_append(&in, c->in.data, c->in.len);
+  osb_buf_free(&c->in);
+  c->in = in;
+  request_reset(c);
+  uv_timer_start(&c->idle, raw_released, 0, 0);
 }
 
 /* ---------------------------------------------------------------- listening */

@@ -87,10 +87,19 @@ typedef struct {
                                 * gone after this returns (no more calls, and the route must not use it) */
   void (*on_drain)(void *arg); /* every queued byte was written (after an xd_raw_write) */
 } xd_raw_callbacks;
-/* Writes `head` (the whole answer head, e.g. "HTTP/1.1 101 ...\r\n\r\n") and turns the request's connection into a
- * raw byte pipe: res is finished; bytes the client sent after the request come through on_data (from the next loop
- * turn on). Callbacks are borrowed and must outlive the pipe. NULL when the client is already gone (nothing called). */
+/* Writes `head` (the whole answer head, e.g. "HTTP/1.1 101 ...\r\n\r\n"; none when len is 0) and turns the request's
+ * connection into a raw byte pipe: res is finished; bytes the client sent after the request head (e.g. the body of a
+ * /proxy/{port} request, which the server does not read: xd_proxy_route) come through on_data (from the next loop turn on). Callbacks are
+ * borrowed and must outlive the pipe. NULL when the client is already gone (nothing called). */
 xd_raw *xd_upgrade(xd_res *res, const char *head, size_t len, const xd_raw_callbacks *cb, void *arg);
+/* From now on the client's FIN (end of its side) calls fn(arg) instead of ending the pipe: reading stops, the pipe
+ * stays open for writing (a half-closed client still gets its answer). */
+void xd_raw_on_eof(xd_raw *r, void (*fn)(void *arg));
+/* Gives the pipe back to the server as an HTTP connection once the route's exchange is over (proxy.c, after a
+ * request it read itself): `rest` (len bytes, copied; e.g. the next pipelined request, read past the end of the one
+ * the route served) and whatever the client sent since are read as the next request, from the next loop turn on.
+ * No callback runs after this call and the route must not use r again. */
+void xd_raw_release(xd_raw *r, const char *rest, size_t len);
 /* Queues the parts (copied into one write). 0, or -1 when the connection is gone or failing (on_end follows). */
 int xd_raw_write(xd_raw *r, const char *const *parts, const size_t *lens, size_t nparts);
 /* Bytes queued and not yet written. */
@@ -156,6 +165,17 @@ void xd_upload_close(void *module);
 void *xd_files_new(const xd_ctx *ctx);
 int xd_files_route(void *module, const xd_req *req, xd_res *res);
 void xd_files_close(void *module);
+/* proxy.c: ANY /proxy/{port}/{path}, HTTP and upgrades, to 127.0.0.1:{port} (44772: this execd, wherever it
+ * listens). With a port 1..65535 the request's body is not read by the server: the route takes the connection right
+ * after the head (xd_upgrade with no head) and streams it; any other /proxy/ path is its 400 after the body. */
+void *xd_proxy_new(const xd_ctx *ctx);
+/* Where this execd listens, for /proxy/44772: its Unix socket (socket_path), else host:port. 0, -1 on OOM. */
+int xd_proxy_set_self(void *module, const char *socket_path, const char *host, int port);
+int xd_proxy_route(void *module, const xd_req *req, xd_res *res);
+void xd_proxy_close(void *module); /* shutdown: ends every exchange */
+/* The port of a canonical path `/proxy/{port}[/...]`: 1..65535, 0 when the port is not (the 400), -1 when the path is
+ * not the proxy's. */
+int xd_proxy_port(const char *path);
 /* pty.c: POST /pty, GET and DELETE /pty/{id}, the WebSocket GET /pty/{id}/ws */
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);

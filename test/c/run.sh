@@ -105,6 +105,7 @@ fuzz fuzz_target corpus-target
 fuzz fuzz_wsproto corpus-wsproto
 fuzz fuzz_multipart corpus-multipart
 fuzz fuzz_codeproto corpus-codeproto
+fuzz fuzz_proxy corpus-proxy
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -294,8 +294,9 @@ static void test_handoff(void) {
   free(got);
   CHECK_STR(handed_head, chunked);
   /* a WebSocket upgrade goes over with its head (token and target checks are the Node execd's) unless it is the PTY
-   * API's; that one is routed like any request (its token checked here), and handed over when no module takes it */
-  const char *ws = "GET /proxy/80/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+   * API's or the proxy's (/proxy/...); those are routed like any request (their token checked here), and handed over
+   * when no module takes them */
+  const char *ws = "GET /code/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
   got = exchange(ws, 0);
   free(got);
   CHECK_STR(handed_head, ws);
