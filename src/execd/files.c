@@ -231,8 +231,6 @@ typedef struct {
   struct stat st;
 } info_entry;
 
-enum { ANSWER, HANDOFF };
-
 struct files_job {
   xd_fsjob job;   /* first: the thread-pool job and its response (fsops.h); job.jobs NULL once the module closed */
   files_mod *mod; /* valid while job.jobs is set */
@@ -266,7 +264,6 @@ struct files_job {
   int waiting;       /* on the module's waiting list: for the client to take what is queued, or a FIFO's writer */
   files_job *wprev, *wnext;
   /* the result */
-  int outcome;       /* ANSWER or HANDOFF */
   int status;
   const char *code;  /* an error answer's code (static), else NULL */
   osb_buf body;      /* the JSON, the error's message, or the file's bytes */
@@ -297,7 +294,6 @@ static files_job *job_new(void) {
 
 /* An error answer: its message is in job->body (empty when out of memory: then a 500 "out of memory"). */
 static void job_error(files_job *job, int status, const char *code) {
-  job->outcome = ANSWER;
   job->status = status;
   job->code = code;
 }
@@ -457,7 +453,6 @@ static void info_work(files_job *job) {
   uv_mutex_unlock(&nm->lock);
   free(by);
   if (rc == 0) rc = osb_buf_append_str(&job->body, "}");
-  job->outcome = ANSWER;
   job->status = 200;
   if (rc > 0) osb_buf_reset(&job->body); /* Go's json.Marshal fails: gin has written the 200 head and no body */
   if (rc < 0) {
@@ -714,7 +709,6 @@ static void walk_work(files_job *job) {
   }
 end:
   if (osb_buf_append_str(&job->body, "]") != 0) goto oom_locked;
-  job->outcome = ANSWER;
   job->status = 200;
   if (bad_time) osb_buf_reset(&job->body); /* Go's json.Marshal fails: the 200 head and no body */
 done:
@@ -874,7 +868,6 @@ static void download_work(files_job *job) {
     return;
   }
   struct stat st;
-  job->outcome = ANSWER;
   /* O_NONBLOCK: a FIFO's open does not wait for a writer on the thread pool (the loop waits for one) */
   int fd = open(job->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -1140,7 +1133,7 @@ static void job_answer(xd_fsjob *fj, int status) {
   if (!res) {
     /* the client went away before the file's bytes were written to it: the real execd's write to the closed
      * connection raises SIGPIPE, which --signal-forwarding relays to the foreground command */
-    if (job->relay && fj->jobs && job->mod->relay_signal && status == 0 && job->outcome == ANSWER && !job->code &&
+    if (job->relay && fj->jobs && job->mod->relay_signal && status == 0 && !job->code &&
         !job->fifo && (job->status == 200 || job->status == 206) && job->length > 0)
       job->mod->relay_signal(SIGPIPE);
     job->again = 0;
@@ -1150,8 +1143,6 @@ static void job_answer(xd_fsjob *fj, int status) {
     job->again = 0;
     if (job->opened) xd_body_end(res);
     else xd_send_error(res, 500, "RUNTIME_ERROR", "operation canceled");
-  } else if (job->outcome == HANDOFF) {
-    xd_handoff(res);
   } else if (job->code) {
     if (job->body.len) send_error_len(res, job->status, job->code, job->body.data, job->body.len);
     else xd_send_error(res, job->status, job->code, "out of memory");

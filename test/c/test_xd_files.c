@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "execd/glob.h"
 #include "execd/server.h"
 #include "execd/xd.h"
 
@@ -554,6 +555,29 @@ static void test_search(void) {
   CHECK(unlink(p) == 0);
 }
 
+/* glob.c against what files-glob.js's RegExp answers (and Go's doublestar where V8 refused: an out-of-order range) */
+static void test_glob(void) {
+  static const struct {
+    const char *pattern, *name;
+    int want; /* 1 match, 0 no match, -1 malformed */
+  } cases[] = {
+      {"*.txt", "a.txt", 1}, {"*.txt", "a.md", 0}, {"**", "anything", 1}, {"?", "\xc3\xa9", 1}, {"??", "\xc3\xa9", 0},
+      {"[a-c]x", "bx", 1}, {"[!a-c]x", "bx", 0}, {"[^a-c]x", "dx", 1}, {"[z-a]", "m", 0}, {"[a\\-c]", "b", 1},
+      {"[a-]", "-", 1}, {"{a,b{c,d}}*.[ch]", "bd.c", 1}, {"{a,b{c,d}}*.[ch]", "b.c", 0}, {"{}x", "x", 1},
+      {"\\*", "*", 1}, {"\\*", "a", 0}, {"a**", "abc", 1}, {"**/x", "x", 1}, {"x/**", "x", 0}, {"\xff", "\xfe", 1},
+      {"[", "a", -1}, {"[]", "a", -1}, {"[!]", "a", -1}, {"a\\", "a", -1}, {"{a", "a", -1}, {"{[}]", "x", -1},
+      {"*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaac", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    xd_glob *g = NULL;
+    int rc = xd_glob_compile(cases[i].pattern, strlen(cases[i].pattern), &g);
+    int got = rc == 1 ? -1 : rc == 0 ? xd_glob_match(g, cases[i].name, strlen(cases[i].name)) : -2;
+    if (got != cases[i].want) printf("  glob %s on %s: %d, expected %d\n", cases[i].pattern, cases[i].name, got, cases[i].want);
+    CHECK(got == cases[i].want);
+    xd_glob_free(g);
+  }
+}
+
 static void test_list(void) {
   char body[16384];
   const char *one[] = {"s/a.md", "s/b.txt", "s/d", "s/emptydir", "s/link"};
@@ -689,6 +713,7 @@ static void client(void) {
   RUN(test_lines);
   RUN(test_stream);
   RUN(test_fifo);
+  RUN(test_glob);
   RUN(test_search);
   RUN(test_list);
   RUN(test_relay_sigpipe);
