@@ -43,6 +43,7 @@ struct xd_res {
   void *on_close_arg;
   void (*on_drain)(void *);
   void *on_drain_arg;
+  uint64_t body_left; /* xd_body_*: bytes announced and not written yet */
 };
 
 enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING, ST_RAW };
@@ -298,6 +299,8 @@ int xd_server_native_candidate(const char *method, const char *path) {
   if (strncmp(path, "/proxy/", 7) == 0) return 1; /* proxy.c (a valid port's body is streamed, not read first) */
   if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
   if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
+  if (strcmp(method, "GET") == 0 && (strcmp(path, "/files/search") == 0 || strcmp(path, "/directories/list") == 0))
+    return 1;
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
 }
 
@@ -914,15 +917,12 @@ static void dispatch(conn *c) {
 }
 
 /* handles what is buffered, one request at a time */
-/* Whether a request is the Node execd's from its head alone (before its body is read): no native route's; a files
- * GET/HEAD that has a body (the Node execd answers it without reading it; here it would be read first, or refused
- * over 64 MiB); an upload that is chunked or over XD_UPLOAD_NATIVE_MAX (upload.c holds a form in memory, the Node
- * execd spools a large one). */
+/* Whether a request is the Node execd's from its head alone (before its body is read): no native route's; an upload
+ * that is chunked or over XD_UPLOAD_NATIVE_MAX (upload.c holds a form in memory, the Node execd spools a large one).
+ * A files GET/HEAD with a body is read (like any body: refused over 64 MiB) and answered here. */
 static int node_by_head(const conn *c) {
   const char *m = c->req.method;
-  int has_body = c->chunked || c->cl_left > 0;
   if (!xd_server_native_candidate(m, c->path)) return 1;
-  if ((strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0) && strncmp(c->path, "/files/", 7) == 0) return has_body;
   return strcmp(c->path, "/files/upload") == 0 && (c->chunked || c->cl_left > XD_UPLOAD_NATIVE_MAX);
 }
 
@@ -1104,6 +1104,36 @@ static void finish(xd_res *res, int close_after) {
   request_done(c);
 }
 
+/* Writes the head (Content-Length: clen) and `len` bytes of body (none for a HEAD request). 0, or -1 (the connection
+ * failed: finish it closing). *close_after: the route's headers asked for Connection: close. */
+static int write_answer(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len,
+                        uint64_t clen, int *close_after) {
+  conn *c = res->c;
+  osb_buf h = {0};
+  int has_conn = 0;
+  *close_after = 0;
+  int rc = osb_buf_appendf(&h, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  for (size_t i = 0; i < nheaders && rc == 0; i++) {
+    if (strncasecmp(headers[i], "connection:", 11) == 0) {
+      has_conn = 1;
+      if (has_token(headers[i] + 11, "close")) *close_after = 1;
+    }
+    rc = osb_buf_appendf(&h, "%s\r\n", headers[i]);
+  }
+  if (rc == 0 && c->req.wants_close && !has_conn) rc = osb_buf_append_str(&h, "Connection: close\r\n");
+  if (rc == 0)
+    rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %llu\r\n\r\n", http_date(c->srv), (unsigned long long)clen);
+  if (rc != 0) {
+    osb_buf_free(&h);
+    conn_fail(c);
+    return -1;
+  }
+  /* a HEAD answer has the head only (its Content-Length the GET answer's) */
+  conn_write(c, h.data, h.len, body, c->req.method && strcmp(c->req.method, "HEAD") == 0 ? 0 : len);
+  osb_buf_free(&h);
+  return 0;
+}
+
 /* the head (Content-Length: clen) and `len` bytes of body */
 static void send_answer(xd_res *res, int status, const char *const *headers, size_t nheaders, const void *body, size_t len,
                         size_t clen) {
@@ -1114,27 +1144,8 @@ static void send_answer(xd_res *res, int status, const char *const *headers, siz
   }
   res->on_close = NULL; /* the route is done with it: no callback any more */
   res->on_drain = NULL;
-  osb_buf h = {0};
-  int has_conn = 0, close_after = 0;
-  int rc = osb_buf_appendf(&h, "HTTP/1.1 %d %s\r\n", status, status_text(status));
-  for (size_t i = 0; i < nheaders && rc == 0; i++) {
-    if (strncasecmp(headers[i], "connection:", 11) == 0) {
-      has_conn = 1;
-      if (has_token(headers[i] + 11, "close")) close_after = 1;
-    }
-    rc = osb_buf_appendf(&h, "%s\r\n", headers[i]);
-  }
-  if (rc == 0 && c->req.wants_close && !has_conn) rc = osb_buf_append_str(&h, "Connection: close\r\n");
-  if (rc == 0) rc = osb_buf_appendf(&h, "Date: %s\r\nContent-Length: %zu\r\n\r\n", http_date(c->srv), clen);
-  if (rc != 0) {
-    osb_buf_free(&h);
-    conn_fail(c);
-    finish(res, 1);
-    return;
-  }
-  /* a HEAD answer has the head only (its Content-Length the GET answer's) */
-  conn_write(c, h.data, h.len, body, c->req.method && strcmp(c->req.method, "HEAD") == 0 ? 0 : len);
-  osb_buf_free(&h);
+  int close_after;
+  if (write_answer(res, status, headers, nheaders, body, len, clen, &close_after) != 0) close_after = 1;
   finish(res, close_after);
 }
 
@@ -1169,6 +1180,30 @@ void xd_send_error(xd_res *res, int status, const char *code, const char *messag
 }
 
 void xd_send_empty(xd_res *res) { xd_send(res, 200, NULL, 0, NULL, 0); }
+
+void xd_body_open(xd_res *res, int status, const char *const *headers, size_t nheaders, uint64_t content_length) {
+  res->streaming = 2;
+  res->body_left = content_length;
+  int close_after;
+  if (res->c && write_answer(res, status, headers, nheaders, NULL, 0, content_length, &close_after) == 0)
+    res->close_after |= close_after;
+}
+
+int xd_body_write(xd_res *res, const void *data, size_t len) {
+  conn *c = res->c;
+  if (!c || c->closing || c->failed) return -1;
+  if (len > res->body_left) len = (size_t)res->body_left;
+  if (len == 0) return 0;
+  res->body_left -= len;
+  return conn_write(c, data, len, NULL, 0);
+}
+
+void xd_body_end(xd_res *res) {
+  res->on_close = NULL;
+  res->on_drain = NULL;
+  /* fewer bytes than the head announced: the client can only learn it from the connection's end (Go's server) */
+  finish(res, res->body_left > 0);
+}
 
 void xd_stream_open(xd_res *res) {
   conn *c = res->c;

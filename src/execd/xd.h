@@ -57,6 +57,17 @@ void xd_send_error(xd_res *res, int status, const char *code, const char *messag
 /* 200, Content-Length: 0, no body */
 void xd_send_empty(xd_res *res);
 
+/* --- fixed-length streamed answers (a file's bytes, with bounded memory): the head with Content-Length, then the body
+ * in pieces as the route reads them; backpressure with xd_stream_pending / xd_stream_on_drain, xd_res_on_close as for
+ * the event streams. Not for a HEAD request (xd_send_head). --- */
+/* Writes the head: status, headers, Date, Content-Length: content_length (and Connection: close when asked). */
+void xd_body_open(xd_res *res, int status, const char *const *headers, size_t nheaders, uint64_t content_length);
+/* Queues len bytes of the body (what goes past content_length is dropped). 0; -1 when the client is gone. */
+int xd_body_write(xd_res *res, const void *data, size_t len);
+/* The response is finished; when fewer bytes than announced were written (a file that shrank) the connection is closed
+ * after them, as Go's server does. */
+void xd_body_end(xd_res *res);
+
 /* --- streamed answers: text/event-stream, chunked (each xd_stream_write is one chunk, written at once) --- */
 /* Headers as the real execd sends them: Content-Type: text/event-stream, Cache-Control: no-cache,
  * Connection: keep-alive (or close when the request asked for it), X-Accel-Buffering: no, Transfer-Encoding: chunked. */
@@ -161,7 +172,8 @@ void xd_dirs_close(void *module);
 void *xd_upload_new(const xd_ctx *ctx);
 int xd_upload_route(void *module, const xd_req *req, xd_res *res);
 void xd_upload_close(void *module);
-/* files.c: GET /files/info, GET and HEAD /files/download (byte mode; the rest is handed to the Node execd) */
+/* files.c: GET /files/info, GET and HEAD /files/download (bytes, Range, offset/limit lines, streamed past 8 MiB),
+ * GET /files/search, GET /directories/list: all answered here, never handed to the Node execd */
 void *xd_files_new(const xd_ctx *ctx);
 int xd_files_route(void *module, const xd_req *req, xd_res *res);
 void xd_files_close(void *module);

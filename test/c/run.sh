@@ -106,6 +106,7 @@ fuzz fuzz_wsproto corpus-wsproto
 fuzz fuzz_multipart corpus-multipart
 fuzz fuzz_codeproto corpus-codeproto
 fuzz fuzz_proxy corpus-proxy
+fuzz fuzz_glob corpus-glob
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -264,7 +264,7 @@ static void test_handoff(void) {
    * fd with every byte from the handed request on. Both kinds: a route no module may take (handed over once its head
    * is in) and one a module may take but declines (GET /files/info here: handed over from the route's call, while the
    * ping's answer may still be queued; that handoff once waited for nothing and the connection hung) */
-  const char *seconds[] = {"GET /files/search?path=/ HTTP/1.1\r\nHost: x\r\n" TOK "\r\nGET /ping HTTP/1.1\r\n",
+  const char *seconds[] = {"GET /no-such-route?path=/ HTTP/1.1\r\nHost: x\r\n" TOK "\r\nGET /ping HTTP/1.1\r\n",
                            "GET /files/info?path=/ HTTP/1.1\r\nHost: x\r\n" TOK "\r\nGET /ping HTTP/1.1\r\n"};
   osb_buf req = {0};
   char *got;
