@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "fsedit.h"
 #include "handoff.h"
 #include "server.h"
 #include "xd.h"
@@ -28,6 +29,7 @@ static xd_server *server;
 static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
+static void *fsedit; /* fsedit.c: DELETE /files, POST /files/{permissions,mv,replace}, DELETE /directories */
 static void *upload; /* upload.c: POST /files/upload */
 static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
@@ -92,6 +94,8 @@ static void shutdown_all(void) {
   commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
+  xd_fsedit_close(fsedit);
+  fsedit = NULL;
   xd_upload_close(upload);
   upload = NULL;
   xd_files_close(files);
@@ -227,10 +231,12 @@ int main(int argc, char **argv) {
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  if (!(fsedit = xd_fsedit_new(&ctx))) die("out of memory", NULL);
   if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
   if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {fsedit, xd_fsedit_route},
+                             {upload, xd_upload_route},
                              {files, xd_files_route}, {pty, xd_pty_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
