@@ -32,14 +32,21 @@ extern char **environ;
 
 /* ================================================================ rm -rf (Go's os.RemoveAll) */
 
+/* A directory's entry names, read at once, NUL-separated in one buffer (no allocation per name). */
 typedef struct {
-  char *name;    /* the directory's name in its parent (level 0: the parent given, NULL) */
-  int fd;        /* -1 while closed (the window of open levels) */
+  char *buf;
+  size_t len;  /* bytes used */
+  size_t pos;  /* the next name's offset */
+  size_t last; /* the offset of the name next_name returned last */
+} name_list;
+
+typedef struct {
+  char *name;      /* the directory's name in its parent (level 0: the parent given, NULL) */
+  int fd;          /* -1 while closed (the window of open levels) */
   dev_t dev;
   ino_t ino;
-  char **names;  /* its entries, read at once */
-  size_t n, idx;
-  xd_oserr err;  /* the first failure below it */
+  name_list names; /* its entries */
+  xd_oserr err;    /* the first failure below it */
 } rm_level;
 
 typedef struct {
@@ -50,15 +57,22 @@ typedef struct {
   size_t nopen;       /* descriptors open above level 0 */
 } rm_walk;
 
-static void names_free(char **names, size_t n) {
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
+static void names_free(name_list *l) {
+  free(l->buf);
+  memset(l, 0, sizeof *l);
+}
+
+static const char *next_name(name_list *l) {
+  if (l->pos >= l->len) return NULL;
+  l->last = l->pos;
+  const char *n = l->buf + l->pos;
+  l->pos += strlen(n) + 1;
+  return n;
 }
 
 /* The entries of a directory (not . and ..): 0, or an errno. */
-static int read_names(int fd, char ***out, size_t *count) {
-  *out = NULL;
-  *count = 0;
+static int read_names(int fd, name_list *out) {
+  memset(out, 0, sizeof *out);
   int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dfd < 0) return errno;
   DIR *d = fdopendir(dfd);
@@ -68,8 +82,7 @@ static int read_names(int fd, char ***out, size_t *count) {
     return e;
   }
   rewinddir(d);
-  char **names = NULL;
-  size_t n = 0, cap = 0;
+  osb_buf b = {0};
   int err = 0;
   for (;;) {
     errno = 0;
@@ -79,29 +92,18 @@ static int read_names(int fd, char ***out, size_t *count) {
       break;
     }
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-    if (n == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      char **g = realloc(names, nc * sizeof *g);
-      if (!g) {
-        err = ENOMEM;
-        break;
-      }
-      names = g;
-      cap = nc;
-    }
-    if (!(names[n] = strdup(de->d_name))) {
+    if (osb_buf_append(&b, de->d_name, strlen(de->d_name) + 1) < 0) {
       err = ENOMEM;
       break;
     }
-    n++;
   }
   closedir(d);
   if (err) {
-    names_free(names, n);
+    osb_buf_free(&b);
     return err;
   }
-  *out = names;
-  *count = n;
+  out->len = b.len;
+  out->buf = b.data; /* NULL when empty */
   return 0;
 }
 
@@ -133,7 +135,7 @@ static void level_drop(rm_walk *w, size_t k) {
     close(l->fd);
     w->nopen--;
   }
-  names_free(l->names, l->n);
+  names_free(&l->names);
   free(l->name);
   xd_oserr_free(&l->err);
   memset(l, 0, sizeof *l);
@@ -183,23 +185,20 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
   rm_walk w = {.parent = parent};
   w.cap = 16;
   w.lv = calloc(w.cap, sizeof *w.lv);
-  char **names = malloc(sizeof *names);
   char *b0 = strdup(base);
-  if (!w.lv || !names || !b0) {
+  if (!w.lv || !b0) {
     free(w.lv);
-    free(names);
     free(b0);
     xd_oserr_set(out, ENOMEM, "unlinkat", base);
     return -1;
   }
-  names[0] = b0;
-  w.lv[0] = (rm_level){.fd = parent_fd, .names = names, .n = 1};
+  w.lv[0] = (rm_level){.fd = parent_fd, .names = {.buf = b0, .len = strlen(b0) + 1}};
   w.depth = 1;
   while (w.depth > 0) {
     size_t k = w.depth - 1;
     rm_level *l = &w.lv[k];
-    if (l->idx < l->n) {
-      const char *name = l->names[l->idx++];
+    const char *name = next_name(&l->names);
+    if (name) {
       if (unlinkat(l->fd, name, 0) == 0 || errno == ENOENT) continue;
       int ue = errno;
       if (ue != EISDIR && ue != EPERM && ue != EACCES) {
@@ -215,9 +214,8 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
         continue;
       }
       struct stat st;
-      char **cn = NULL;
-      size_t cnn = 0;
-      int e = fstat(cfd, &st) != 0 ? errno : read_names(cfd, &cn, &cnn);
+      name_list cn = {0};
+      int e = fstat(cfd, &st) != 0 ? errno : read_names(cfd, &cn);
       if (e == 0 && w.depth == w.cap) {
         rm_level *g = realloc(w.lv, w.cap * 2 * sizeof *g);
         if (g) {
@@ -232,11 +230,11 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
       if (e == 0 && !cname) e = ENOMEM;
       if (e != 0) {
         close(cfd);
-        names_free(cn, cnn);
+        names_free(&cn);
         walk_fail(&w, k, "readdirnames", name, e);
         continue;
       }
-      w.lv[w.depth++] = (rm_level){.name = cname, .fd = cfd, .dev = st.st_dev, .ino = st.st_ino, .names = cn, .n = cnn};
+      w.lv[w.depth++] = (rm_level){.name = cname, .fd = cfd, .dev = st.st_dev, .ino = st.st_ino, .names = cn};
       w.nopen++;
       walk_window(&w);
       continue;
@@ -256,7 +254,7 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
       while (w.depth > gone) level_drop(&w, --w.depth);
       w.closed_upto = 0;
       while (w.closed_upto + 1 < w.depth && w.lv[w.closed_upto + 1].fd < 0) w.closed_upto++;
-      if (gone_err != ENOENT) walk_fail(&w, gone - 1, "openfdat", w.lv[gone - 1].names[w.lv[gone - 1].idx - 1], gone_err);
+      if (gone_err != ENOENT) walk_fail(&w, gone - 1, "openfdat", w.lv[gone - 1].names.buf + w.lv[gone - 1].names.last, gone_err);
     } else if (unlinkat(p->fd, child.name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
       if (child.err.err && !p->err.err) {
         p->err = child.err;
@@ -265,7 +263,7 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
         walk_fail(&w, k - 1, "unlinkat", child.name, errno);
       }
     }
-    names_free(child.names, child.n);
+    names_free(&child.names);
     free(child.name);
     xd_oserr_free(&child.err);
     if (w.closed_upto >= w.depth) w.closed_upto = w.depth ? w.depth - 1 : 0;
@@ -277,7 +275,7 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
     root->err.path = NULL;
   }
   for (size_t i = 1; i < w.depth; i++) level_drop(&w, i);
-  names_free(root->names, root->n);
+  names_free(&root->names);
   xd_oserr_free(&root->err);
   free(w.lv);
   return rc;
@@ -315,7 +313,7 @@ int xd_remove_all(const char *path, xd_oserr *e) {
     break;
   }
   int rc = 0;
-  int pfd = open(dir, O_RDONLY | O_CLOEXEC);
+  int pfd = open(dir, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); /* Go's Open, but a FIFO never blocks */
   if (pfd < 0) {
     if (errno != ENOENT) {
       xd_oserr_set(e, errno, "open", dir);
@@ -333,8 +331,7 @@ int xd_remove_all(const char *path, xd_oserr *e) {
 
 typedef struct {
   char *src, *dst;
-  char **names;
-  size_t n, idx;
+  name_list names;
   mode_t mode;
 } cp_level;
 
@@ -350,9 +347,14 @@ static char *join(const char *a, const char *b) {
 
 /* A regular file with its content, mode and times (fs.cp with preserveTimestamps). 0 or -1. */
 static int copy_file(const char *src, const char *dst, const struct stat *st) {
-  int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int in = open(src, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* a FIFO put there meanwhile never blocks */
+  struct stat now;
+  if (in >= 0 && (fstat(in, &now) != 0 || !S_ISREG(now.st_mode))) {
+    close(in);
+    return -1;
+  }
   if (in < 0) return -1;
-  int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   if (out < 0) {
     close(in);
     return -1;
@@ -398,16 +400,15 @@ static int copy_entry(const char *src, const char *dst, cp_level **lv, size_t *d
   if (mkdir(dst, 0700) != 0) return -1;
   int fd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
-  char **names = NULL;
-  size_t n = 0;
-  int e = read_names(fd, &names, &n);
+  name_list names;
+  int e = read_names(fd, &names);
   close(fd);
   if (e) return -1;
   if (*depth == *cap) {
     size_t nc = *cap ? *cap * 2 : 16;
     cp_level *g = realloc(*lv, nc * sizeof *g);
     if (!g) {
-      names_free(names, n);
+      names_free(&names);
       return -1;
     }
     *lv = g;
@@ -417,10 +418,10 @@ static int copy_entry(const char *src, const char *dst, cp_level **lv, size_t *d
   if (!s || !d) {
     free(s);
     free(d);
-    names_free(names, n);
+    names_free(&names);
     return -1;
   }
-  (*lv)[(*depth)++] = (cp_level){.src = s, .dst = d, .names = names, .n = n, .mode = st.st_mode & 07777};
+  (*lv)[(*depth)++] = (cp_level){.src = s, .dst = d, .names = names, .mode = st.st_mode & 07777};
   return 0;
 }
 
@@ -432,8 +433,8 @@ static int copy_tree(const char *src, const char *dst) {
   int rc = copy_entry(src, dst, &lv, &depth, &cap);
   while (rc == 0 && depth > 0) {
     cp_level *l = &lv[depth - 1];
-    if (l->idx < l->n) {
-      const char *name = l->names[l->idx++];
+    const char *name = next_name(&l->names);
+    if (name) {
       char *s = join(l->src, name), *d = join(l->dst, name);
       rc = s && d ? copy_entry(s, d, &lv, &depth, &cap) : -1;
       free(s);
@@ -441,14 +442,14 @@ static int copy_tree(const char *src, const char *dst) {
       continue;
     }
     if (chmod(l->dst, l->mode) != 0) rc = -1;
-    names_free(l->names, l->n);
+    names_free(&l->names);
     free(l->src);
     free(l->dst);
     depth--;
   }
   while (depth > 0) {
     cp_level *l = &lv[--depth];
-    names_free(l->names, l->n);
+    names_free(&l->names);
     free(l->src);
     free(l->dst);
   }
@@ -656,11 +657,19 @@ static void move_one(xd_fsjob *job, const fe_entry *e) {
   xd_oserr_free(&err);
 }
 
-/* The whole file (at most REPLACE_MAX bytes): 0, or -1 with err set. */
+/* The whole file (at most REPLACE_MAX bytes): 0, or -1 with err set. Opened without blocking, and only a regular file
+ * (or a directory, whose read is EISDIR) is read: a FIFO or device would hold a thread-pool thread for as long as
+ * nobody writes to it (Go's and Node's readFile wait there). */
 static int read_all(const char *path, osb_buf *out, xd_oserr *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     xd_oserr_set(err, errno, "open", path);
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+    xd_oserr_set(err, EINVAL, "read", path);
+    close(fd);
     return -1;
   }
   char buf[65536];
@@ -679,7 +688,7 @@ static int read_all(const char *path, osb_buf *out, xd_oserr *err) {
 }
 
 static int write_all(const char *path, const char *data, size_t len, xd_oserr *err) {
-  int fd = open(path, O_WRONLY | O_TRUNC | O_CREAT | O_CLOEXEC, 0666);
+  int fd = open(path, O_WRONLY | O_TRUNC | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
   if (fd < 0) {
     xd_oserr_set(err, errno, "open", path);
     return -1;

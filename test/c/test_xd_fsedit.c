@@ -169,9 +169,17 @@ static void test_delete_dirs(void) {
   expect("DELETE", "/directories?path=%2Fproc%2Fself%2Fcomm", NULL, 500,
          "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error removing directory /proc/self/comm. unlinkat /proc/self/comm: "
          "operation not permitted\"}");
+  /* the first failure below, after the rest was tried: a directory whose entries cannot go (procfs) */
+  expect("DELETE", "/directories?path=%2Fproc%2Fself%2Ffdinfo", NULL, 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error removing directory /proc/self/fdinfo. unlinkat "
+         "/proc/self/fdinfo/0: operation not permitted\"}");
   put("g", "g");
   expect("DELETE", "/directories?path=g%2Fx", NULL, 500,
          "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error removing directory g/x. unlinkat %1$s/g/x: not a directory\"}");
+  CHECK(mkfifo(wpath("dfifo"), 0600) == 0); /* a FIFO as the parent: never waited for */
+  expect("DELETE", "/directories?path=dfifo%2Fx", NULL, 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error removing directory dfifo/x. unlinkat %1$s/dfifo/x: not a "
+         "directory\"}");
   expect("DELETE", "/directories?path=%24%7BNOPE_FE_2%7D", NULL, 400,
          "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"path references undefined environment variables: NOPE_FE_2\"}");
 }
@@ -383,6 +391,10 @@ static void test_replace(void) {
   expect("POST", "/files/replace", "{\"rd\":{\"old\":\"a\"}}", 500,
          "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: read %1$s/rd: illegal operation on a "
          "directory\"}");
+  /* a FIFO nobody writes to is refused, not waited for */
+  CHECK(mkfifo(wpath("rfifo"), 0600) == 0);
+  expect("POST", "/files/replace", "{\"rfifo\":{\"old\":\"a\"}}", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: read %1$s/rfifo: invalid argument\"}");
   /* the new content is bounded before it is made */
   put("big.txt", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
   char body[200];
