@@ -154,7 +154,8 @@ static void walk_window(rm_walk *w) {
   }
 }
 
-/* Opens level k again (its ancestors 1..k-1 are closed too: it is the deepest level left), by name from level 0
+/* Opens level k again when its child's ".." is another directory now (its ancestors 1..k-1 are closed too: it is the
+ * deepest level left), by name from level 0
  * down, each the same directory as before; the last XD_RM_OPEN_LEVELS stay open. 0, or the level that is no longer
  * there (*err: ENOENT when another directory took its place) */
 static size_t walk_reopen(rm_walk *w, size_t k, int *err) {
@@ -213,6 +214,11 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
         else if (unlinkat(l->fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) walk_fail(&w, k, "openfdat", name, e);
         continue;
       }
+      if (w.depth >= XD_RM_MAX_DEPTH) { /* e.g. a bind mount of an ancestor: no end below */
+        close(cfd);
+        walk_fail(&w, k, "openfdat", name, ENAMETOOLONG);
+        continue;
+      }
       struct stat st;
       name_list cn = {0};
       int e = fstat(cfd, &st) != 0 ? errno : read_names(cfd, &cn);
@@ -242,12 +248,23 @@ static int remove_from(const char *parent, int parent_fd, const char *base, xd_o
     if (k == 0) break;
     /* level k is empty now: remove it from its parent */
     rm_level child = *l;
+    w.depth--;
+    rm_level *p = &w.lv[k - 1];
+    if (p->fd < 0 && child.fd >= 0) { /* closed by the window: its ".." if that is still the same directory */
+      int pfd = openat(child.fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      struct stat st;
+      if (pfd >= 0 && fstat(pfd, &st) == 0 && st.st_dev == p->dev && st.st_ino == p->ino) {
+        p->fd = pfd;
+        w.nopen++;
+        w.closed_upto = k - 2; /* levels 1..k-2 stay closed */
+      } else if (pfd >= 0) {
+        close(pfd);
+      }
+    }
     if (child.fd >= 0) {
       close(child.fd);
       w.nopen--;
     }
-    w.depth--;
-    rm_level *p = &w.lv[k - 1];
     int gone_err = 0;
     size_t gone = p->fd < 0 ? walk_reopen(&w, k - 1, &gone_err) : 0;
     if (gone) { /* a directory on the way moved or went away: what is below it is no longer ours to remove */

@@ -19,9 +19,12 @@ void xd_fsedit_close(void *module);
 /* rm -rf of an absolute path as Go's os.RemoveAll does it (a missing path is fine), without following any symlink:
  * every directory is opened with openat(O_NOFOLLOW|O_DIRECTORY) from its parent's descriptor and its entries removed
  * with unlinkat. No recursion: the levels are a heap stack, at most XD_RM_OPEN_LEVELS descriptors open at once (a
- * deeper level's ancestors are closed and opened again by name, checked to be the same directory, on the way back).
+ * deeper level's ancestors are closed, and opened again on the way back through the child's "..", checked by device
+ * and inode to be the same directory, else by name from the top).
  * 0, or -1 with e set to the first failure (Go's texts: "unlinkat <path>", "openfdat <path>", "open <parent>"). */
 #define XD_RM_OPEN_LEVELS 32
+/* Levels deeper than this are not entered ("openfdat P: file name too long"): a loop of bind mounts has no bottom. */
+#define XD_RM_MAX_DEPTH 65536
 int xd_remove_all(const char *path, xd_oserr *e);
 
 #endif

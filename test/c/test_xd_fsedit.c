@@ -184,6 +184,25 @@ static void test_delete_dirs(void) {
          "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"path references undefined environment variables: NOPE_FE_2\"}");
 }
 
+/* A chain of 1000 directories, made level by level with mkdirat, with a file in each: far deeper than the window */
+static void test_remove_all_deep(void) {
+  int fd = open(ws, O_RDONLY | O_DIRECTORY);
+  CHECK(fd >= 0);
+  for (int i = 0; i < 1000 && fd >= 0; i++) {
+    CHECK(mkdirat(fd, "n", 0755) == 0);
+    int f = openat(fd, "f", O_WRONLY | O_CREAT, 0644);
+    CHECK(f >= 0);
+    close(f);
+    int next = openat(fd, "n", O_RDONLY | O_DIRECTORY);
+    CHECK(next >= 0);
+    close(fd);
+    fd = next;
+  }
+  if (fd >= 0) close(fd);
+  expect("DELETE", "/directories?path=n", NULL, 200, "");
+  CHECK(!exists("n"));
+}
+
 /* xd_remove_all directly: a tree of many small directories, removed with bounded descriptors */
 static void test_remove_all_wide(void) {
   dir("wide");
@@ -414,6 +433,7 @@ static void client(void) {
   RUN(test_delete_files);
   RUN(test_delete_dirs);
   RUN(test_remove_all_wide);
+  RUN(test_remove_all_deep);
   RUN(test_permissions);
   RUN(test_move);
   RUN(test_move_across);
