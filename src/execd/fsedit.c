@@ -481,6 +481,8 @@ typedef enum { OP_RM_FILES, OP_RM_DIRS, OP_CHMOD, OP_MOVE, OP_REPLACE } fe_op;
 typedef struct {
   char *key;        /* the path as given (query value, body key, src) */
   char *abs;        /* expanded and resolved, or NULL when error is set */
+  size_t key_len, abs_len; /* query paths: their lengths, larger than strlen when has_nul */
+  int has_nul;      /* a query path with a NUL byte: no system call takes it (Go: EINVAL) */
   char *error;      /* the 400 text of an undefined variable in key */
   char *dest_key;   /* mv */
   char *dest;
@@ -502,6 +504,8 @@ typedef struct {
   size_t n;
   char *json; /* replace?verbose=true: the answer */
   size_t json_len;
+  char *raw;  /* an error answer whose message has NUL bytes (a query path's), its whole JSON body */
+  size_t raw_len;
 } fe_job;
 
 static void job_free(xd_fsjob *fj) {
@@ -521,6 +525,7 @@ static void job_free(xd_fsjob *fj) {
   }
   free(job->e);
   free(job->json);
+  free(job->raw);
   free(job);
 }
 
@@ -575,8 +580,81 @@ static void fail_rename(xd_fsjob *job, int err, const char *from, const char *to
   osb_buf_free(&p);
 }
 
+/* A 500 RUNTIME_ERROR whose message is the len bytes at msg (NUL bytes included, written \u0000 as Go does). */
+static void fail_raw(xd_fsjob *fj, const char *msg, size_t len) {
+  fe_job *job = (fe_job *)fj;
+  osb_buf b = {0};
+  if (osb_buf_append_str(&b, "{\"code\":\"RUNTIME_ERROR\",\"message\":") < 0 || xd_json_str(&b, msg, len) < 0 ||
+      osb_buf_append_str(&b, "}") < 0) {
+    osb_buf_free(&b);
+    xd_fsjob_fail(fj, 500, "RUNTIME_ERROR", NULL);
+    return;
+  }
+  free(job->raw);
+  job->raw = osb_buf_steal(&b, &job->raw_len);
+  xd_fsjob_fail(fj, 500, "RUNTIME_ERROR", "");
+}
+
+/* "<prefix><key>. <op> <path>: invalid argument" for a path with a NUL byte (bytes, not C strings) */
+static void fail_nul(xd_fsjob *job, const char *prefix, const fe_entry *e, const char *op, const char *path, size_t plen) {
+  osb_buf m = {0};
+  if (osb_buf_append_str(&m, prefix) < 0 || osb_buf_append(&m, e->key, e->key_len) < 0 ||
+      osb_buf_appendf(&m, ". %s ", op) < 0 || osb_buf_append(&m, path, plen) < 0 ||
+      osb_buf_append_str(&m, ": invalid argument") < 0)
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+  else
+    fail_raw(job, m.data, m.len);
+  osb_buf_free(&m);
+}
+
+/* DELETE /directories of a path with a NUL byte, as Go's os.RemoveAll goes: its Remove fails (EINVAL); a parent path
+ * with the NUL cannot be opened; else a missing parent is fine and an existing one's unlinkat of the base fails. */
+static void rm_dir_nul(xd_fsjob *job, const fe_entry *e) {
+  const char *abs = e->abs;
+  size_t n = e->abs_len, cut = n;
+  while (cut > 0 && abs[cut - 1] != '/') cut--;
+  size_t plen = cut > 1 ? cut - 1 : cut; /* the parent: "/" itself, or without its trailing '/' */
+  if (memchr(abs, '\0', plen)) {
+    fail_nul(job, "error removing directory ", e, "open", abs, plen);
+    return;
+  }
+  char *parent = strndup(abs, plen);
+  if (!parent) {
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+    return;
+  }
+  int fd = open(parent, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      xd_oserr err = {0};
+      xd_oserr_set(&err, errno, "open", parent);
+      osb_buf m = {0};
+      if (osb_buf_append_str(&m, "error removing directory ") < 0 || osb_buf_append(&m, e->key, e->key_len) < 0 ||
+          osb_buf_append_str(&m, ". ") < 0 || xd_oserr_text(&m, &err) < 0)
+        xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+      else
+        fail_raw(job, m.data, m.len);
+      osb_buf_free(&m);
+      xd_oserr_free(&err);
+    }
+  } else {
+    close(fd);
+    osb_buf p = {0}; /* Go: parent + "/" + base, "//base" under the root */
+    if (osb_buf_append(&p, parent, plen) < 0 || osb_buf_append_str(&p, "/") < 0 || osb_buf_append(&p, abs + cut, n - cut) < 0)
+      xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+    else
+      fail_nul(job, "error removing directory ", e, "unlinkat", p.data, p.len);
+    osb_buf_free(&p);
+  }
+  free(parent);
+}
+
 static void rm_file(xd_fsjob *job, const fe_entry *e) {
   struct stat st;
+  if (e->has_nul) {
+    fail_nul(job, "error removing file ", e, "stat", e->abs, e->abs_len);
+    return;
+  }
   osb_buf pre = {0};
   if (osb_buf_appendf(&pre, "error removing file %s. ", e->key) < 0) {
     xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
@@ -594,6 +672,10 @@ static void rm_file(xd_fsjob *job, const fe_entry *e) {
 }
 
 static void rm_dir(xd_fsjob *job, const fe_entry *e) {
+  if (e->has_nul) {
+    rm_dir_nul(job, e);
+    return;
+  }
   xd_oserr err = {0};
   if (xd_remove_all(e->abs, &err) != 0) {
     osb_buf pre = {0};
@@ -842,6 +924,7 @@ static void job_answer(xd_fsjob *fj, int status) {
   fe_job *job = (fe_job *)fj;
   if (!fj->res) return;
   if (status != 0) xd_send_error(fj->res, 500, "RUNTIME_ERROR", "operation canceled");
+  else if (fj->status != 200 && job->raw) xd_send_json(fj->res, fj->status, job->raw, job->raw_len);
   else if (fj->status == 200 && job->json) xd_send_json(fj->res, 200, job->json, job->json_len);
   else if (fj->status == 200) xd_send_empty(fj->res);
   else if (fj->message) xd_send_error(fj->res, fj->status, fj->code, fj->message);
@@ -852,6 +935,37 @@ static void job_answer(xd_fsjob *fj, int status) {
 
 static int expand(const char *p, const char *ws, char **abs, char **error) {
   return xd_expand_abs_path(p, environ, ws, abs, error) < 0 ? -1 : 0;
+}
+
+static int byte_in_env(unsigned char c, const char *ws) {
+  if (strchr(ws, c)) return 1;
+  for (char **v = environ; *v; v++)
+    if (strchr(*v, c)) return 1;
+  return 0;
+}
+
+/* A query path with NUL bytes expanded like any other (Go expands and resolves it, then no system call takes it):
+ * each NUL stands in as a control byte found nowhere in the path, execd's environment or the workspace, and is put
+ * back in e->abs (e->abs_len). 0, 1 when every such byte is taken, -1 on OOM. */
+static int expand_nul(fe_entry *e, const char *ws) {
+  unsigned char stand = 0;
+  for (unsigned c = 1; c < 0x20 && !stand; c++)
+    if (!memchr(e->key, (int)c, e->key_len) && !byte_in_env((unsigned char)c, ws)) stand = (unsigned char)c;
+  if (!stand) return 1;
+  char *p = malloc(e->key_len + 1);
+  if (!p) return -1;
+  for (size_t i = 0; i < e->key_len; i++) p[i] = e->key[i] ? e->key[i] : (char)stand;
+  p[e->key_len] = '\0';
+  int rc = expand(p, ws, &e->abs, &e->error);
+  free(p);
+  if (rc < 0) return -1;
+  if (e->abs) {
+    e->abs_len = strlen(e->abs);
+    for (size_t i = 0; i < e->abs_len; i++)
+      if ((unsigned char)e->abs[i] == stand) e->abs[i] = '\0';
+    e->has_nul = 1;
+  }
+  return 0;
 }
 
 typedef struct {
@@ -989,9 +1103,12 @@ static int route_path_map(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op op)
     fe_entry *e = &job->e[job->n++];
     if (op == OP_CHMOD) { /* parseMode of every entry before anything is changed */
       int dup = 0;
-      int r = xd_parse_mode(xd_json_member(v, "mode", &dup), v->string, &e->has_mode, &e->mode, &msg);
-      if (r == 2) {
-        taken = 0;
+      const cJSON *mode = xd_json_member(v, "mode", &dup);
+      int r = xd_parse_mode(mode, v->string, &e->has_mode, &e->mode, &msg);
+      if (r == 2) { /* an array or object: Go's decoder refuses it (the Node execd wrote JavaScript's text of it) */
+        xd_send_error(res, 400, "INVALID_REQUEST_BODY",
+                      cJSON_IsArray(mode) ? BAD_BODY "json: cannot unmarshal array into Go struct field Permission.mode of type int"
+                                          : BAD_BODY "json: cannot unmarshal object into Go struct field Permission.mode of type int");
         goto out;
       }
       if (r != 0) {
@@ -1092,19 +1209,21 @@ out:
 static int route_query_paths(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op op) {
   xd_query_list q;
   if (xd_query_all(req, "path", &q) != 0) return send_oom(res);
-  for (size_t i = 0; i < q.n; i++) {
-    if (strlen(q.v[i]) != q.len[i]) { /* a NUL byte: the Node execd's */
-      xd_query_list_free(&q);
-      return 0;
-    }
-  }
   fe_job *job = job_new(op, q.n);
   if (!job) goto oom;
   for (size_t i = 0; i < q.n; i++) {
     fe_entry *e = &job->e[job->n++];
     e->key = q.v[i];
+    e->key_len = q.len[i];
     q.v[i] = NULL;
-    if (expand(e->key, m->workspace, &e->abs, &e->error) < 0) goto oom;
+    int r = e->key_len == strlen(e->key) ? expand(e->key, m->workspace, &e->abs, &e->error) : expand_nul(e, m->workspace);
+    if (r == 1) { /* a NUL byte, and every stand-in byte taken: the Node execd's */
+      xd_query_list_free(&q);
+      job_free(&job->job);
+      return 0;
+    }
+    if (r < 0) goto oom;
+    if (e->abs && !e->has_nul) e->abs_len = strlen(e->abs);
   }
   xd_query_list_free(&q);
   job->job.run = job_run;
