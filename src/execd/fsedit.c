@@ -4,9 +4,10 @@
  * a body that does not parse gets the Go decoder's text (cmdreq.c xd_json_parse), duplicate keys keep the last value
  * (Go's map) at the first one's place, the verbose replace answer has its keys sorted (Go's encoding/json), a rename
  * error is Go's LinkError ("rename A B: ..."), a failed unlink is "remove P: ...", a failed chown "failed to set
- * owner/group for P: chown P: ...", and a query path that is not UTF-8 is used as its bytes. What this module cannot
- * answer alike it leaves to the Node execd (the route returns 0): a query path with a NUL byte, a body the strict
- * grammar refuses but cJSON reads (invalid UTF-8, \u0000, surrogate escapes), a mode that is an array or object. */
+ * owner/group for P: chown P: ...", a query path that is not UTF-8 is used as its bytes, one with a NUL byte is
+ * refused as Go's system calls refuse it (EINVAL) and a mode that is an array or object gets Go's decoder error. What
+ * this module cannot answer alike it leaves to the Node execd (the route returns 0): a body the strict grammar refuses
+ * but cJSON reads (strings with invalid UTF-8, \u0000 or surrogate escapes, which Go decodes as U+FFFD or NUL). */
 #include "fsedit.h"
 
 #include <cjson/cJSON.h>
