@@ -5,9 +5,10 @@
  * (Go's map) at the first one's place, the verbose replace answer has its keys sorted (Go's encoding/json), a rename
  * error is Go's LinkError ("rename A B: ..."), a failed unlink is "remove P: ...", a failed chown "failed to set
  * owner/group for P: chown P: ...", a query path that is not UTF-8 is used as its bytes, one with a NUL byte is
- * refused as Go's system calls refuse it (EINVAL) and a mode that is an array or object gets Go's decoder error. What
- * this module cannot answer alike it leaves to the Node execd (the route returns 0): a body the strict grammar refuses
- * but cJSON reads (strings with invalid UTF-8, \u0000 or surrogate escapes, which Go decodes as U+FFFD or NUL). */
+ * refused as Go's system calls refuse it (EINVAL), a mode that is an array or object gets Go's decoder error, and body
+ * strings are Go's (bytes that are not UTF-8 and lone surrogates U+FFFD, \u0000 a NUL byte: xd_go_json_strings). What
+ * this module cannot answer alike it leaves to the Node execd (the route returns 0): a body with both \u0000 and
+ * U+10FFFE (the NUL's stand-in), or one that JavaScript and cJSON read differently otherwise. */
 #include "fsedit.h"
 
 #include <cjson/cJSON.h>
@@ -24,6 +25,7 @@
 #include "cmdreq.h"
 #include "core/buf.h"
 #include "json.h"
+#include "utf8.h"
 
 extern char **environ;
 
@@ -488,6 +490,8 @@ typedef struct {
   char *dest_key;   /* mv */
   char *dest;
   char *dest_error;
+  size_t dest_key_len, dest_len;
+  int dest_nul;
   int has_mode;     /* permissions */
   unsigned mode;
   char *owner, *group;
@@ -581,19 +585,45 @@ static void fail_rename(xd_fsjob *job, int err, const char *from, const char *to
   osb_buf_free(&p);
 }
 
-/* A 500 RUNTIME_ERROR whose message is the len bytes at msg (NUL bytes included, written \u0000 as Go does). */
-static void fail_raw(xd_fsjob *fj, const char *msg, size_t len) {
+/* {"code","message"} whose message is the len bytes at msg (NUL bytes included, written \u0000 as Go does): the
+ * JSON text in *out. 0, or -1 on OOM. */
+static int error_json(const char *code, const char *msg, size_t len, osb_buf *out) {
+  if (osb_buf_append_str(out, "{\"code\":") < 0 || xd_json_str(out, code, strlen(code)) < 0 ||
+      osb_buf_append_str(out, ",\"message\":") < 0 || xd_json_str(out, msg, len) < 0 || osb_buf_append_str(out, "}") < 0) {
+    osb_buf_free(out);
+    return -1;
+  }
+  return 0;
+}
+
+/* The job's error answer with a message of bytes (status/code as given; 500 RUNTIME_ERROR when 0/NULL). */
+static void fail_bytes(xd_fsjob *fj, int status, const char *code, const char *msg, size_t len) {
   fe_job *job = (fe_job *)fj;
   osb_buf b = {0};
-  if (osb_buf_append_str(&b, "{\"code\":\"RUNTIME_ERROR\",\"message\":") < 0 || xd_json_str(&b, msg, len) < 0 ||
-      osb_buf_append_str(&b, "}") < 0) {
-    osb_buf_free(&b);
+  if (!status) status = 500;
+  if (!code) code = "RUNTIME_ERROR";
+  if (error_json(code, msg, len, &b) < 0) {
     xd_fsjob_fail(fj, 500, "RUNTIME_ERROR", NULL);
     return;
   }
   free(job->raw);
   job->raw = osb_buf_steal(&b, &job->raw_len);
-  xd_fsjob_fail(fj, 500, "RUNTIME_ERROR", "");
+  xd_fsjob_fail(fj, status, code, "");
+}
+
+static void fail_raw(xd_fsjob *fj, const char *msg, size_t len) {
+  fail_bytes(fj, 500, "RUNTIME_ERROR", msg, len);
+}
+
+/* "<a><b bytes><c><d bytes>: invalid argument" as a 500: a path with a NUL byte refused like Go's system calls */
+static void fail_inval(xd_fsjob *job, const char *a, const char *b, size_t bl, const char *c, const char *d, size_t dl) {
+  osb_buf m = {0};
+  if (osb_buf_append_str(&m, a) < 0 || osb_buf_append(&m, b, bl) < 0 || osb_buf_append_str(&m, c) < 0 ||
+      osb_buf_append(&m, d, dl) < 0 || osb_buf_append_str(&m, ": invalid argument") < 0)
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+  else
+    fail_raw(job, m.data, m.len);
+  osb_buf_free(&m);
 }
 
 /* "<prefix><key>. <op> <path>: invalid argument" for a path with a NUL byte (bytes, not C strings) */
@@ -688,6 +718,26 @@ static void rm_dir(xd_fsjob *job, const fe_entry *e) {
 }
 
 static void chmod_one(xd_fsjob *job, const fe_entry *e) {
+  if (e->has_nul) { /* chmod, or chown when a name resolves, refused (EINVAL) */
+    if (e->has_mode) {
+      fail_inval(job, "error changing permissions for ", e->key, e->key_len, ". chmod ", e->abs, e->abs_len);
+    } else if (e->owner || e->group) {
+      xd_owner o;
+      xd_owner_resolve(e->owner, e->group, &o);
+      if (o.has_uid || o.has_gid) {
+        osb_buf m = {0};
+        if (osb_buf_append_str(&m, "error changing permissions for ") < 0 || osb_buf_append(&m, e->key, e->key_len) < 0 ||
+            osb_buf_append_str(&m, ". failed to set owner/group for ") < 0 || osb_buf_append(&m, e->abs, e->abs_len) < 0 ||
+            osb_buf_append_str(&m, ": chown ") < 0 || osb_buf_append(&m, e->abs, e->abs_len) < 0 ||
+            osb_buf_append_str(&m, ": invalid argument") < 0)
+          xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+        else
+          fail_raw(job, m.data, m.len);
+        osb_buf_free(&m);
+      }
+    }
+    return;
+  }
   osb_buf pre = {0};
   if (osb_buf_appendf(&pre, "error changing permissions for %s. ", e->key) < 0) {
     xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
@@ -707,14 +757,68 @@ static void chmod_one(xd_fsjob *job, const fe_entry *e) {
   osb_buf_free(&pre);
 }
 
+/* mv to a destination with a NUL byte (Go's MkdirAll and Rename): the parents before the first component with the NUL
+ * are made, that component's mkdir refused; a NUL in the base name only: the rename refused. */
+static void move_to_nul(xd_fsjob *job, const fe_entry *e) {
+  const char *d = e->dest;
+  size_t n = e->dest_len, base = n;
+  while (base > 0 && d[base - 1] != '/') base--;
+  size_t dir_len = base > 1 ? base - 1 : base; /* the dirname: "/" itself, else without its trailing '/' */
+  size_t z = (size_t)((const char *)memchr(d, '\0', n) - d);
+  int in_dir = z < dir_len;
+  size_t make = dir_len, comp_end = z;
+  if (in_dir) { /* make the parents above the component with the NUL */
+    size_t comp_start = z;
+    while (comp_start > 0 && d[comp_start - 1] != '/') comp_start--;
+    make = comp_start > 1 ? comp_start - 1 : comp_start;
+    while (comp_end < n && d[comp_end] != '/') comp_end++;
+  }
+  char *dir = strndup(d, make);
+  char *first = NULL;
+  xd_oserr err = {0};
+  if (!dir) {
+    xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+    return;
+  }
+  int rc = xd_mkdirp_mode(dir, 0755, &first, &err);
+  free(first);
+  free(dir);
+  if (rc != 0) {
+    fail_os(job, 0, "failed to create destination directory: ", &err);
+  } else if (in_dir) {
+    fail_inval(job, "error accessing file: failed to create destination directory: mkdir ", d, comp_end, "", "", 0);
+  } else {
+    osb_buf m = {0};
+    if (osb_buf_append_str(&m, e->abs) < 0 || osb_buf_append_str(&m, " ") < 0)
+      xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+    else
+      fail_inval(job, "error accessing file: failed to rename file: rename ", m.data, m.len, "", d, n);
+    osb_buf_free(&m);
+  }
+  xd_oserr_free(&err);
+}
+
 static void move_one(xd_fsjob *job, const fe_entry *e) {
   struct stat st;
+  if (e->has_nul) { /* the source's stat refused (EINVAL): not a missing file */
+    osb_buf m = {0};
+    if (osb_buf_append(&m, e->key, e->key_len) < 0 || osb_buf_append_str(&m, ": stat ") < 0)
+      xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
+    else
+      fail_inval(job, "error accessing file: source path not found: ", m.data, m.len, "", e->abs, e->abs_len);
+    osb_buf_free(&m);
+    return;
+  }
   if (stat(e->abs, &st) != 0) {
     int err = errno;
     osb_buf pre = {0};
     if (osb_buf_appendf(&pre, "source path not found: %s: ", e->key) < 0) xd_fsjob_fail(job, 500, "RUNTIME_ERROR", NULL);
     else fail_errno(job, 0, pre.data, err, "stat", e->abs);
     osb_buf_free(&pre);
+    return;
+  }
+  if (e->dest_nul) {
+    move_to_nul(job, e);
     return;
   }
   char *dir = strdup(e->dest);
@@ -814,6 +918,10 @@ static void replace_one(xd_fsjob *job, fe_entry *e) {
   struct stat st;
   xd_oserr err = {0};
   osb_buf in = {0}, out = {0};
+  if (e->has_nul) {
+    fail_inval(job, "error accessing file: stat ", e->abs, e->abs_len, "", "", 0);
+    return;
+  }
   if (stat(e->abs, &st) != 0) {
     xd_oserr_set(&err, errno, "stat", e->abs);
     fail_os(job, 0, "", &err);
@@ -934,6 +1042,86 @@ static void job_answer(xd_fsjob *fj, int status) {
 
 /* ---------------------------------------------------------------- parsing (loop thread) */
 
+/* U+10FFFE (a noncharacter): what a \u0000 escape becomes for cJSON, whose strings end at a NUL; unmark() turns it
+ * back into the NUL byte Go's decoder reads. */
+#define NUL_MARK "\xf4\x8f\xbf\xbe"
+
+static int hex4(const char *p, unsigned *v) {
+  *v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = p[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return 0;
+    *v = *v * 16 + (unsigned)d;
+  }
+  return 1;
+}
+
+/* fsedit.h */
+int xd_go_json_strings(const char *b, size_t n, osb_buf *out, int *nul) {
+  int in_str = 0, rc = 0;
+  *nul = 0;
+  for (size_t i = 0; i < n && rc == 0;) {
+    unsigned char c = (unsigned char)b[i];
+    if (!in_str || c == '"') {
+      in_str = in_str ? 0 : c == '"';
+      rc = osb_buf_append(out, b + i++, 1);
+    } else if (c == '\\') {
+      unsigned v, v2;
+      if (i + 6 <= n && b[i + 1] == 'u' && hex4(b + i + 2, &v)) {
+        if (v == 0) {
+          rc = osb_buf_append_str(out, NUL_MARK);
+          *nul = 1;
+          i += 6;
+        } else if (v >= 0xd800 && v <= 0xdbff && i + 12 <= n && b[i + 6] == '\\' && b[i + 7] == 'u' &&
+                   hex4(b + i + 8, &v2) && v2 >= 0xdc00 && v2 <= 0xdfff) {
+          if (v == 0xdbff && v2 == 0xdffe) return 1;
+          rc = osb_buf_append(out, b + i, 12);
+          i += 12;
+        } else if (v >= 0xd800 && v <= 0xdfff) {
+          rc = osb_buf_append_str(out, "\\ufffd");
+          i += 6;
+        } else {
+          rc = osb_buf_append(out, b + i, 6);
+          i += 6;
+        }
+      } else {
+        size_t k = i + 1 < n && (unsigned char)b[i + 1] < 0x80 ? 2 : 1; /* a byte after it that is not ASCII: its own */
+        rc = osb_buf_append(out, b + i, k);
+        i += k;
+      }
+    } else if (c < 0x80) {
+      rc = osb_buf_append(out, b + i++, 1);
+    } else {
+      size_t k = xd_utf8_seq((const unsigned char *)b + i, n - i);
+      if (k == 4 && memcmp(b + i, NUL_MARK, 4) == 0) return 1;
+      rc = k ? osb_buf_append(out, b + i, k) : osb_buf_append_str(out, "\xef\xbf\xbd");
+      i += k ? k : 1;
+    }
+  }
+  return rc < 0 ? -1 : 0;
+}
+
+/* s (a parsed string) with every NUL_MARK as a NUL byte when the body had \u0000 escapes (nul), else as it is:
+ * malloc'd, *len its length (NULL on OOM). */
+static char *unmark(int nul, const char *s, size_t *len) {
+  size_t n = strlen(s), o = 0;
+  char *r = malloc(n + 1);
+  if (!r) return NULL;
+  for (size_t i = 0; i < n;) {
+    if (nul && n - i >= 4 && memcmp(s + i, NUL_MARK, 4) == 0) {
+      r[o++] = '\0';
+      i += 4;
+    } else {
+      r[o++] = s[i++];
+    }
+  }
+  r[o] = '\0';
+  *len = o;
+  return r;
+}
+
+
 static int expand(const char *p, const char *ws, char **abs, char **error) {
   return xd_expand_abs_path(p, environ, ws, abs, error) < 0 ? -1 : 0;
 }
@@ -945,27 +1133,60 @@ static int byte_in_env(unsigned char c, const char *ws) {
   return 0;
 }
 
-/* A query path with NUL bytes expanded like any other (Go expands and resolves it, then no system call takes it):
- * each NUL stands in as a control byte found nowhere in the path, execd's environment or the workspace, and is put
- * back in e->abs (e->abs_len). 0, 1 when every such byte is taken, -1 on OOM. */
-static int expand_nul(fe_entry *e, const char *ws) {
+/* A path of len bytes expanded and resolved (*abs, *abs_len; or the 400 text in *error). One with NUL bytes is
+ * expanded like any other (Go expands and resolves it, then no system call takes it): each NUL stands in as a control
+ * byte found nowhere in the path, execd's environment or the workspace, and is put back in *abs (*has_nul set).
+ * 0, 1 when every such byte is taken (the Node execd's then), -1 on OOM. */
+static int expand_bytes(const char *path, size_t len, const char *ws, char **abs, size_t *abs_len, char **error,
+                        int *has_nul) {
+  *has_nul = 0;
+  *abs_len = 0;
+  if (len == strlen(path)) {
+    if (expand(path, ws, abs, error) < 0) return -1;
+    if (*abs) *abs_len = strlen(*abs);
+    return 0;
+  }
   unsigned char stand = 0;
   for (unsigned c = 1; c < 0x20 && !stand; c++)
-    if (!memchr(e->key, (int)c, e->key_len) && !byte_in_env((unsigned char)c, ws)) stand = (unsigned char)c;
+    if (!memchr(path, (int)c, len) && !byte_in_env((unsigned char)c, ws)) stand = (unsigned char)c;
   if (!stand) return 1;
-  char *p = malloc(e->key_len + 1);
+  char *p = malloc(len + 1);
   if (!p) return -1;
-  for (size_t i = 0; i < e->key_len; i++) p[i] = e->key[i] ? e->key[i] : (char)stand;
-  p[e->key_len] = '\0';
-  int rc = expand(p, ws, &e->abs, &e->error);
+  for (size_t i = 0; i < len; i++) p[i] = path[i] ? path[i] : (char)stand;
+  p[len] = '\0';
+  int rc = expand(p, ws, abs, error);
   free(p);
   if (rc < 0) return -1;
-  if (e->abs) {
-    e->abs_len = strlen(e->abs);
-    for (size_t i = 0; i < e->abs_len; i++)
-      if ((unsigned char)e->abs[i] == stand) e->abs[i] = '\0';
-    e->has_nul = 1;
+  if (*abs) {
+    *abs_len = strlen(*abs);
+    for (size_t i = 0; i < *abs_len; i++)
+      if ((unsigned char)(*abs)[i] == stand) (*abs)[i] = '\0';
+    *has_nul = 1;
   }
+  return 0;
+}
+
+static int expand_key(fe_entry *e, const char *ws) {
+  return expand_bytes(e->key, e->key_len, ws, &e->abs, &e->abs_len, &e->error, &e->has_nul);
+}
+
+static void send_error_bytes(xd_res *res, int status, const char *code, const char *msg, size_t len) {
+  osb_buf b = {0};
+  if (error_json(code, msg, len, &b) < 0) {
+    xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+    return;
+  }
+  xd_send_json(res, status, b.data, b.len);
+  osb_buf_free(&b);
+}
+
+/* A 400 whose text may hold NUL_MARK (a key's): sent with the NUL bytes Go's decoder read. */
+static int send_400_unmarked(xd_res *res, int nul, const char *text) {
+  size_t len;
+  char *u = unmark(nul, text, &len);
+  if (!u) return -1;
+  send_error_bytes(res, 400, "INVALID_REQUEST_BODY", u, len);
+  free(u);
   return 0;
 }
 
@@ -1014,9 +1235,11 @@ static int object_members(const cJSON *obj, member **out, size_t *count) {
 
 typedef enum { PARSED, ANSWERED, NOT_MINE } parse_rc;
 
-/* The body as JSON: PARSED with *root, ANSWERED (a 400 or 500 went out), NOT_MINE (the Node execd's). */
-static parse_rc parse_body(const xd_req *req, xd_res *res, cJSON **root) {
+/* The body as JSON: PARSED with *root, ANSWERED (a 400 or 500 went out), NOT_MINE (the Node execd's). Strings are
+ * Go's (xd_go_json_strings): *nul set when one has a NUL byte (NUL_MARK in the tree). */
+static parse_rc parse_body(const xd_req *req, xd_res *res, cJSON **root, int *nul) {
   *root = NULL;
+  *nul = 0;
   if (req->body_len == 0) {
     xd_send_error(res, 400, "INVALID_REQUEST_BODY", BAD_BODY "EOF");
     return ANSWERED;
@@ -1027,11 +1250,29 @@ static parse_rc parse_body(const xd_req *req, xd_res *res, cJSON **root) {
     return ANSWERED;
   }
   if (check == XD_JSON_OTHER) {
+    /* strings with bytes that are not UTF-8, \u0000 or surrogate escapes, read as Go's decoder reads them */
+    osb_buf go = {0};
+    int g = xd_go_json_strings(req->body, req->body_len, &go, nul);
+    if (g == 0 && xd_json_check(go.data, go.len) == XD_JSON_OK) {
+      *root = cJSON_ParseWithLength(go.data, go.len);
+      osb_buf_free(&go);
+      if (!*root) {
+        xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+        return ANSWERED;
+      }
+      return PARSED;
+    }
+    osb_buf_free(&go);
+    if (g < 0) {
+      xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+      return ANSWERED;
+    }
+    /* not JSON: the decoder's text (of the body as sent) */
     osb_buf msg = {0};
     cJSON *b = NULL;
     int bad = xd_json_parse(req->body, req->body_len, &b, &msg) != 0;
     cJSON_Delete(b);
-    if (bad) {
+    if (bad && g == 0) {
       osb_buf text = {0};
       if (osb_buf_append_str(&text, BAD_BODY) < 0 || osb_buf_append(&text, msg.data ? msg.data : "", msg.len) < 0)
         xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
@@ -1040,7 +1281,7 @@ static parse_rc parse_body(const xd_req *req, xd_res *res, cJSON **root) {
       osb_buf_free(&text);
     }
     osb_buf_free(&msg);
-    return bad ? ANSWERED : NOT_MINE; /* parses, but not as JavaScript reads it: invalid UTF-8, \u0000, surrogates */
+    return bad && g == 0 ? ANSWERED : NOT_MINE; /* else something JavaScript and cJSON read differently */
   }
   if (!(*root = cJSON_ParseWithLength(req->body, req->body_len))) {
     xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
@@ -1061,11 +1302,11 @@ static fe_job *job_new(fe_op op, size_t n) {
 }
 
 /* A non-empty string member, copied (NULL otherwise); -1 on OOM. */
-static int name_member(const cJSON *obj, const char *key, char **out) {
+static int name_member(int nul, const cJSON *obj, const char *key, char **out) {
   int dup = 0;
   const cJSON *v = xd_json_member(obj, key, &dup);
   *out = NULL;
-  if (!cJSON_IsString(v) || !v->valuestring[0]) return 0;
+  if (!cJSON_IsString(v) || !v->valuestring[0] || (nul && strstr(v->valuestring, NUL_MARK))) return 0; /* a NUL: no such name */
   return (*out = strdup(v->valuestring)) ? 0 : -1;
 }
 
@@ -1077,7 +1318,8 @@ static int send_oom(xd_res *res) {
 /* POST /files/permissions and /files/replace: {path: {...}} */
 static int route_path_map(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op op) {
   cJSON *root = NULL;
-  parse_rc pr = parse_body(req, res, &root);
+  int nul = 0;
+  parse_rc pr = parse_body(req, res, &root, &nul);
   if (pr != PARSED) return pr == ANSWERED;
   int taken = 1;
   member *mem = NULL;
@@ -1091,10 +1333,14 @@ static int route_path_map(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op op)
   if (object_members(root, &mem, &n) != 0) goto oom;
   for (size_t i = 0; i < n; i++) { /* readPathMap: every value an object */
     if (cJSON_IsObject(mem[i].node)) continue;
-    const char *k = mem[i].node->string;
-    if (osb_buf_append_str(&msg, BAD_BODY "the value for ") < 0 || xd_js_json_str(&msg, k, strlen(k)) < 0 ||
-        osb_buf_append_str(&msg, " must be an object") < 0)
+    size_t kl;
+    char *k = unmark(nul, mem[i].node->string, &kl);
+    if (!k || osb_buf_append_str(&msg, BAD_BODY "the value for ") < 0 || xd_js_json_str(&msg, k, kl) < 0 ||
+        osb_buf_append_str(&msg, " must be an object") < 0) {
+      free(k);
       goto oom;
+    }
+    free(k);
     xd_send_error(res, 400, "INVALID_REQUEST_BODY", msg.data);
     goto out;
   }
@@ -1113,26 +1359,27 @@ static int route_path_map(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op op)
         goto out;
       }
       if (r != 0) {
-        if (r < 0) goto oom;
-        xd_send_error(res, 400, "INVALID_REQUEST_BODY", msg.data);
+        if (r < 0 || send_400_unmarked(res, nul, msg.data) < 0) goto oom;
         goto out;
       }
-      if (name_member(v, "owner", &e->owner) < 0 || name_member(v, "group", &e->group) < 0) goto oom;
+      if (name_member(nul, v, "owner", &e->owner) < 0 || name_member(nul, v, "group", &e->group) < 0) goto oom;
     } else {
       int dup = 0;
       const cJSON *old = xd_json_member(v, "old", &dup), *nw = xd_json_member(v, "new", &dup);
-      if (cJSON_IsString(old) && old->valuestring[0]) {
-        if (!(e->old_s = strdup(old->valuestring))) goto oom;
-        e->old_len = strlen(e->old_s);
-      }
+      if (cJSON_IsString(old) && old->valuestring[0] && !(e->old_s = unmark(nul, old->valuestring, &e->old_len))) goto oom;
       if (cJSON_IsString(nw)) {
-        if (!(e->new_s = strdup(nw->valuestring))) goto oom;
-        e->new_len = strlen(e->new_s);
+        if (!(e->new_s = unmark(nul, nw->valuestring, &e->new_len))) goto oom;
       } else {
         e->new_bad = nw != NULL;
       }
     }
-    if (!(e->key = strdup(v->string)) || expand(e->key, m->workspace, &e->abs, &e->error) < 0) goto oom;
+    if (!(e->key = unmark(nul, v->string, &e->key_len))) goto oom;
+    int r = expand_key(e, m->workspace);
+    if (r < 0) goto oom;
+    if (r > 0) {
+      taken = 0;
+      goto out;
+    }
   }
   if (op == OP_REPLACE) {
     char *verbose = xd_query(req, "verbose");
@@ -1161,7 +1408,8 @@ out:
 /* POST /files/mv: [{src, dest}] */
 static int route_move(xd_fsmod *m, const xd_req *req, xd_res *res) {
   cJSON *root = NULL;
-  parse_rc pr = parse_body(req, res, &root);
+  int nul = 0;
+  parse_rc pr = parse_body(req, res, &root, &nul);
   if (pr != PARSED) return pr == ANSWERED;
   fe_job *job = NULL;
   if (cJSON_IsObject(root)) {
@@ -1183,11 +1431,18 @@ static int route_move(xd_fsmod *m, const xd_req *req, xd_res *res) {
   for (const cJSON *c = root->child; c; c = c->next) {
     int dup = 0;
     fe_entry *e = &job->e[job->n++];
-    if (!(e->key = strdup(xd_json_member(c, "src", &dup)->valuestring)) ||
-        !(e->dest_key = strdup(xd_json_member(c, "dest", &dup)->valuestring)) ||
-        expand(e->key, m->workspace, &e->abs, &e->error) < 0 ||
-        (!e->error && expand(e->dest_key, m->workspace, &e->dest, &e->dest_error) < 0))
+    if (!(e->key = unmark(nul, xd_json_member(c, "src", &dup)->valuestring, &e->key_len)) ||
+        !(e->dest_key = unmark(nul, xd_json_member(c, "dest", &dup)->valuestring, &e->dest_key_len)))
       goto oom;
+    int r = expand_key(e, m->workspace);
+    if (r == 0 && !e->error)
+      r = expand_bytes(e->dest_key, e->dest_key_len, m->workspace, &e->dest, &e->dest_len, &e->dest_error, &e->dest_nul);
+    if (r < 0) goto oom;
+    if (r > 0) {
+      cJSON_Delete(root);
+      job_free(&job->job);
+      return 0;
+    }
   }
   job->job.run = job_run;
   job->job.release = job_free;
@@ -1217,14 +1472,13 @@ static int route_query_paths(xd_fsmod *m, const xd_req *req, xd_res *res, fe_op 
     e->key = q.v[i];
     e->key_len = q.len[i];
     q.v[i] = NULL;
-    int r = e->key_len == strlen(e->key) ? expand(e->key, m->workspace, &e->abs, &e->error) : expand_nul(e, m->workspace);
+    int r = expand_key(e, m->workspace);
     if (r == 1) { /* a NUL byte, and every stand-in byte taken: the Node execd's */
       xd_query_list_free(&q);
       job_free(&job->job);
       return 0;
     }
     if (r < 0) goto oom;
-    if (e->abs && !e->has_nul) e->abs_len = strlen(e->abs);
   }
   xd_query_list_free(&q);
   job->job.run = job_run;

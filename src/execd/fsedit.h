@@ -23,8 +23,16 @@ void xd_fsedit_close(void *module);
  * and inode to be the same directory, else by name from the top).
  * 0, or -1 with e set to the first failure (Go's texts: "unlinkat <path>", "openfdat <path>", "open <parent>"). */
 #define XD_RM_OPEN_LEVELS 32
+
 /* Levels deeper than this are not entered ("openfdat P: file name too long"): a loop of bind mounts has no bottom. */
 #define XD_RM_MAX_DEPTH 65536
 int xd_remove_all(const char *path, xd_oserr *e);
+
+/* A JSON body's strings as Go's decoder reads them, rewritten so that cJSON reads them alike (out, appended): each byte
+ * of a string that is not UTF-8 as U+FFFD, a surrogate escape that is not half of a pair as \ufffd, \u0000 as
+ * U+10FFFE (*nul set; the module turns it back into a NUL byte); everything else as it is. 0, 1 when the body holds
+ * U+10FFFE itself (it cannot stand in then), -1 on OOM. Fuzzed (test/c/fuzz_fsedit.c). */
+struct osb_buf;
+int xd_go_json_strings(const char *b, size_t n, struct osb_buf *out, int *nul);
 
 #endif

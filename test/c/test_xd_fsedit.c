@@ -291,8 +291,33 @@ static void test_permissions(void) {
   expect("POST", "/files/permissions", "{\"p.txt\":{\"mode\":{}}}", 400,
          "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. json: "
          "cannot unmarshal object into Go struct field Permission.mode of type int\"}");
+  /* strings as Go's decoder reads them: \u0000 a NUL byte (refused by chmod and chown: EINVAL), a byte that is not
+   * UTF-8 and a lone surrogate escape U+FFFD each */
+  expect("POST", "/files/permissions", "{\"p\\u0000.txt\":{\"mode\":644}}", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error changing permissions for p\\u0000.txt. chmod "
+         "%1$s/p\\u0000.txt: invalid argument\"}");
+  expect("POST", "/files/permissions", "{\"p\\u0000.txt\":{\"owner\":\"root\"}}", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error changing permissions for p\\u0000.txt. failed to set "
+         "owner/group for %1$s/p\\u0000.txt: chown %1$s/p\\u0000.txt: invalid argument\"}");
+  expect("POST", "/files/permissions", "{\"p\\u0000.txt\":{\"group\":\"nogroup-fe\"}}", 200, "");
+  expect("POST", "/files/permissions", "{\"p.txt\":{\"mode\":640,\"owner\":\"ro\\u0000ot\"}}", 200, "");
+  CHECK(xd_mode_in(ws, "p.txt") == 0640);
+  expect("POST", "/files/permissions", "{\"a\\u0000\":{\"mode\":9}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"invalid mode 9 for a\\u0000: give the octal digits as a "
+         "decimal integer, e.g. 644\"}");
+  expect("POST", "/files/permissions", "{\"a\\u0000\":1}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. the value "
+         "for \\\"a\\\\u0000\\\" must be an object\"}");
+  put("q\xef\xbf\xbd.txt", "q");
+  put("r\xef\xbf\xbd.txt", "r");
+  expect("POST", "/files/permissions", "{\"q\xff.txt\":{\"mode\":601},\"r\\ud800.txt\":{\"mode\":602}}", 200, "");
+  CHECK(xd_mode_in(ws, "q\xef\xbf\xbd.txt") == 0601 && xd_mode_in(ws, "r\xef\xbf\xbd.txt") == 0602);
+  /* U+10FFFE as it is (the module's own stand-in for \u0000 when there is one) */
+  put("m\xf4\x8f\xbf\xbe", "m");
+  expect("POST", "/files/permissions", "{\"m\xf4\x8f\xbf\xbe\":{\"mode\":603}}", 200, "");
+  CHECK(xd_mode_in(ws, "m\xf4\x8f\xbf\xbe") == 0603);
   int before = xd_handed;
-  expect("POST", "/files/permissions", "{\"p\\u0000.txt\":{\"mode\":644}}", 502, "");
+  expect("POST", "/files/permissions", "{\"m\xf4\x8f\xbf\xbe\":{\"mode\":603},\"\\u0000\":{}}", 502, "");
   CHECK(xd_handed == before + 1);
 }
 
@@ -333,6 +358,19 @@ static void test_move(void) {
          "such file or directory\"}");
   expect("POST", "/files/mv", "[{\"src\":\"n.txt\",\"dest\":\"ldang\"}]", 200, "");
   CHECK(!is_link("ldang") && strcmp(get("ldang"), "n") == 0);
+  /* \u0000 (Go's system calls refuse it): in the source, in a parent of the destination (the parents above it are
+   * made), in the destination's base name */
+  expect("POST", "/files/mv", "[{\"src\":\"a\\u0000\",\"dest\":\"b\"}]", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: source path not found: a\\u0000: stat "
+         "%1$s/a\\u0000: invalid argument\"}");
+  expect("POST", "/files/mv", "[{\"src\":\"ldang\",\"dest\":\"nd/x\\u0000y/z\"}]", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: failed to create destination directory: "
+         "mkdir %1$s/nd/x\\u0000y: invalid argument\"}");
+  CHECK(xd_mode_in(ws, "nd") == 0755);
+  expect("POST", "/files/mv", "[{\"src\":\"ldang\",\"dest\":\"nd2/z\\u0000\"}]", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: failed to rename file: rename %1$s/ldang "
+         "%1$s/nd2/z\\u0000: invalid argument\"}");
+  CHECK(xd_mode_in(ws, "nd2") == 0755 && exists("ldang"));
   /* bodies */
   expect("POST", "/files/mv", "{\"src\":\"a\",\"dest\":\"b\"}", 400,
          "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. json: cannot "
@@ -431,6 +469,19 @@ static void test_replace(void) {
   expect("POST", "/files/replace", "{\"rd\":{\"old\":\"a\"}}", 500,
          "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: read %1$s/rd: illegal operation on a "
          "directory\"}");
+  /* \u0000: a NUL byte in a path (stat refused), in old and new (bytes) */
+  expect("POST", "/files/replace", "{\"x\\u0000\":{\"old\":\"a\"}}", 500,
+         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error accessing file: stat %1$s/x\\u0000: invalid argument\"}");
+  FILE *nf = fopen(wpath("nz.txt"), "w");
+  CHECK(nf != NULL);
+  if (nf) {
+    fwrite("a\0b\0", 1, 4, nf);
+    fclose(nf);
+  }
+  expect("POST", "/files/replace?verbose=true", "{\"nz.txt\":{\"old\":\"\\u0000\",\"new\":\"<\\u0000>\"}}", 200,
+         "{\"nz.txt\":{\"replacedCount\":2}}");
+  struct stat nst;
+  CHECK(stat(wpath("nz.txt"), &nst) == 0 && nst.st_size == 8);
   /* a FIFO nobody writes to is refused, not waited for */
   CHECK(mkfifo(wpath("rfifo"), 0600) == 0);
   expect("POST", "/files/replace", "{\"rfifo\":{\"old\":\"a\"}}", 500,
