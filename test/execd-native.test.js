@@ -181,6 +181,30 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.deepEqual(nodeExecd(), []);
   });
 
+  it('DELETE /files, POST /files/permissions|mv|replace and DELETE /directories are answered without Node', async () => {
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
+    const run = async (command) => (await request(`http://127.0.0.1:${sb.port}/command`, { method: 'POST', headers, body: { command } }))
+      .text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e)).filter((e) => e.type === 'stdout').map((e) => e.text);
+    await run('mkdir -p /workspace/native/ed/d/e && printf "a-a-a" > /workspace/native/ed/f.txt && ln -s /etc /workspace/native/ed/d/etc-link');
+    const call = (method, p, body) => request(`http://127.0.0.1:${sb.port}${p}`, { method, headers, ...(body === undefined ? {} : { body }) });
+    const r1 = await call('POST', '/files/replace?verbose=true', { '/workspace/native/ed/f.txt': { old: 'a', new: 'bb' } });
+    assert.deepEqual([r1.status, r1.text], [200, '{"/workspace/native/ed/f.txt":{"replacedCount":3}}']);
+    const r2 = await call('POST', '/files/permissions', { '/workspace/native/ed/f.txt': { mode: 600 } });
+    assert.deepEqual([r2.status, r2.text], [200, '']);
+    const r3 = await call('POST', '/files/mv', [{ src: '/workspace/native/ed/f.txt', dest: '/workspace/native/ed/new/g.txt' }]);
+    assert.deepEqual([r3.status, r3.text], [200, '']);
+    const r4 = await call('DELETE', '/files?path=/workspace/native/ed/d');
+    assert.deepEqual([r4.status, r4.json], [500, { code: 'RUNTIME_ERROR', message: 'error removing file /workspace/native/ed/d. path is a directory: /workspace/native/ed/d' }]);
+    assert.deepEqual(await run('stat -c "%a %s" /workspace/native/ed/new/g.txt'), ['600 8']);
+    const r5 = await call('DELETE', '/files?path=/workspace/native/ed/new/g.txt&path=/workspace/native/ed/none');
+    assert.deepEqual([r5.status, r5.text], [200, '']);
+    const r6 = await call('DELETE', '/directories?path=/workspace/native/ed');
+    assert.deepEqual([r6.status, r6.text], [200, '']);
+    assert.deepEqual(await run('test -e /workspace/native/ed || echo gone; test -d /etc && echo etc'), ['gone', 'etc']);
+    await waitFor(() => procs().length === 0, { timeoutMs: 5000, message: 'the command is gone' });
+    assert.deepEqual(nodeExecd(), []);
+  });
+
   it('GET /files/info and GET|HEAD /files/download are answered without Node, byte for byte', async () => {
     const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
     const made = await request(`http://127.0.0.1:${sb.port}/command`, {

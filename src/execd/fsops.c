@@ -45,6 +45,10 @@ static int is_dir(const char *p) {
 }
 
 int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
+  return xd_mkdirp_mode(dir, 0777, first, e);
+}
+
+int xd_mkdirp_mode(const char *dir, mode_t mode, char **first, xd_oserr *e) {
   *first = NULL;
   e->err = 0;
   if (is_dir(dir)) return 0;
@@ -58,7 +62,7 @@ int xd_mkdirp(const char *dir, char **first, xd_oserr *e) {
     if (i < n && dir[i] != '/') continue;
     memcpy(p, dir, i);
     p[i] = '\0';
-    if (mkdir(p, 0777) == 0) {
+    if (mkdir(p, mode) == 0) {
       if (!*first && !(*first = strdup(p))) {
         xd_oserr_set(e, ENOMEM, "mkdir", p);
         free(p);

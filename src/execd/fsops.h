@@ -42,6 +42,8 @@ void xd_owner_resolve(const char *owner, const char *group, xd_owner *o);
 /* mkdirp.js: mkdir -p of dir (absolute), one component at a time, 0777 before the umask (an existing directory costs
  * one stat). 0 with *first = the first directory it created (malloc'd, the caller frees) or NULL; -1 with e set. */
 int xd_mkdirp(const char *dir, char **first, xd_oserr *e);
+/* The same with the mode given to mkdir (before the umask), e.g. 0755 for files.js move's parent directories. */
+int xd_mkdirp_mode(const char *dir, mode_t mode, char **first, xd_oserr *e);
 
 /* The rest of mkdirWithOwnership: chown of `first` and every directory below it down to dir, to the ids that resolved
  * (nothing when neither did). 0, or -1 with e set. */

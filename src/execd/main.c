@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "fsedit.h"
 #include "handoff.h"
 #include "server.h"
 #include "xd.h"
@@ -30,6 +31,7 @@ static xd_server *server;
 static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
+static void *fsedit; /* fsedit.c: DELETE /files, POST /files/{permissions,mv,replace}, DELETE /directories */
 static void *upload; /* upload.c: POST /files/upload */
 static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
@@ -98,6 +100,8 @@ static void shutdown_all(void) {
   commands = NULL;
   xd_dirs_close(dirs);
   dirs = NULL;
+  xd_fsedit_close(fsedit);
+  fsedit = NULL;
   xd_upload_close(upload);
   upload = NULL;
   xd_files_close(files);
@@ -240,14 +244,15 @@ int main(int argc, char **argv) {
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
+  if (!(fsedit = xd_fsedit_new(&ctx))) die("out of memory", NULL);
   if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
   if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
   if (!(code = xd_code_new(&ctx))) die("out of memory", NULL);
   if (!(proxy = xd_proxy_new(&ctx))) die("out of memory", NULL);
-  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
-                             {files, xd_files_route}, {pty, xd_pty_route}, {code, xd_code_route},
-                             {proxy, xd_proxy_route}};
+  const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {fsedit, xd_fsedit_route},
+                             {upload, xd_upload_route}, {files, xd_files_route}, {pty, xd_pty_route},
+                             {code, xd_code_route}, {proxy, xd_proxy_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];

@@ -301,6 +301,10 @@ int xd_server_native_candidate(const char *method, const char *path) {
   if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
   if (strcmp(method, "GET") == 0 && (strcmp(path, "/files/search") == 0 || strcmp(path, "/directories/list") == 0))
     return 1;
+  if (strcmp(method, "DELETE") == 0 && (strcmp(path, "/files") == 0 || strcmp(path, "/directories") == 0)) return 1;
+  if (strcmp(method, "POST") == 0 && (strcmp(path, "/files/permissions") == 0 || strcmp(path, "/files/mv") == 0 ||
+                                      strcmp(path, "/files/replace") == 0))
+    return 1;
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
 }
 

@@ -107,6 +107,7 @@ fuzz fuzz_multipart corpus-multipart
 fuzz fuzz_codeproto corpus-codeproto
 fuzz fuzz_proxy corpus-proxy
 fuzz fuzz_glob corpus-glob
+fuzz fuzz_fsedit corpus-fsedit
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
