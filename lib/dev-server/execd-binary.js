@@ -2,7 +2,7 @@
 // when set, else the one beside the addon's candidates (addon-file.js: $MASTRA_OPENSANDBOX_ADDON's directory, the
 // prebuilt prebuilds/linux-<arch>/, or the source build's build/Release/). Every sandbox's execd is that program:
 // `checkExecdBinary()` (startServer) fails the server's start with an error naming the path when it is missing or
-// does not run — never a fallback to the Node execd alone.
+// does not run — never a fallback.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';

@@ -8,9 +8,8 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
-import { bindFdProblem, execdAddon, findBwrap, probeBwrap } from './runner.js';
+import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
 import { checkExecdBinary } from './execd-binary.js';
-import { addonFile } from './addon-file.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
@@ -20,8 +19,8 @@ import {
 } from './validate.js';
 import { parseBytes } from './quantities.js';
 import { upstreamProfile } from './upstream.js';
-import { proxyRequest, proxyUpgrade, EXECD_PORT } from './execd/proxy.js';
-import { answerBadRequest, decodeSegment, parseTarget, sendBadRequest, readBody as readBodyLimited } from './execd/http.js';
+import { proxyRequest, proxyUpgrade, EXECD_PORT } from './proxy.js';
+import { answerBadRequest, decodeSegment, parseTarget, sendBadRequest, readBody as readBodyLimited } from './http.js';
 import { INGRESS_HEADER, TOKEN_HEADERS } from './relay.js';
 import {
   DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SECURE_ACCESS_HEADER, UID_BLOCK, browserOrigin, checkExecdAccess, httpAnswer, safeEqual, sandboxIdentities, seccompProgram,
@@ -68,7 +67,7 @@ function send(res, status, body, headers = {}) {
 const MESSAGE_LIMIT = 1024;
 const boundedMessage = (text) => (text.length > MESSAGE_LIMIT ? `${text.slice(0, MESSAGE_LIMIT)}…` : text);
 
-/** The body as text; a larger one than BODY_LIMIT is a 413 that the client gets to see (execd/http.js readBody). */
+/** The body as text; a larger one than BODY_LIMIT is a 413 that the client gets to see (http.js readBody). */
 async function readBody(req) {
   const tooLarge = (n) => new ApiError(413, 'GENERAL::REQUEST_TOO_LARGE', `request body larger than ${n} bytes`);
   return (await readBodyLimited(req, BODY_LIMIT, tooLarge)).toString('utf8');
@@ -232,9 +231,6 @@ export async function startServer(options = {}) {
     }
   } else {
     warn('dev-server: isolation none: sandbox commands run unconfined as plain child processes of this server; resourceLimits and disk use are not enforced');
-  }
-  if (addonFile() && !execdAddon()) {
-    warn(`dev-server: the native addon ${addonFile()} is outside the directories bound into sandboxes: execd starts processes through node:child_process (a fork of execd per process)`);
   }
   // resource limits (cgroups) and the disk bound: docs/dev-server-security.md "Resource limits"
   let limits = null;
@@ -462,7 +458,7 @@ export async function startServer(options = {}) {
   const server = http.createServer((req, res) => {
     const requestId = req.headers['x-request-id'] || crypto.randomUUID().replace(/-/g, '');
     res.setHeader('X-Request-ID', requestId);
-    // the target parsed once (execd/http.js parseTarget): routes, the proxy route's token decision and what it
+    // the target parsed once (http.js parseTarget): routes, the proxy route's token decision and what it
     // forwards all see this one canonical URL; dot segments, encoded separators and malformed escapes are a 400
     const t = parseTarget(req.url);
     if (t.error) {

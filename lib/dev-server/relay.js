@@ -1,7 +1,7 @@
 // Per-sandbox loopback relay: a random 127.0.0.1 TCP port whose connections go to the sandbox's execd Unix socket.
 // Any local user can connect to it, so it demands the sandbox's own token (`OpenSandbox-Secure-Access`, an endpoint
 // header); browser-originated requests are refused. (A server-wide X-EXECD-ACCESS-TOKEN is execd's own check.)
-// Every decision is made on the request target parsed once (execd/http.js parseTarget, the parse execd routes by);
+// Every decision is made on the request target parsed once (http.js parseTarget, the parse execd routes by);
 // a target that parse refuses (dot segments, encoded separators, …) is a 400. Plain mode checks the head of a
 // connection's first request: to execd with the token, the connection is relayed byte for byte (HTTP, event streams
 // and WebSocket alike); to a service of the sandbox (`/proxy/<port>`), every request of the connection is parsed,
@@ -11,8 +11,8 @@
 // sandbox token is checked on every request and not forwarded into the sandbox.
 import net from 'node:net';
 import http from 'node:http';
-import { proxyRequest, proxyUpgrade, EXECD_PORT, isAppRoute } from './execd/proxy.js';
-import { answerBadRequest, parseTarget, sendBadRequest } from './execd/http.js';
+import { proxyRequest, proxyUpgrade, EXECD_PORT, isAppRoute } from './proxy.js';
+import { answerBadRequest, parseTarget, sendBadRequest } from './http.js';
 import { SECURE_ACCESS_HEADER, checkExecdAccess, httpAnswer, parseRequestHead } from './security.js';
 
 const HEAD_LIMIT = 64 * 1024;
@@ -27,14 +27,14 @@ function answer(res, req, { status, body }) {
 const HEAD_TIMEOUT_MS = 30_000;
 /**
  * The token header the relay and the server proxy check and never pass into the sandbox (execd's proxy drops every
- * token header toward the sandbox's services: execd/proxy.js APP_DROP_HEADERS).
+ * token header toward the sandbox's services: proxy.js APP_DROP_HEADERS).
  */
 export const TOKEN_HEADERS = new Set([SECURE_ACCESS_HEADER.toLowerCase()]);
 
 export const INGRESS_HEADER = 'OpenSandbox-Ingress-To';
 
 /**
- * The relay's decision on a request target, made on the one parse execd routes by (execd/http.js parseTarget):
+ * The relay's decision on a request target, made on the one parse execd routes by (http.js parseTarget):
  * { error } (refused, 400), else { url, target, app }: `target` is what is forwarded, `app` true when it goes to a
  * service of the sandbox (execd's proxy to a port other than 44772: no token needed), false for execd (token needed).
  */

@@ -11,10 +11,10 @@ import { fileURLToPath } from 'node:url';
 import { checkExecdBinary, execdBinary } from './execd-binary.js';
 import { descendants, signal, signalTree } from './proctree.js';
 import { ensureTraversable, grantAccess, modeAllows } from './security.js';
-import { addonFile } from './addon-file.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const EXECD_MAIN = path.join(HERE, 'execd', 'main.js');
+// the code interpreter's kernels (programs of their own languages, started by execd; the javascript one runs on node)
+const CODE_KERNELS = path.join(HERE, 'execd');
 const READY_TIMEOUT_MS = 15000;
 const EXIT_TIMEOUT_MS = 5000;
 const SOCKET_DIR_IN_SANDBOX = '/run/execd';
@@ -53,7 +53,7 @@ export function findBwrap() {
 
 /**
  * The C execd (src/execd/, osb-execd) every sandbox runs, resolved (execd-binary.js). startServer checked it
- * (checkExecdBinary); one gone since then throws naming the path rather than running the Node execd alone.
+ * (checkExecdBinary); one gone since then throws naming the path.
  */
 function execdProgram() {
   const file = execdBinary();
@@ -110,18 +110,6 @@ function underSystemDir(p) {
 const within = (d, parent) => d === parent || d.startsWith(parent + '/');
 
 /**
- * The addon file execd starts processes with (execd/spawn.js), when execd can read it at the same path: under the
- * directories bound read-only into every sandbox (the package, its linked node_modules, node's). Else null: execd
- * then uses node:child_process (an addon named by $MASTRA_OPENSANDBOX_ADDON outside them is not bound in).
- */
-export function execdAddon() {
-  const file = addonFile();
-  if (!file) return null;
-  const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
-  return [nodeDir, pkgDir, linkedModules].some((d) => d && within(file, d)) ? file : null;
-}
-
-/**
  * One sandbox's processes. `spec` = { id, dir, env, binds: [{ fd, dest, readOnly }] (volumes.js: open O_PATH
  * descriptors, owned by the caller), hostNetwork, resolvConf,
  * joinableUserns, attachments }. hostNetwork: share the host's network namespace (only the insecure fallback without slirp4netns);
@@ -159,8 +147,8 @@ export class SandboxProcess {
     this.paused = false;
     // the last start()'s [phase, ms] in order, logged with the create: dirs (the sandbox's directories), spawn (the
     // spawn and the cgroup entered behind the gate, unless prepare() did that earlier, then bwrap's options), bwrap (until
-    // it reports the sandbox's pid: namespaces made), network (slirp4netns), execd (bwrap's mounts, then Node and
-    // execd's modules until it listens), ready (the attachments' ready())
+    // it reports the sandbox's pid: namespaces made), network (slirp4netns), execd (bwrap's mounts, then execd
+    // until it listens), ready (the attachments' ready())
     this.phases = [];
     this.launching = null; // prepare()'s launch(), until start() takes it
     this.stderrTail = ''; // the last 4000 characters execd (or bwrap) wrote to stderr
@@ -255,7 +243,7 @@ export class SandboxProcess {
     // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process
-    // execd runs in / like in a container: a relative command cwd resolves against it (commands.js requestCwd)
+    // execd runs in / like in a container: a relative command cwd resolves against it (src/execd/commands.c)
     a.push('--remount-ro', '/', '--chdir', '/');
     a.push('--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
     return a;
@@ -298,11 +286,8 @@ export class SandboxProcess {
     if (this.options.ptyExitRace) execdArgs.push('--pty-exit-race');
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
-    const addon = execdAddon();
-    if (addon) execdArgs.push('--native-addon', addon);
-    // the C execd answers ping, directories and commands itself and starts the Node execd for the rest (handoff.h)
-    // the code interpreter's kernels (programs of their own languages) are started by the C execd from their directory
-    const execdArgv = [execdFile, ...execdArgs, '--node', process.execPath, '--node-execd', EXECD_MAIN, '--code-kernels', path.dirname(EXECD_MAIN)];
+    // execd answers every route itself; node is only the javascript code kernel's (started when a context asks for it)
+    const execdArgv = [execdFile, ...execdArgs, '--node', process.execPath, '--code-kernels', CODE_KERNELS];
     const env = {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,

@@ -5,7 +5,6 @@
 #include <curl/curl.h>
 #include <memory>
 extern "C" {
-#include "core/spawn.h"
 #include "core/ws.h"
 #include "opensandbox/process.h"
 }
@@ -20,19 +19,11 @@ osb_engine* Addon::Engine(Napi::Env env) {
 }
 
 void Addon::Hold(Napi::Env env) {
-  if (pending++ == 0 && children == 0) tsfn.Ref(env);
+  if (pending++ == 0) tsfn.Ref(env);
 }
 
 void Addon::Settled(Napi::Env env) {
-  if (--pending == 0 && children == 0) tsfn.Unref(env);
-}
-
-void Addon::ChildStarted(Napi::Env env) {
-  if (children++ == 0 && pending == 0) tsfn.Ref(env);
-}
-
-void Addon::ChildExited(Napi::Env env) {
-  if (--children == 0 && pending == 0) tsfn.Unref(env);
+  if (--pending == 0) tsfn.Unref(env);
 }
 
 void Addon::Deliver(Delivery* d) {
@@ -171,7 +162,6 @@ static Napi::Value Stats(const Napi::CallbackInfo& info) {
   o.Set("operations", Napi::Number::New(env, (double)s.actives));
   o.Set("pendingPromises", Napi::Number::New(env, a->pending));
   o.Set("pausedStreams", Napi::Number::New(env, (double)s.paused));
-  o.Set("spawnedChildren", Napi::Number::New(env, a->children));
   return o;
 }
 
@@ -187,8 +177,6 @@ void InitFiles(Napi::Env env, Napi::Object exports);            // files_wrap.cc
 
 static void Cleanup(Addon* a) {
   a->closing = true;
-  osb_reaper_stop(a->reaper);  // joined first: its exit deliveries are orphaned once the tsfn is aborted below
-  a->reaper = nullptr;
   if (a->engine) osb_engine_stop(a->engine);  // settles everything: deliveries are orphaned below
   a->engine = nullptr;
   if (a->ws) osb_ws_stop(a->ws);  // after the engine: its processes have closed their sockets
@@ -207,7 +195,6 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitLifecycle(env, exports);
   InitExecd(env, exports);
   InitProcess(env, exports);
-  InitSpawn(env, exports);
   InitCodeInterpreter(env, exports);
   InitFiles(env, exports);
   return exports;

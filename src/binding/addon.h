@@ -27,9 +27,6 @@ using Tsfn = Napi::TypedThreadSafeFunction<Addon, Delivery, CallJs>;
 struct Addon {
   osb_engine* engine = nullptr;
   struct osb_ws* ws = nullptr;  // the WebSocket thread of process_wrap.cc, started lazily
-  struct osb_reaper* reaper = nullptr;  // the exit watcher of spawn_wrap.cc, started at the first spawn
-  Napi::FunctionReference spawnExit;    // spawn_wrap.cc: onExit(pid, code, signo)
-  int children = 0;                     // JS thread only: spawned children whose exit has not been delivered
   Tsfn tsfn;
   int pending = 0;  // JS thread only: promises not yet settled
   bool closing = false;
@@ -40,8 +37,6 @@ struct Addon {
   osb_engine* Engine(Napi::Env env);
   void Hold(Napi::Env env);     // a promise was created
   void Settled(Napi::Env env);  // a promise was settled
-  void ChildStarted(Napi::Env env);  // a spawned child runs: holds the event loop open like a ChildProcess
-  void ChildExited(Napi::Env env);
   // From any thread: hands d to the JS thread (deletes it when the env is closing).
   void Deliver(Delivery* d);
 };
@@ -76,7 +71,6 @@ Napi::Error MakeError(Napi::Env env, const osb_error* e);
 void InitLifecycle(Napi::Env env, Napi::Object exports);
 void InitExecd(Napi::Env env, Napi::Object exports);
 void InitProcess(Napi::Env env, Napi::Object exports);
-void InitSpawn(Napi::Env env, Napi::Object exports);
 
 // Helpers to read optional arguments.
 std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what);

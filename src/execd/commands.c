@@ -105,7 +105,6 @@ struct module {
   char *workspace;
   int forwarding;
   uint64_t tail_ms;
-  int (*node_running)(void);
   int (*code_interrupt)(const char *id, xd_res *res);
   const char *shell; /* "bash" or "sh" */
   cmd *all_head, *all_tail;
@@ -1190,10 +1189,6 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
     int taken = m->code_interrupt && m->code_interrupt(id, res);
     free(id);
     if (taken) return 1;
-    if (m->node_running && m->node_running()) { /* a bash session lives in the Node execd (sessions.js) */
-      xd_handoff(res);
-      return 1;
-    }
     xd_send_error(res, 500, "RUNTIME_ERROR", "error interruptting code context. no such session"); /* execd's spelling */
     return 1;
   }
@@ -1302,7 +1297,6 @@ void *xd_commands_new(const xd_ctx *ctx) {
   if (ctx->workspace && !m->workspace) return free(m), NULL;
   m->forwarding = ctx->signal_forwarding;
   m->tail_ms = ctx->command_tail_ms;
-  m->node_running = ctx->node_running;
   m->code_interrupt = ctx->code_interrupt;
   m->shell = find_shell() ? "bash" : "sh";
   if (uv_signal_init(m->loop, &m->sigchld) != 0) {

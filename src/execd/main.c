@@ -1,13 +1,10 @@
 /* osb-execd: the C execd of the local OpenSandbox-compatible server, the process that runs inside each sandbox (see
- * docs/dev-server-execd.md). Its command line is lib/dev-server/execd/main.js's, plus where the Node execd is:
+ * docs/dev-server-execd.md). It answers every route itself. Its command line:
  *   --socket PATH | --port N [--host H]   where it listens (a stale socket file is removed first)
  *   --access-token-fd N | --access-token T | $EXECD_ACCESS_TOKEN   the required X-EXECD-ACCESS-TOKEN ("" none)
  *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
- *   --node PATH --node-execd PATH         node and lib/dev-server/execd/main.js, started on the first request that
- *                                         no native module takes (handoff.h)
- *   --native-addon FILE                   passed on to the Node execd (the addon its spawn.js starts processes with)
- *   --code-kernels DIR                    the code interpreter's kernel programs (lib/dev-server/execd/code-*-kernel.*);
- *                                         the javascript kernel runs on --node
+ *   --code-kernels DIR                    the code interpreter's kernel programs (lib/dev-server/execd/code-*-kernel.*)
+ *   --node PATH                           the node the javascript kernel runs on (default: `node` on PATH)
  * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
@@ -22,13 +19,11 @@
 #include <uv.h>
 
 #include "fsedit.h"
-#include "handoff.h"
 #include "server.h"
 #include "xd.h"
 
 static uv_loop_t *loop;
 static xd_server *server;
-static xd_node *node;
 static void *commands; /* commands.c: /command* */
 static void *dirs; /* dirs.c: POST /directories */
 static void *fsedit; /* fsedit.c: DELETE /files, POST /files/{permissions,mv,replace}, DELETE /directories */
@@ -73,16 +68,6 @@ static char *read_fd(int fd) {
   return s;
 }
 
-/* xd_ctx.node_running: the Node execd runs, and the request being routed is not its own (main.js --handoff passes
- * the native routes of a connection it was handed back here: an id neither knows must not go to it again) */
-static int peer_is_node(void *arg, int pid) { return pid == xd_node_pid(arg); }
-
-static int node_running(void) {
-  if (!node || !xd_node_running(node)) return 0;
-  int peer = server ? xd_server_routing_peer(server) : 0;
-  return !(peer > 0 && peer == xd_node_pid(node));
-}
-
 static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
 
 static int code_interrupt(const char *id, xd_res *res) { return xd_code_interrupt(code, id, res); }
@@ -112,8 +97,6 @@ static void shutdown_all(void) {
   code = NULL;
   xd_proxy_close(proxy);
   proxy = NULL;
-  xd_node_close(node);
-  node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
   uv_timer_init(loop, &exit_timer);
   uv_timer_start(&exit_timer, on_exit_timer, 2000, 0);
@@ -126,11 +109,8 @@ static void on_signal(uv_signal_t *h, int sig) {
     shutdown_all();
     return;
   }
-  /* --signal-forwarding: a signal execd received goes on to the foreground command (commands.c), and to the Node
-   * execd, which relays it to what it runs */
+  /* --signal-forwarding: a signal execd received goes on to the foreground command (commands.c) */
   xd_commands_relay_signal(commands, sig);
-  int pid = node ? xd_node_pid(node) : 0;
-  if (pid > 0) kill(pid, sig);
 }
 
 static void pool_noop(uv_work_t *w) {
@@ -160,10 +140,10 @@ static void size_thread_pool(uv_loop_t *loop) {
 
 int main(int argc, char **argv) {
   const char *socket_path = NULL, *port_s = NULL, *host = "127.0.0.1", *workspace = "/workspace";
-  const char *tail_s = "1000", *node_path = NULL, *node_execd = NULL, *token_fd_s = NULL, *native_addon = NULL, *code_kernels = NULL;
+  const char *tail_s = "1000", *node_path = NULL, *token_fd_s = NULL, *code_kernels = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");
   int pty_exit_race = 0, signal_forwarding = 0, pty_close_linger = 0;
-  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_NODE_EXECD, O_ADDON, O_KERNELS, O_VERSION };
+  enum { O_SOCKET = 1, O_PORT, O_HOST, O_TOKEN, O_TOKEN_FD, O_WORKSPACE, O_RACE, O_SIGFWD, O_LINGER, O_TAIL, O_NODE, O_KERNELS, O_VERSION };
   static const struct option opts[] = {
       {"socket", required_argument, NULL, O_SOCKET},
       {"port", required_argument, NULL, O_PORT},
@@ -176,8 +156,6 @@ int main(int argc, char **argv) {
       {"pty-close-linger", no_argument, NULL, O_LINGER},
       {"command-tail-ms", required_argument, NULL, O_TAIL},
       {"node", required_argument, NULL, O_NODE},
-      {"node-execd", required_argument, NULL, O_NODE_EXECD},
-      {"native-addon", required_argument, NULL, O_ADDON},
       {"code-kernels", required_argument, NULL, O_KERNELS},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
@@ -197,15 +175,12 @@ int main(int argc, char **argv) {
       case O_LINGER: pty_close_linger = 1; break;
       case O_TAIL: tail_s = optarg; break;
       case O_NODE: node_path = optarg; break;
-      case O_NODE_EXECD: node_execd = optarg; break;
-      case O_ADDON: native_addon = optarg; break; /* the Node execd's (spawn.js): passed on */
       case O_KERNELS: code_kernels = optarg; break;
       case O_VERSION: printf("osb-execd %s\n", OSB_EXECD_VERSION); return 0; /* the package's (scripts/build.js) */
       default: die("unknown option or missing value", optind > 0 && optind <= argc ? argv[optind - 1] : NULL);
     }
   }
   if (optind < argc) die("unexpected argument", argv[optind]);
-  if (!node_path || !node_execd) die("--node and --node-execd are required (the Node execd serves the routes this one does not)", NULL);
   char *token_buf = NULL;
   if (token_fd_s) {
     char *end;
@@ -219,15 +194,15 @@ int main(int argc, char **argv) {
   if (!token) token = "";
   char *end;
   long tail = strtol(tail_s, &end, 10);
-  if (*end || tail < 0) tail = 0; /* main.js: Math.max(0, Number(x) || 0) */
+  if (*end || tail < 0) tail = 0; /* as Math.max(0, Number(x) || 0): anything else is 0 */
   int port = 44772;
   if (port_s) {
     long p = strtol(port_s, &end, 10);
     if (*end || p < 0 || p > 65535) die("--port is not a port number", port_s);
     port = (int)p;
   }
-  /* as Node does at start (the Node execd did): the soft limit of open files up to the hard one, for execd's
-   * connections and its commands' pipes (inherited by the commands, as from the Node execd) */
+  /* as Node and Go do at start: the soft limit of open files up to the hard one, for execd's connections and its
+   * commands' pipes (inherited by the commands) */
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
@@ -238,7 +213,7 @@ int main(int argc, char **argv) {
 
   xd_ctx ctx = {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
-      .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
+      .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail,
       .relay_signal = relay_signal, .code_kernels = code_kernels, .node_path = node_path,
       .code_interrupt = code_interrupt,
   };
@@ -254,33 +229,13 @@ int main(int argc, char **argv) {
                              {upload, xd_upload_route}, {files, xd_files_route}, {pty, xd_pty_route},
                              {code, xd_code_route}, {proxy, xd_proxy_route}};
 
-  /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
-  char port_arg[16] = "", tail_arg[24];
-  snprintf(tail_arg, sizeof tail_arg, "%ld", tail);
-  const char *nargs[20];
-  size_t na = 0;
-  nargs[na++] = node_execd;
-  if (socket_path) nargs[na++] = "--socket", nargs[na++] = socket_path;
-  else nargs[na++] = "--port", nargs[na++] = port_arg, nargs[na++] = "--host", nargs[na++] = host;
-  nargs[na++] = "--workspace", nargs[na++] = workspace;
-  nargs[na++] = "--command-tail-ms", nargs[na++] = tail_arg;
-  if (pty_exit_race) nargs[na++] = "--pty-exit-race";
-  if (signal_forwarding) nargs[na++] = "--signal-forwarding";
-  if (pty_close_linger) nargs[na++] = "--pty-close-linger";
-  if (native_addon) nargs[na++] = "--native-addon", nargs[na++] = native_addon;
-  nargs[na] = NULL;
-  node = xd_node_new(&(xd_node_opts){.loop = loop, .node = node_path, .args = nargs, .token = token});
-  if (!node) die("out of memory", NULL);
-
   server = xd_server_new(&(xd_server_opts){
-      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes, .handoff = xd_node_give, .handoff_arg = node,
-      .peer_is_handoff = peer_is_node});
+      .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes});
   if (!server) die("out of memory", NULL);
   int rc, bound = 0;
   if (socket_path) rc = xd_server_listen_unix(server, socket_path);
   else rc = xd_server_listen_tcp(server, host, port, &bound);
   if (rc != 0) die("cannot listen", uv_strerror(rc));
-  snprintf(port_arg, sizeof port_arg, "%d", bound);
   /* /proxy/44772 reaches this execd where it listens */
   if (xd_proxy_set_self(proxy, socket_path, host, bound) != 0) die("out of memory", NULL);
 

@@ -3,7 +3,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +45,7 @@ struct xd_res {
   uint64_t body_left; /* xd_body_*: bytes announced and not written yet */
 };
 
-enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_HANDOFF, ST_CLOSING, ST_RAW };
+enum { ST_HEAD, ST_BODY, ST_ROUTED, ST_CLOSING, ST_RAW };
 enum { ACT_ROUTE, ACT_UNAUTHORIZED, ACT_PING, ACT_TOO_LARGE };
 enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
 
@@ -62,7 +61,6 @@ struct conn {
   xd_server *srv;
   conn *prev, *next;
   int is_unix;
-  int peer_pid; /* the connecting process (Unix socket, SO_PEERCRED), 0 when unknown */
   int closing;
   int eof;
   int reading;
@@ -87,11 +85,9 @@ struct conn {
   uint64_t ch_left;
   size_t trailer_bytes;
   size_t pos;    /* parse position in `in` (body) */
-  int body_cut;  /* a Content-Length body kept is moved out of `in` into `body` (a handoff puts it back between) */
   uint64_t body_total;
   osb_buf body;
   xd_res *res;
-  int handoff_pending; /* waiting for writes to finish before the fd goes */
   int close_pending;   /* close once writes are done */
   int failed;          /* a write could not be queued: closed from the loop, not inside the route's call */
   /* ST_RAW (xd_upgrade): the route's byte pipe */
@@ -112,7 +108,6 @@ struct xd_server {
   int is_unix;
   int closing;
   conn *conns;
-  const conn *routing; /* the connection whose request the routes are being asked about */
   char date[40];
   time_t date_at;
 };
@@ -292,21 +287,6 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
   return 0;
 }
 
-int xd_server_native_candidate(const char *method, const char *path) {
-  if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
-  if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
-  if (strcmp(path, "/code") == 0 || strncmp(path, "/code/", 6) == 0) return 1;
-  if (strncmp(path, "/proxy/", 7) == 0) return 1; /* proxy.c (a valid port's body is streamed, not read first) */
-  if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
-  if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
-  if (strcmp(method, "GET") == 0 && (strcmp(path, "/files/search") == 0 || strcmp(path, "/directories/list") == 0))
-    return 1;
-  if (strcmp(method, "DELETE") == 0 && (strcmp(path, "/files") == 0 || strcmp(path, "/directories") == 0)) return 1;
-  if (strcmp(method, "POST") == 0 && (strcmp(path, "/files/permissions") == 0 || strcmp(path, "/files/mv") == 0 ||
-                                      strcmp(path, "/files/replace") == 0))
-    return 1;
-  return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);
-}
 
 
 /* ---------------------------------------------------------------- xd.h: request accessors */
@@ -424,10 +404,7 @@ static void after_write(uv_write_t *w, int status) {
     res->on_drain = NULL;
     fn(res->on_drain_arg);
   }
-  if (c->pending_writes == 0) {
-    if (c->close_pending) conn_close(c);
-    else if (c->handoff_pending) process(c);
-  }
+  if (c->pending_writes == 0 && c->close_pending) conn_close(c);
 }
 
 static void idle_fire(uv_timer_t *t);
@@ -495,7 +472,6 @@ static void request_reset(conn *c) {
   c->ch_left = 0;
   c->trailer_bytes = 0;
   c->pos = 0;
-  c->body_cut = 0;
   c->body_total = 0;
   c->state = ST_HEAD;
 }
@@ -600,46 +576,6 @@ static void answer_raw_close(conn *c, const char *text) {
   reading(c, 0);
   if (conn_write(c, text, strlen(text), NULL, 0) != 0) return;
   c->close_pending = 1;
-}
-
-/* the connection comes from where connections are handed (the Node execd passing a route back) */
-static int from_handoff_peer(const conn *c) {
-  const xd_server_opts *o = &c->srv->o;
-  return c->peer_pid > 0 && o->peer_is_handoff && o->peer_is_handoff(o->handoff_arg, c->peer_pid);
-}
-
-/* hands the connection to Node once every earlier answer is written */
-static void handoff_now(conn *c) {
-  c->state = ST_HANDOFF;
-  reading(c, 0);
-  uv_timer_stop(&c->idle);
-  if (c->pending_writes > 0) {
-    c->handoff_pending = 1;
-    return;
-  }
-  c->handoff_pending = 0;
-  uv_os_fd_t fd;
-  int dupfd = -1;
-  if (uv_fileno(&c->h.handle, &fd) == 0) dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  osb_buf whole = {0}; /* head + the body moved out of `in` + what follows, when a route hands over after the body */
-  const char *bytes = c->in.data;
-  size_t len = c->in.len;
-  if (c->body_cut && c->head_len) {
-    if (osb_buf_reserve_exact(&whole, c->in.len + c->body.len) != 0) {
-      if (dupfd >= 0) close(dupfd);
-      conn_close(c);
-      return;
-    }
-    osb_buf_append(&whole, c->in.data, c->head_len);
-    osb_buf_append(&whole, c->body.data, c->body.len);
-    osb_buf_append(&whole, c->in.data + c->head_len, c->in.len - c->head_len);
-    bytes = whole.data;
-    len = whole.len;
-  }
-  if (dupfd >= 0 && c->srv->o.handoff) c->srv->o.handoff(c->srv->o.handoff_arg, dupfd, c->is_unix, bytes, len);
-  else if (dupfd >= 0) close(dupfd);
-  osb_buf_free(&whole);
-  conn_close(c);
 }
 
 /* ---------------------------------------------------------------- parsing */
@@ -761,14 +697,6 @@ static int parse_head(conn *c, size_t len) {
   return 0;
 }
 
-/* GET /pty/{id}/ws: an upgrade the native PTY module (pty.c) takes; any upgrade under /proxy/ (proxy.c) */
-static int native_upgrade(const char *path) {
-  if (strncmp(path, "/proxy/", 7) == 0) return 1;
-  if (strncmp(path, "/pty/", 5) != 0) return 0;
-  const char *id = path + 5, *slash = strchr(id, '/');
-  return slash && slash > id && strcmp(slash, "/ws") == 0;
-}
-
 static int is_upgrade(const conn *c) {
   return xd_header(&c->req, "upgrade") != NULL && has_token(xd_header(&c->req, "connection"), "upgrade");
 }
@@ -814,7 +742,6 @@ static int read_body(conn *c) {
         memmove(c->in.data + at, c->in.data + at + n, c->in.len - at - n);
         c->in.len -= n;
         c->in.data[c->in.len] = 0;
-        c->body_cut = 1;
       }
       c->cl_left -= n;
     } else if (c->ch_state == CH_SIZE || c->ch_state == CH_TRAILER) {
@@ -875,6 +802,49 @@ static xd_res *new_res(conn *c) {
   return r;
 }
 
+/* GET routes without parameters: with a trailing slash, execd's router (gin's RedirectTrailingSlash) answers 301 to the
+ * path without it when no route takes the path as it is */
+static const char *const GET_ROUTES[] = {"/ping", "/metrics", "/metrics/watch", "/files/info", "/files/download",
+                                         "/files/search", "/directories/list", "/code/contexts"};
+
+/* Go's html.EscapeString (http.Redirect's body) */
+static int html_escape(osb_buf *b, const char *s) {
+  for (; *s; s++) {
+    const char *e = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '"' ? "&#34;" : *s == '\'' ? "&#39;" : NULL;
+    if (e ? osb_buf_append_str(b, e) : osb_buf_append(b, s, 1)) return -1;
+  }
+  return 0;
+}
+
+/* What no route takes: the real execd's router answers. GET <route>/ of a GET_ROUTES route: 301 to the path without the
+ * slash (gin: Location keeps the query; http.Redirect's body); anything else (unknown path, wrong method, HEAD /ping):
+ * Go's `404 page not found`, text/plain (HEAD: the head alone, with its Content-Length). */
+static void not_found(conn *c, xd_res *res) {
+  static const char *const h404[] = {"Content-Type: text/plain"};
+  const char *m = c->req.method, *p = c->path;
+  size_t pl = strlen(p);
+  if (strcmp(m, "GET") == 0 && pl > 1 && p[pl - 1] == '/') {
+    for (size_t i = 0; i < sizeof GET_ROUTES / sizeof *GET_ROUTES; i++) {
+      if (strlen(GET_ROUTES[i]) != pl - 1 || strncmp(GET_ROUTES[i], p, pl - 1) != 0) continue;
+      osb_buf loc = {0}, hdr = {0}, body = {0};
+      int bad = osb_buf_append(&loc, p, pl - 1) || (*c->query && osb_buf_appendf(&loc, "?%s", c->query));
+      bad = bad || osb_buf_appendf(&hdr, "Location: %s", loc.data) || osb_buf_append_str(&body, "<a href=\"") ||
+            html_escape(&body, loc.data) || osb_buf_append_str(&body, "\">Moved Permanently</a>.\n\n");
+      if (bad) xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+      else {
+        const char *h[] = {"Content-Type: text/html; charset=utf-8", hdr.data};
+        xd_send(res, 301, h, 2, body.data, body.len);
+      }
+      osb_buf_free(&loc);
+      osb_buf_free(&hdr);
+      osb_buf_free(&body);
+      return;
+    }
+  }
+  if (strcmp(m, "HEAD") == 0) xd_send_head(res, 404, h404, 1, 18);
+  else xd_send(res, 404, h404, 1, "404 page not found", 18);
+}
+
 /* the request is in (head and body): answer it or route it */
 static void dispatch(conn *c) {
   c->state = ST_ROUTED;
@@ -909,36 +879,19 @@ static void dispatch(conn *c) {
   }
   xd_res *res = c->res;
   xd_server *s = c->srv;
-  const conn *outer = s->routing;
-  s->routing = c;
   int taken = 0;
   for (size_t i = 0; i < s->o.nroutes && !taken; i++) {
     const xd_route *r = &s->o.routes[i];
     taken = r->route(r->module, &c->req, res);
   }
-  s->routing = outer;
-  if (!taken) xd_handoff(res);
+  if (!taken) not_found(c, res);
 }
 
 /* handles what is buffered, one request at a time */
-/* Whether a request is the Node execd's from its head alone (before its body is read): no native route's; an upload
- * that is chunked or over XD_UPLOAD_NATIVE_MAX (upload.c holds a form in memory, the Node execd spools a large one).
- * A files GET/HEAD with a body is read (like any body: refused over 64 MiB) and answered here. */
-static int node_by_head(const conn *c) {
-  const char *m = c->req.method;
-  if (!xd_server_native_candidate(m, c->path)) return 1;
-  return strcmp(c->path, "/files/upload") == 0 && (c->chunked || c->cl_left > XD_UPLOAD_NATIVE_MAX);
-}
-
 static void process(conn *c) {
   if (c->in_process) return;
   c->in_process = 1;
   while (!c->closing && !c->failed) {
-    if (c->state == ST_HANDOFF) {
-      /* now, or once the earlier answers are written (a route that handed over while they were queued) */
-      handoff_now(c);
-      break;
-    }
     if (c->state == ST_ROUTED || c->state == ST_CLOSING || c->state == ST_RAW) break;
     if (c->state == ST_HEAD) {
       size_t skip = 0;
@@ -964,15 +917,9 @@ static void process(conn *c) {
         answer_raw_close(c, rc == -3 ? GO_NO_HOST : GO_BAD_REQUEST);
         break;
       }
-      if (is_upgrade(c)) {
-        /* WebSocket: the PTY API's is native (token checked like any request; an answer other than the 101 closes
-         * the connection, as the Node execd's); any other is Node's, target and token checks included */
-        if (rc != 0 || !native_upgrade(c->path)) {
-          handoff_now(c);
-          break;
-        }
-        c->req.wants_close = 1;
-      }
+      /* an upgrade (WebSocket): routed like any request (pty.c's /pty/{id}/ws, proxy.c's); an answer other than a
+       * 101 (a refused target, the 401, a route's error, the 404 of a route no module takes) closes the connection */
+      if (is_upgrade(c)) c->req.wants_close = 1;
       if (rc == 1) { /* a refused target: answered in order, the connection closed after it */
         if (!c->req.query) {
           answer_raw_close(c, GO_BAD_REQUEST);
@@ -1001,11 +948,6 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
-      } else if (node_by_head(c)) {
-        /* also a request of the Node execd itself (its /proxy/44772 to this execd): what no native module takes is
-         * its own, so it goes back to it; only the command routes it passes here are never handed back (xd_handoff) */
-        handoff_now(c);
-        break;
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT && xd_proxy_port(c->path) <= 0) {
         c->too_large = c->discard = 1;
         if (c->cl_left > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) {
@@ -1023,7 +965,7 @@ static void process(conn *c) {
         dispatch(c);
         continue;
       }
-      if (c->discard) { /* the head is not needed any more: nothing of this request goes to Node */
+      if (c->discard) { /* the head is not needed any more */
         osb_buf_consume(&c->in, c->head_len);
         c->head_len = 0;
       }
@@ -1259,25 +1201,6 @@ void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg) {
   res->on_close_arg = arg;
 }
 
-void xd_handoff(xd_res *res) {
-  conn *c = res->c;
-  if (!c) {
-    if (!res->in_gone) free(res);
-    return;
-  }
-  if (from_handoff_peer(c) && strncmp(c->path, "/command", 8) == 0) {
-    /* the command routes the Node execd passed here (main.js --handoff) never go back to it, or they would loop:
-     * Go's mux answer for what no route takes */
-    static const char *const h[] = {"Content-Type: text/plain"};
-    xd_send(res, 404, h, 1, "404 page not found", 18);
-    return;
-  }
-  c->res = NULL;
-  free(res);
-  c->state = ST_HANDOFF;
-  if (!c->in_process) process(c);
-}
-
 /* ---------------------------------------------------------------- xd.h: upgraded connections */
 
 const char *xd_upgrade_of(const xd_req *req) {
@@ -1398,12 +1321,6 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   }
   if (!s->is_unix) uv_tcp_nodelay(&c->h.tcp, 1);
-  else {
-    uv_os_fd_t fd;
-    struct ucred cr;
-    socklen_t crl = sizeof cr;
-    if (uv_fileno(&c->h.handle, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) c->peer_pid = (int)cr.pid;
-  }
   idle_arm(c);
   reading(c, 1);
 }
@@ -1440,8 +1357,6 @@ int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound) {
   *bound = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : ntohs(((struct sockaddr_in *)&ss)->sin_port);
   return 0;
 }
-
-int xd_server_routing_peer(const xd_server *s) { return s->routing ? s->routing->peer_pid : 0; }
 
 static void server_freed(uv_handle_t *h) { free(h->data); }
 

@@ -1,7 +1,7 @@
 /* The C execd's HTTP/1.1 server (server.c): listens on execd's Unix socket or TCP port, parses each request once
  * (request line, headers, Content-Length or chunked body; bounded), checks the access token, answers GET /ping, asks
- * the native route modules in order and hands every other request, with its connection, to the Node execd through a
- * handoff function (handoff.h). Pipelined requests are answered in order (one at a time per connection); a
+ * the route modules in order and answers what none takes as the real execd's router does (404 `404 page not found`, or
+ * 301 for a GET route with a trailing slash). Pipelined requests are answered in order (one at a time per connection); a
  * connection idle for XD_IDLE_MS between requests is closed. One libuv loop (the caller's), main thread only.
  *
  * Ownership: the server owns its connections and the xd_req/xd_res it gives the routes (xd.h). The options' strings
@@ -25,21 +25,11 @@ typedef struct {
   xd_route_fn route;
 } xd_route;
 
-/* Takes a connection for the Node execd: `fd` (a duplicate the callee owns and closes), `is_unix` its kind, and the
- * bytes already read from it (the request being handed over and anything after it), which the callee copies. */
-typedef void (*xd_handoff_fn)(void *arg, int fd, int is_unix, const char *head, size_t len);
-
 typedef struct {
   uv_loop_t *loop;
   const char *token;          /* required X-EXECD-ACCESS-TOKEN; "" or NULL: no check */
   const xd_route *routes;     /* asked in order */
   size_t nroutes;
-  xd_handoff_fn handoff;
-  void *handoff_arg;
-  /* Optional: whether the process `pid` that connected is the one connections are handed to (the Node execd, which
-   * passes the command routes back): a command route it sends is never handed to it again (Go's 404 `404 page not
-   * found` if a module asks to); anything else it sends goes to it like every request no module takes. */
-  int (*peer_is_handoff)(void *handoff_arg, int pid);
 } xd_server_opts;
 
 typedef struct xd_server xd_server;
@@ -53,16 +43,6 @@ int xd_server_listen_tcp(xd_server *s, const char *host, int port, int *bound);
 /* Closes the listener and every connection (routes' on_close callbacks run); frees the server once the handles are
  * closed (the loop must run on). */
 void xd_server_close(xd_server *s);
-
-/* While a route module is asked about a request (synchronously, from the server): the pid of the process that
- * connected (Unix socket: SO_PEERCRED; the sandbox's own pid namespace), else 0. main.c tells the modules that the
- * Node execd is not there for a request the Node execd itself sent (main.js --handoff passes the command routes back:
- * they are not handed to it again, no loop). */
-int xd_server_routing_peer(const xd_server *s);
-
-/* Whether a method + canonical path is one a native module may take: such a request's body is read before routing;
- * any other request is handed to Node as soon as its headers are in (its body, e.g. a large upload, is Node's). */
-int xd_server_native_candidate(const char *method, const char *path);
 
 /* --- the request target rules (http.js parseTarget), exposed for the fuzz target and tests --- */
 typedef struct {

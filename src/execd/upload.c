@@ -1,8 +1,7 @@
 /* upload.c: POST /files/upload of the C execd (xd.h), answering byte for byte what the Node execd answers
  * (lib/dev-server/execd/files-upload.js handleUpload): multipart pairs of a `metadata` part (JSON FileMetadata
  * {path, mode?, owner?, group?}) and a `file` part, the i-th metadata with the i-th file. The whole form is in
- * memory (the server hands a body over XD_UPLOAD_NATIVE_MAX, or chunked, to the Node execd before reading it, which
- * spools it), the metadata is checked on the loop thread, then each pair is written in order on libuv's thread pool:
+ * memory (the server reads it whole, up to XD_BODY_LIMIT), the metadata is checked on the loop thread, then each pair is written in order on libuv's thread pool:
  * parents made (mkdir -p, new directories given the owner/group), the file created or truncated 0777 before the
  * umask, written, fsynced with its directory (as the real execd), then mode and owner/group applied. A pair whose
  * metadata is wrong is answered when the pairs before it are written, as in the Node execd.

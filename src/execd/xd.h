@@ -2,8 +2,8 @@
  * (server.c). One libuv loop on the main thread runs everything; nothing here is thread-safe.
  *
  * The server parses each request ONCE (the rules of lib/dev-server/execd/http.js parseTarget: a refused target never
- * reaches a route), checks X-EXECD-ACCESS-TOKEN, answers GET /ping itself, then asks each native route module in turn;
- * a request no native module takes is handed, with its whole connection, to the Node execd (handoff.h).
+ * reaches a route), checks X-EXECD-ACCESS-TOKEN, answers GET /ping itself, then asks each route module in turn; a
+ * request no module takes gets the real execd's router answer (404 `404 page not found`, text/plain).
  *
  * Ownership: an xd_req and everything it points to belong to the server and stay valid until the route has finished
  * its response (xd_send* / xd_stream_end) or the client went away (the on_close callback has returned). An xd_res is
@@ -85,11 +85,6 @@ int xd_res_closed(const xd_res *res);
 /* fn(arg) once if the client goes away before the response is finished. Replaces a previous registration. */
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
 
-/* Hands this request, with its connection, to the Node execd (started if needed) as if no native module had taken
- * it: for a module that learns only from the request's content that it is not its own (DELETE /command?id= of a bash
- * session, which lives in the Node execd). The route returns 1 after calling it; res is no longer the route's. */
-void xd_handoff(xd_res *res);
-
 /* --- upgraded connections (WebSocket): after its 101 answer the connection is the route's, as a byte pipe --- */
 typedef struct xd_raw xd_raw;
 typedef struct {
@@ -141,9 +136,6 @@ typedef struct {
   int pty_exit_race;         /* --pty-exit-race */
   int pty_close_linger;      /* --pty-close-linger */
   uint64_t command_tail_ms;  /* --command-tail-ms: how long a /command stream stays open after its final event */
-  /* The Node execd is running (connections were handed to it): a request for an id this module does not know
-   * (DELETE /command?id= of a bash session) may be handed over instead of answered. */
-  int (*node_running)(void);
   /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
    * closed connection (pty.c) */
   void (*relay_signal)(int sig);
@@ -166,14 +158,12 @@ void xd_commands_close(void *module);              /* shutdown: kills running co
 void *xd_dirs_new(const xd_ctx *ctx);
 int xd_dirs_route(void *module, const xd_req *req, xd_res *res);
 void xd_dirs_close(void *module);
-/* upload.c: POST /files/upload (a body over XD_UPLOAD_NATIVE_MAX, or chunked, goes to the Node execd unread: it
- * spools large forms to disk, this module holds the form in memory) */
-#define XD_UPLOAD_NATIVE_MAX (8u * 1024u * 1024u)
+/* upload.c: POST /files/upload (the form is read whole, up to XD_BODY_LIMIT, like any body) */
 void *xd_upload_new(const xd_ctx *ctx);
 int xd_upload_route(void *module, const xd_req *req, xd_res *res);
 void xd_upload_close(void *module);
 /* files.c: GET /files/info, GET and HEAD /files/download (bytes, Range, offset/limit lines, streamed past 8 MiB),
- * GET /files/search, GET /directories/list: all answered here, never handed to the Node execd */
+ * GET /files/search, GET /directories/list */
 void *xd_files_new(const xd_ctx *ctx);
 int xd_files_route(void *module, const xd_req *req, xd_res *res);
 void xd_files_close(void *module);

@@ -23,7 +23,7 @@ trap cleanup EXIT
 start_execd() {
   local var=$1 log=$2 pid port=""
   shift 2
-  node "$ROOT/lib/dev-server/execd/main.js" --port 0 --workspace "$ws" "$@" >"$log" 2>&1 &
+  "${OSB_EXECD:-$ROOT/build/Release/osb-execd}" --port 0 --workspace "$ws" --code-kernels "$ROOT/lib/dev-server/execd" "$@" >"$log" 2>&1 &
   pid=$!
   execd_pids+=("$pid")
   for _ in $(seq 1 100); do # up to 10 s for "execd ready <port>"

@@ -626,9 +626,9 @@ int main(void) {
   x.code2 = xd_code_new(&ctx);
   xd_route routes[] = {{x.commands, xd_commands_route}, {x.code, xd_code_route}};
   xd_route route2 = {x.code2, xd_code_route};
-  xd_server_opts o = {.loop = &loop, .routes = routes, .nroutes = 2, .handoff = xd_handoff_502};
+  xd_server_opts o = {.loop = &loop, .routes = routes, .nroutes = 2};
   x.s1 = xd_server_new(&o);
-  x.s2 = xd_listen_one(&loop, &route2, xd_handoff_502, &fake_port);
+  x.s2 = xd_listen_one(&loop, &route2, 1, &fake_port);
   if (!x.s1 || !x.s2 || xd_server_listen_tcp(x.s1, "127.0.0.1", 0, &port) != 0) {
     printf("server did not start\n0 passed, 1 failed\n");
     return 1;

@@ -1,7 +1,7 @@
 /* POST /directories of the C execd (src/execd/dirs.c) through its real HTTP server (server.c) on loopback: a client
  * thread sends each request over TCP while the main thread runs the loop. The expected answers are the Node
  * execd's (lib/dev-server/execd/files.js), byte for byte; a body dirs.c must not answer (trailing data after the
- * JSON, a duplicate key) is handed over, which the test's handoff function records and answers with 502 itself. */
+ * JSON, a duplicate key) is not taken: the server answers it 404, as the real execd's router answers what no route takes. */
 #include "harness.h"
 #include "xd_loopback.h"
 
@@ -103,19 +103,19 @@ static void test_errors(void) {
   expect("{\"file/x\":{\"mode\":755}}", 500, answer);
 }
 
-static void test_handed_over(void) {
-  int before = xd_handed;
-  expect("{\"x\":{}} trailing", 502, "");
-  expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 502, "");
-  expect("{\"z\":{\"mode\":[7]}}", 502, "");
-  CHECK(xd_handed == before + 3);
+static void test_declined(void) {
+  int before = xd_declined;
+  expect("{\"x\":{}} trailing", 404, XD_NOT_FOUND);
+  expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 404, XD_NOT_FOUND);
+  expect("{\"z\":{\"mode\":[7]}}", 404, XD_NOT_FOUND);
+  CHECK(xd_declined == before + 3);
   CHECK(mode_of("x") == -1 && mode_of("y") == -1 && mode_of("z") == -1);
 }
 
 static void client(void) {
   RUN(test_creates);
   RUN(test_errors);
-  RUN(test_handed_over);
+  RUN(test_declined);
 }
 
 int main(void) {

@@ -297,7 +297,7 @@ static void set_mtime(const char *rel, time_t s) {
 
 /* Everything is answered here now (nothing goes to the Node execd), as the real execd answers it. */
 static void test_nothing_handed(void) {
-  int before = xd_handed;
+  int before = xd_declined;
   char body[4096], answer[4096], a[1200], b[1200];
   /* a base name that is not ASCII: the RFC 5987 form with Go's url.PathEscape ( ( ) escaped, $ & + : = @ kept) */
   put("\xc3\xa9t\xc3\xa9 (1)&=", "e");
@@ -353,7 +353,7 @@ static void test_nothing_handed(void) {
   CHECK_STR(got, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\nDate: "
                  "<date>\r\nContent-Length: 2\r\n\r\n{}");
   free(got);
-  CHECK(xd_handed == before);
+  CHECK(xd_declined == before);
 }
 
 static void test_ranges(void) {

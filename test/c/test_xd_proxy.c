@@ -840,13 +840,12 @@ int main(void) {
   xd_ctx ctx = {0};
   ctx.loop = &loop;
   void *module = xd_proxy_new(&ctx);
-  xd_route route = {module, xd_proxy_route};
+  xd_route route[] = {{module, xd_proxy_route}, XD_DECLINED};
   xd_server_opts o = {0};
   o.loop = &loop;
   o.token = TOKEN;
-  o.routes = &route;
-  o.nroutes = 1;
-  o.handoff = xd_handoff_502;
+  o.routes = route;
+  o.nroutes = 2;
   xd_server *server = xd_server_new(&o);
   /* B: execd itself on a Unix socket, for the first one's /proxy/44772 */
   char dir[64], sock[100];
@@ -856,8 +855,8 @@ int main(void) {
   char missing[110];
   snprintf(missing, sizeof missing, "%s/missing.sock", dir);
   void *module_b = xd_proxy_new(&ctx);
-  xd_route route_b = {module_b, xd_proxy_route};
-  o.routes = &route_b;
+  xd_route route_b[] = {{module_b, xd_proxy_route}, XD_DECLINED};
+  o.routes = route_b;
   xd_server *server_b = xd_server_new(&o);
   if (!module || !server || xd_server_listen_tcp(server, "127.0.0.1", 0, &port) != 0 || !module_b || !server_b ||
       xd_server_listen_unix(server_b, sock) != 0 || xd_proxy_set_self(module, sock, NULL, 0) != 0 ||
@@ -872,6 +871,6 @@ int main(void) {
   up_stop = 1;
   pthread_join(svc, NULL);
   close(up_fd);
-  CHECK(xd_handed == 0);
+  CHECK(xd_declined == 0);
   return t_summary();
 }

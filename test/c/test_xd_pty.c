@@ -483,11 +483,6 @@ static void on_done(uv_async_t *a) {
   uv_close((uv_handle_t *)a, NULL);
 }
 
-static void on_handoff(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  close(fd);
-}
-
 int main(void) {
   if (!t_tempdir(ws_dir, sizeof ws_dir, "pty")) return printf("0 passed, 1 failed\n"), 1;
   uv_loop_t loop;
@@ -495,7 +490,7 @@ int main(void) {
   xd_ctx ctx = {.loop = &loop, .workspace = ws_dir};
   pty = xd_pty_new(&ctx);
   xd_route route = {pty, xd_pty_route};
-  server = pty ? xd_listen_one(&loop, &route, on_handoff, &port) : NULL;
+  server = pty ? xd_listen_one(&loop, &route, 1, &port) : NULL;
   if (!server) return printf("cannot start\n0 passed, 1 failed\n"), 1;
   uv_async_init(&loop, &done_async, on_done);
   pthread_t t;

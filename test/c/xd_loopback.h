@@ -16,15 +16,14 @@
 #include <unistd.h>
 #include "execd/server.h"
 
-/* A server on `loop` asking the one module `route` (borrowed: the server keeps the pointer, so it must outlive it),
- * handing everything else to `handoff`, listening on 127.0.0.1 on a free port (*port). NULL when it cannot start;
- * the caller closes it (xd_server_close). */
-static inline xd_server *xd_listen_one(uv_loop_t *loop, const xd_route *route, xd_handoff_fn handoff, int *port) {
+/* A server on `loop` asking the `nroutes` modules `routes` in order (borrowed: the server keeps the pointer, so they
+ * must outlive it; end them with XD_DECLINED to count what none takes), listening on 127.0.0.1 on a free port
+ * (*port). NULL when it cannot start; the caller closes it (xd_server_close). */
+static inline xd_server *xd_listen_one(uv_loop_t *loop, const xd_route *routes, size_t nroutes, int *port) {
   xd_server_opts o = {0};
   o.loop = loop;
-  o.routes = route;
-  o.nroutes = 1;
-  o.handoff = handoff;
+  o.routes = routes;
+  o.nroutes = nroutes;
   xd_server *server = xd_server_new(&o);
   if (server && xd_server_listen_tcp(server, "127.0.0.1", 0, port) != 0) {
     xd_server_close(server);
@@ -104,19 +103,19 @@ static inline long xd_owner_in(const char *ws, const char *rel) {
   return stat(p, &st) == 0 ? (long)st.st_uid : -1;
 }
 
-/* Requests handed over by the module tests' server (counted on the loop thread by xd_handoff_502). */
-static _Atomic int xd_handed __attribute__((unused));
+/* Requests no module of a test's server took (counted on the loop thread by xd_declined_route, the last route of
+ * the table: the server then answers them itself, 404 `404 page not found`). */
+static _Atomic int xd_declined __attribute__((unused));
 
-/* The stand-in for the Node execd: counts the connection in xd_handed and answers it 502 so the client is not left
- * waiting. */
-static inline void xd_handoff_502(void *arg, int fd, int is_unix, const char *head, size_t len) {
-  (void)arg, (void)is_unix, (void)head, (void)len;
-  xd_handed++;
-  static const char reply[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  ssize_t w = write(fd, reply, sizeof reply - 1);
-  (void)w;
-  close(fd);
+static inline int xd_declined_route(void *module, const xd_req *req, xd_res *res) {
+  (void)module, (void)req, (void)res;
+  xd_declined++;
+  return 0;
 }
+#define XD_DECLINED {NULL, xd_declined_route}
+
+/* The answer of a request no route takes, as xd_roundtrip gives its body. */
+#define XD_NOT_FOUND "404 page not found"
 
 typedef struct {
   uv_async_t done;
@@ -170,7 +169,7 @@ static inline void xd_close_both_(void *arg) {
 
 /* The main() of a route module's test (harness.h first): a fresh workspace /tmp/osb-test-<name>-XXXXXX written into
  * ws (cap bytes), the module made for it (new_fn, from *base's options when base is given: loop and workspace are set
- * here) and served on loopback (*port; what it does not take goes to xd_handoff_502), client() run, then the server
+ * here) and served on loopback (*port; what it does not take is counted in xd_declined, answered 404), client() run, then the server
  * and the module closed and the workspace removed. Returns t_summary(). */
 static inline int xd_module_test_with(const char *name, char *ws, size_t cap, int *port, const xd_ctx *base,
                                       void *(*new_fn)(const xd_ctx *), xd_route_fn route_fn, void (*close_fn)(void *),
@@ -186,8 +185,8 @@ static inline int xd_module_test_with(const char *name, char *ws, size_t cap, in
   ctx.loop = &loop;
   ctx.workspace = ws;
   void *module = new_fn(&ctx);
-  xd_route route = {module, route_fn};
-  xd_server *server = module ? xd_listen_one(&loop, &route, xd_handoff_502, port) : NULL;
+  xd_route routes[] = {{module, route_fn}, XD_DECLINED};
+  xd_server *server = module ? xd_listen_one(&loop, routes, 2, port) : NULL;
   if (!server) {
     printf("server did not start\n0 passed, 1 failed\n");
     return 1;

@@ -1,11 +1,9 @@
-// execd route module: reverse proxy `ANY /proxy/{port}/{path}` to 127.0.0.1:{port} inside the sandbox (HTTP and
-// WebSocket), as execd's own proxy that Docker bridge endpoints use (`…/proxy/44772`). /proxy/44772 reaches this
-// execd itself wherever it listens. The HTTP and upgrade forwarding helpers are also used on the host by the
-// lifecycle server (server proxy route, header-checking relay).
-import { createRequire } from 'node:module';
+// Reverse proxying of the host-side lifecycle server: the server proxy route (index.js) and the header-checking relays
+// (relay.js) forward HTTP requests and upgrades to a sandbox's execd (its Unix socket) or to a port. Inside the sandbox
+// the C execd's /proxy/{port} route does the last hop (src/execd/proxy.c).
+import http from 'node:http';
 import net from 'node:net';
 import { sendJson } from './http.js';
-const http = createRequire(import.meta.url)('node:http'); // not an ESM import: see main.js
 
 export const EXECD_PORT = 44772;
 /**
@@ -148,32 +146,4 @@ export function proxyRoute(url) {
 export function isAppRoute(url) {
   const p = proxyRoute(url);
   return !!p && p.bad === undefined && p.port !== EXECD_PORT;
-}
-
-export function createRoutes(ctx) {
-  const targetFor = (port) => (port === EXECD_PORT ? ctx.self : { host: '127.0.0.1', port });
-  // a sandbox's service never sees a token (execd itself checks its own)
-  const dropFor = (port) => (port === EXECD_PORT ? undefined : APP_DROP_HEADERS);
-  return {
-    handle(req, res, url) {
-      const p = proxyRoute(url);
-      if (!p) return false;
-      if (p.bad !== undefined) {
-        sendJson(res, 400, { code: 'INVALID_REQUEST_BODY', message: `invalid port: ${p.bad}` });
-        return true;
-      }
-      proxyRequest(req, res, targetFor(p.port), p.path, { drop: dropFor(p.port) });
-      return true;
-    },
-    upgrade(req, socket, head, url) {
-      const p = proxyRoute(url);
-      if (!p) return false;
-      if (p.bad !== undefined) {
-        socket.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
-        return true;
-      }
-      proxyUpgrade(req, socket, head, targetFor(p.port), p.path, { drop: dropFor(p.port) });
-      return true;
-    },
-  };
 }
