@@ -1,7 +1,7 @@
-// The C execd (src/execd/, osb-execd) in front of the Node execd: a real server and sandbox, raw sockets to the
-// sandbox's execd endpoint. The C execd answers ping, POST /directories and commands without Node; the first other request
-// starts the Node execd (main.js --handoff) and is answered by it on the same connection; Node killed -> started again
-// at the next handed-off request; pipelined requests in order; its own 401/400 answers byte for byte.
+// The C execd (src/execd/, osb-execd), the one execd of every sandbox: a real server and sandbox, raw sockets to the
+// sandbox's execd endpoint. Every route is answered by it with nothing of ours started below it (no Node, no Python, no
+// shell script); what no route takes gets the real execd's router answers (404, the 301 of a trailing slash) in order
+// on a kept-alive connection; pipelined requests in order; its own 401/400 answers byte for byte.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -9,7 +9,6 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { startServer } from '../lib/dev-server/index.js';
 import { execdBinary } from '../lib/dev-server/execd-binary.js';
 import { descendants } from '../lib/dev-server/proctree.js';
@@ -78,10 +77,9 @@ let secure = ''; // the endpoint's headers, as header lines
 let secureHeaders = {};
 const get = (p, extra = '') => `GET ${p} HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n${extra}\r\n`;
 const PING_OK = 'HTTP/1.1 200 OK\r\nDate: <date>\r\nContent-Length: 0\r\n\r\n';
-// a request the Node execd answers (the read-only files routes are the C execd's now): the metrics snapshot
-const NODE_FILES = '/metrics';
+const NOT_FOUND = { head: 'HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nDate: <date>\r\nContent-Length: 18\r\n\r\n', body: '404 page not found' };
 
-describe('the C execd: native answers, the handoff to the Node execd', function () {
+describe('the C execd: every answer its own', function () {
   this.timeout(60000);
   let server;
   let work;
@@ -90,11 +88,12 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
 
   /** The sandbox's processes (host pids) below the C execd, with their argv. */
   const procs = () => descendants(execdPid).map((pid) => ({ pid, argv: cmdline(pid) })).filter((p) => p.argv.length);
-  const nodeExecd = () => procs().filter((p) => p.argv.includes('--handoff'));
+  /** Programs of ours below execd (the package's scripts: a Node execd, pty-helper.py, a kernel): none here. */
+  const nodeExecd = () => procs().filter((p) => p.argv.some((a) => a.includes('lib/dev-server')));
 
   before(async function () {
     if (!execdBinary()) {
-      // the C execd is part of the build (npm run build); a tree without it runs execd on Node alone
+      // the C execd is part of the build (npm run build); the server does not start without it
       throw new Error('no osb-execd binary: build it first (node scripts/build.js)');
     }
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-'));
@@ -238,110 +237,20 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.deepEqual(nodeExecd(), []);
   });
 
-  it('the first request for the Node execd starts it and is answered; later ones go to the same Node', async () => {
-    const first = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
-    assert.equal(first.status, 200, first.text);
-    assert.equal(typeof first.json.cpu_count, 'number', first.text);
-    const nodes = nodeExecd();
-    assert.equal(nodes.length, 1, JSON.stringify(procs()));
-    const again = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
-    assert.equal(again.status, 200);
-    assert.deepEqual(nodeExecd().map((p) => p.pid), nodes.map((p) => p.pid));
-  });
-
-  it('a keep-alive connection: a native answer first, then a handed-off one, in order on the same connection', async () => {
-    const { text, socket } = await exchange(sb.port, get('/ping'), { done: (t) => t.endsWith('\r\n\r\n'), keep: true });
-    assert.deepEqual(answers(text), [{ head: PING_OK, body: '' }]);
-    const second = await new Promise((resolve, reject) => {
-      let got = '';
-      const timer = setTimeout(() => reject(new Error(`no answer: ${got}`)), 15000);
-      socket.on('data', (d) => {
-        got += d.toString('latin1');
-        const a = answers(got);
-        if (a.length) {
-          clearTimeout(timer);
-          resolve(a);
-        }
-      });
-      socket.write(get(NODE_FILES));
-    });
-    socket.destroy();
-    assert.equal(second.length, 1);
-    assert.match(second[0].head, /^HTTP\/1\.1 200 OK\r\nContent-Type: application\/json; charset=utf-8\r\n/);
-    assert.equal(typeof JSON.parse(second[0].body).cpu_count, 'number');
-  });
-
-  it('native routes on a connection handed to Node go back to the C execd: one command registry', async () => {
-    const body = JSON.stringify({ command: 'sleep 0.2; echo bg', background: true });
-    // a files request hands the connection over; the background command then sent on it is the C execd's
-    const reqs = get(NODE_FILES) +
-      `POST /command HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
-    const text = await exchange(sb.port, reqs);
-    const id = /"type":"init","text":"([0-9a-f]{32})"/.exec(text)?.[1];
-    assert.ok(id, text);
-    // its status on a fresh connection (answered by the C execd), then its log once it is done
-    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
-    const status = await request(`http://127.0.0.1:${sb.port}/command/status/${id}`, { headers });
-    assert.equal(status.status, 200, status.text);
-    assert.equal(status.json.id, id);
-    await waitFor(async () => (await request(`http://127.0.0.1:${sb.port}/command/status/${id}`, { headers })).json.running === false, { timeoutMs: 10000, message: 'the command ends' });
-    const logs = await request(`http://127.0.0.1:${sb.port}/command/${id}/logs?cursor=0`, { headers });
-    assert.deepEqual([logs.status, logs.text], [200, 'bg\n']);
-    // an id neither execd knows, deleted on a handed connection: the C execd's answer, not a loop between the two
-    const del = await exchange(sb.port, get(NODE_FILES) + `DELETE /command?id=nope HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`);
-    assert.match(del, /HTTP\/1\.1 500 Internal Server Error\r\n[^]*\{"code":"RUNTIME_ERROR","message":"error interruptting code context\. no such session"\}$/);
-    assert.equal(nodeExecd().length, 1);
-  });
-
-  // Regression: a PTY session made on a keep-alive connection that a files request had handed to Node was Node's, so
-  // the WebSocket (a fresh connection, the C execd's) got 404 and Mastra's LSP servers never started.
-  it('PTY routes on a connection handed to Node go back to the C execd: one session registry, the WebSocket too', async () => {
-    const body = JSON.stringify({ command: 'echo pty-$((6*7))' });
-    const reqs = get(NODE_FILES) +
-      `POST /pty HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
-    const made = answers(await exchange(sb.port, reqs));
-    assert.equal(made.length, 2);
-    assert.match(made[1].head, /^HTTP\/1\.1 201 Created\r\n/);
-    const id = JSON.parse(made[1].body).session_id;
-    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
-    const status = await request(`http://127.0.0.1:${sb.port}/pty/${id}`, { headers });
-    assert.deepEqual([status.status, status.json], [200, { session_id: id, running: false, output_offset: 0 }]);
-    // the WebSocket on a connection handed over first, then on a fresh one: both reach the C execd's session
-    const upgrade = `GET /pty/${id}/ws?pty=0 HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nUpgrade: websocket\r\n` +
-      'Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n';
-    for (const pre of [get(NODE_FILES), '']) {
-      const text = await exchange(sb.port, pre + upgrade, { done: (t) => t.includes('process exited') });
-      assert.match(text, /HTTP\/1\.1 101 Switching Protocols\r\n[^]*Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=\r\n/);
-      assert.match(text, /\x01pty-42\n[^]*\{"type":"exit","exit_code":0\}\n[^]*\x03\xe8process exited$/);
-    }
-    const del = await request(`http://127.0.0.1:${sb.port}/pty/${id}`, { method: 'DELETE', headers });
-    assert.equal(del.status, 200);
-  });
-
-  it('pipelined requests, native and handed off, are answered in order', async () => {
-    const reqs = get('/ping') + get('/ping') + get(NODE_FILES) + get('/ping');
-    const text = await exchange(sb.port, reqs, { done: (t) => answers(t).length === 4 });
+  it('what no route takes: the real execd\'s router answers, in order on a kept-alive connection, with nothing started', async () => {
+    const reqs = get('/ping') + get('/no/such/route') + get('/ping/') + `HEAD /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n\r\n`
+      + `PUT /ping HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nContent-Length: 2\r\n\r\nhi` + get('/ping');
+    const text = await exchange(sb.port, reqs, { done: (t) => (t.match(/HTTP\/1\.1 /g) ?? []).length === 6 && t.endsWith('\r\n\r\n') });
     const a = answers(text);
-    assert.deepEqual(a.slice(0, 2), [{ head: PING_OK, body: '' }, { head: PING_OK, body: '' }]);
-    assert.match(a[2].head, /^HTTP\/1\.1 200 OK\r\n/);
-    assert.equal(typeof JSON.parse(a[2].body).cpu_count, 'number');
-    // once handed off, the connection is Node's: its ping answer is Node's (with Node's keep-alive headers)
-    assert.match(a[3].head, /^HTTP\/1\.1 200 OK\r\nContent-Length: 0\r\nDate: <date>\r\nConnection: keep-alive\r\n/);
-  });
-
-  it('the Node execd killed: the next handed-off request starts it again and is answered', async () => {
-    await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
-    const [old] = nodeExecd();
-    assert.ok(old, 'a Node execd runs');
-    process.kill(old.pid, 'SIGKILL');
-    await waitFor(() => !nodeExecd().some((p) => p.pid === old.pid), { timeoutMs: 10000, message: 'the killed Node execd is gone' });
-    // the C execd answers its own routes meanwhile
-    assert.equal((await request(`http://127.0.0.1:${sb.port}/ping`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } })).status, 200);
-    const r = await request(`http://127.0.0.1:${sb.port}${NODE_FILES}`, { headers: { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN } });
-    assert.equal(r.status, 200, r.text);
-    const now = nodeExecd();
-    assert.equal(now.length, 1);
-    assert.notEqual(now[0].pid, old.pid);
+    assert.deepEqual(a[0], { head: PING_OK, body: '' });
+    assert.deepEqual(a[1], NOT_FOUND);
+    assert.deepEqual(a[2], { head: 'HTTP/1.1 301 Moved Permanently\r\nContent-Type: text/html; charset=utf-8\r\nLocation: /ping\r\nDate: <date>\r\nContent-Length: 40\r\n\r\n', body: '<a href="/ping">Moved Permanently</a>.\n\n' });
+    // HEAD: the head alone (answers() reads its Content-Length as a body: the next answer's first 18 bytes)
+    assert.match(text, /HTTP\/1\.1 404 Not Found\r\nContent-Type: text\/plain\r\nDate: [^\r]*\r\nContent-Length: 18\r\n\r\nHTTP\/1\.1 404 Not Found\r\n[^]*\r\n\r\n404 page not foundHTTP\/1\.1 200 OK\r\n/);
+    // an upgrade to a route no module has: the 404, then the connection closes (the Node execd died of a reset here)
+    const up = await exchange(sb.port, get('/code/ws', 'Connection: Upgrade\r\nUpgrade: websocket\r\n'));
+    assert.equal(up.replace(/Date: [^\r]*/, 'Date: <date>'), 'HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nConnection: close\r\nDate: <date>\r\nContent-Length: 18\r\n\r\n404 page not found');
+    assert.deepEqual(nodeExecd(), []);
   });
 
   it('401 without the token and 400 for a refused target, byte for byte', async () => {
@@ -380,10 +289,9 @@ describe('the C execd standalone', function () {
 
   it('raises its open-files soft limit to the hard one, as Node does, and its commands inherit it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-fd-'));
-    const main = fileURLToPath(new URL('../lib/dev-server/execd/main.js', import.meta.url));
     // started with a soft limit of 256 (as under a service manager's low default)
     const child = spawn('/bin/sh', ['-c', 'ulimit -Sn 256 && exec "$@"', 'sh', execdBinary(), '--socket', path.join(dir, 'x.sock'),
-      '--workspace', dir, '--command-tail-ms', '0', '--node', process.execPath, '--node-execd', main], { stdio: ['ignore', 'pipe', 'inherit'] });
+      '--workspace', dir, '--command-tail-ms', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
     try {
       let out = '';
       child.stdout.on('data', (d) => { out += d; });

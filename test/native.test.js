@@ -11,6 +11,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { startServer } from '../lib/dev-server/index.js';
+import { checkExecdBinary } from '../lib/dev-server/execd-binary.js';
 import { Lifecycle, Execd, stats } from '../lib/native.js';
 import { OpenSandboxProcessManager, OpenSandboxSandbox } from '../lib/index.js';
 import { uploadFiles } from '../lib/files.js';
@@ -342,7 +343,7 @@ describe('native API (C core) against the local server', function () {
       // The dev server relays execd through this process, which a blocked JS thread would stall too: use a
       // standalone execd child process as the peer here.
       const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-native-'));
-      const child = spawn(process.execPath, [path.join(root, 'lib/dev-server/execd/main.js'), '--port', '0', '--workspace', ws],
+      const child = spawn(checkExecdBinary(), ['--port', '0', '--workspace', ws],
         { stdio: ['ignore', 'pipe', 'inherit'] });
       try {
         let out = '';

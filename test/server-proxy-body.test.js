@@ -1,4 +1,4 @@
-// The HTTP forwarding helper behind the server proxy route, the relays and execd's /proxy (execd/proxy.js
+// The HTTP forwarding helper behind the server proxy route, the relays and execd's /proxy (lib/dev-server/proxy.js
 // proxyRequest) against a real target process on a Unix socket: request bodies arrive byte-exact (Content-Length,
 // chunked, large enough for backpressure, empty), and the answer of a target that reads the whole body, answers and
 // closes the connection at once (execd does: the proxy's request says `Connection: close`) is passed on, never a 502.
@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { spawn } from 'node:child_process';
-import { proxyRequest } from '../lib/dev-server/execd/proxy.js';
+import { proxyRequest } from '../lib/dev-server/proxy.js';
 
 // the target: answers every request, once its body is read, with 201 and the body's length and sha256 (and, as the
 // proxy's request says `Connection: close`, closes the connection)
