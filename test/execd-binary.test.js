@@ -1,6 +1,6 @@
 // The local server runs the C execd osb-execd in every sandbox, and nothing else: a missing or unrunnable osb-execd
-// stops startServer with an error naming the path (before any data directory is made), never a silent fallback to
-// the Node execd alone. The addon named by MASTRA_OPENSANDBOX_ADDON with no osb-execd beside it, a
+// stops startServer with an error naming the path (before any data directory is made), never a silent fallback.
+// The addon named by MASTRA_OPENSANDBOX_ADDON with no osb-execd beside it, a
 // MASTRA_OPENSANDBOX_EXECD that does not exist, is not a file, cannot be executed, or does not print its version.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

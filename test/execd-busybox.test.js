@@ -4,7 +4,7 @@
 // back to `sh -c` without bash: busybox's ash here), `~` resolved from the root's own /etc/passwd (no NSS), owner names
 // in files info from its /etc/passwd and /etc/group, uploads, info, downloads and POST /directories. What does not:
 // the PTY API runs `bash` (as upstream's pty_session.go, which has no fallback), so a session's start fails with
-// the error frame this test pins down; a route the C execd hands to the Node execd has no Node to go to.
+// the error frame this test pins down.
 // The same root plus Debian's bash-static as /bin/bash (a static bash: still no library in the root): the PTY API in
 // pipe mode (stdin, stdout, stderr apart, exit code) and in PTY mode.
 // Skipped (with the reason) when no static osb-execd is built (npm run prebuild), busybox-static or bash-static is
@@ -123,8 +123,7 @@ async function bootRoot(ctx, { bash = false } = {}) {
   const sock = path.join(root, 'run', 'execd', 'execd.sock');
   const child = spawn(bwrap, ['--unshare-all', '--die-with-parent', '--new-session', '--uid', '1000', '--gid', '1000',
     '--bind', root, '/', '--proc', '/proc', '--dev', '/dev', '--clearenv', '--setenv', 'PATH', '/bin:/sbin', '--chdir', '/',
-    '--', '/sbin/osb-execd', '--socket', '/run/execd/execd.sock', '--workspace', '/workspace', '--command-tail-ms', '0',
-    '--node', '/nonexistent/node', '--node-execd', '/nonexistent/main.js'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    '--', '/sbin/osb-execd', '--socket', '/run/execd/execd.sock', '--workspace', '/workspace', '--command-tail-ms', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let stderr = '';
   child.stdout.on('data', (d) => { out += d; });

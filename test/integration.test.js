@@ -136,9 +136,9 @@ describe('OpenSandboxSandbox Mastra integration', function () {
       await s._start();
       const first = s.opensandbox.sandboxId;
       // this sandbox's execd, stopped: the upload cannot finish before the DELETE lands, however fast the machine
-      // (the C execd osb-execd, or the Node execd when it runs alone; a fresh sandbox has not started the Node one)
+      // (osb-execd)
       const execd = descendants(process.pid).filter((p) => !before.has(p) &&
-        (cmdline(p)[0]?.endsWith('/osb-execd') || cmdline(p)[1]?.endsWith('execd/main.js')));
+        cmdline(p)[0]?.endsWith('/osb-execd'));
       assert.equal(execd.length, 1, `one new execd: ${execd}`);
       process.kill(execd[0], 'SIGSTOP');
       const big = Buffer.alloc(96 * 1024 * 1024, 5);

@@ -26,10 +26,9 @@ function cmdline(pid) {
     return [];
   }
 }
-/** An execd process: the C execd (osb-execd) or the Node execd (node …/execd/main.js; not bwrap). */
+/** An execd process (osb-execd; not bwrap). */
 function isExecd(pid) {
-  const c = cmdline(pid);
-  return Boolean(c[0]?.endsWith('/osb-execd') || c[1]?.endsWith('execd/main.js'));
+  return Boolean(cmdline(pid)[0]?.endsWith('/osb-execd'));
 }
 /** Direct children of pid (Linux /proc/<pid>/task/<pid>/children). */
 function childrenOf(pid) {
@@ -49,10 +48,6 @@ function rssMb(pid) {
   }
   const m = /VmRSS:\s+(\d+) kB/.exec(status);
   return m ? Number(m[1]) / 1024 : 0;
-}
-/** The Node execd the C execd started (a child of it running main.js; a vfork child about to exec shows the C execd's own argv and is not one). */
-function isNodeExecd(pid) {
-  return Boolean(cmdline(pid)[1]?.endsWith('execd/main.js'));
 }
 /** Bytes a process has written so far (Linux /proc/<pid>/io wchar). */
 function written(pid) {
@@ -86,10 +81,9 @@ describe('dev-server execd bounded memory (soak)', function () {
   const phases = []; // [title, peak MB] per test
 
   const sample = () => {
-    // the C execd and the Node execd it hands routes to (started on the first such request) count together; a
-    // command's vfork child shows the C execd's argv until it execs, and is gone a moment later (regression: the
-    // sampler read a zombie's status without VmRSS and threw)
-    const mb = [execdPid, ...childrenOf(execdPid).filter(isNodeExecd)].reduce((sum, pid) => sum + rssMb(pid), 0);
+    // execd alone (a command's vfork child shows execd's argv until it execs, and is gone a moment later; regression:
+    // the sampler read a zombie's status without VmRSS and threw)
+    const mb = rssMb(execdPid);
     peak = Math.max(peak, mb);
     if (phases.length) phases.at(-1)[1] = Math.max(phases.at(-1)[1], mb);
     return mb;
@@ -106,7 +100,7 @@ describe('dev-server execd bounded memory (soak)', function () {
 
   before(async () => {
     ({ server, sbx, execd, viaProxy } = await sandboxOnServer());
-    const pids = descendants(process.pid).filter(isExecd); // parents first: the sandbox's execd, then a Node execd below it
+    const pids = descendants(process.pid).filter(isExecd); // parents first: the sandbox's execd (a command's vfork child, before its exec, below it)
     execdPid = pids[0];
     assert.deepEqual(pids.filter((p) => p !== execdPid && !childrenOf(execdPid).includes(p)), [], 'exactly one execd in this process tree');
     sample();

@@ -1,7 +1,7 @@
 /* Unit tests of the C execd's commands rules (src/execd: json.c, lines.c, logring.c, cmdreq.c): Go's JSON string
  * escaping and JavaScript's number text, the line splitter (terminators, long lines cut at UTF-8 boundaries, stop
  * and resume), the bounded log ring, Go's int64 Duration arithmetic, the request validation wording and the path
- * expansion. The expected texts are what the Node execd (lib/dev-server/execd) answers. The sources are compiled
+ * expansion. The expected texts are what the Node execd (lib/dev-server/execd, now deleted) answered. The sources are compiled
  * into this test (one translation unit), so the Makefile needs only the test's name. */
 #define _GNU_SOURCE /* the sources below use memmem and pipe2 */
 #include "harness.h"
