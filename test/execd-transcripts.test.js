@@ -23,13 +23,6 @@ const DOC = new URL('../docs/dev-server-execd.md', import.meta.url);
  * server itself varies here, so the entry may match nothing in a run.
  */
 const ALLOWED = [
-  {
-    id: 'T1', files: /./, labels: /./, aspects: /^(headers|header:connection)$/,
-    // only the two headers Node adds to a keep-alive answer where Go writes no Connection header
-    when: (d) => (d.aspect === 'headers'
-      ? d.actual?.split(', ').filter((h) => h !== 'connection' && h !== 'keep-alive').join(', ') === d.expected
-      : d.expected === undefined && d.actual === 'keep-alive'),
-  },
   { id: 'T2', files: /^03-/, labels: /^start failure: uid 54321 cannot chdir/, aspects: /^events$/ },
   { id: 'T3', files: /^04-/, labels: /^timeout 1 ms/, aspects: /^events$/, racy: true },
   {
