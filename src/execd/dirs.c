@@ -6,7 +6,7 @@
  * The body is checked against the JSON grammar here, then parsed with cJSON on the loop thread; the file system work
  * runs on libuv's thread pool (a stalled file system never blocks the loop that answers /ping and the commands), and
  * the answer goes out on the loop thread. What this module cannot answer exactly like the Node execd, it does not
- * take (the route returns 0 and the request goes to the Node execd): a body that is not valid UTF-8 or JSON (other than
+ * take (the route returns 0: the server's 404, as for a route no module has): a body that is not valid UTF-8 or JSON (other than
  * one cut short), \u0000 and surrogate escapes, duplicate or array-index keys (JavaScript orders and merges those),
  * and a mode that is an array or an object (JSON.stringify's text of it). */
 #include "xd.h"
@@ -155,7 +155,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
     return 1;
   }
   cJSON *root = cJSON_ParseWithLength(req->body, req->body_len);
-  if (!root) return 0; /* deeper than cJSON goes, or out of memory: the Node execd answers */
+  if (!root) return 0; /* deeper than cJSON goes, or out of memory: not taken */
   int taken = 1;
   osb_buf msg = {0};
   dirs_job *job = NULL;

@@ -7,7 +7,7 @@
  * owner/group for P: chown P: ...", a query path that is not UTF-8 is used as its bytes, one with a NUL byte is
  * refused as Go's system calls refuse it (EINVAL), a mode that is an array or object gets Go's decoder error, and body
  * strings are Go's (bytes that are not UTF-8 and lone surrogates U+FFFD, \u0000 a NUL byte: xd_go_json_strings). What
- * this module cannot answer alike it leaves to the Node execd (the route returns 0): a body with both \u0000 and
+ * this module cannot answer alike it does not take (the route returns 0: the server's 404): a body with both \u0000 and
  * U+10FFFE (the NUL's stand-in), or one that JavaScript and cJSON read differently otherwise. */
 #include "fsedit.h"
 
@@ -1235,7 +1235,7 @@ static int object_members(const cJSON *obj, member **out, size_t *count) {
 
 typedef enum { PARSED, ANSWERED, NOT_MINE } parse_rc;
 
-/* The body as JSON: PARSED with *root, ANSWERED (a 400 or 500 went out), NOT_MINE (the Node execd's). Strings are
+/* The body as JSON: PARSED with *root, ANSWERED (a 400 or 500 went out), NOT_MINE (not taken). Strings are
  * Go's (xd_go_json_strings): *nul set when one has a NUL byte (NUL_MARK in the tree). */
 static parse_rc parse_body(const xd_req *req, xd_res *res, cJSON **root, int *nul) {
   *root = NULL;

@@ -22,7 +22,7 @@ int xd_is_integer(double v);
 /* The strict JSON grammar (RFC 8259) over a whole body, only whitespace after the value, at most 512 levels deep:
  * XD_JSON_OK; XD_JSON_EOF when the input ended early (a Go decoder's "unexpected EOF"); XD_JSON_OTHER for anything
  * else, and for what JavaScript and cJSON read differently (invalid UTF-8, \u0000, surrogate escapes): a module
- * hands those to the Node execd. */
+ * that does not read those as Go does declines them (the server's 404). */
 enum { XD_JSON_OK = 0, XD_JSON_EOF = 1, XD_JSON_OTHER = 2 };
 int xd_json_check(const char *s, size_t n);
 

@@ -3,7 +3,7 @@
  * A strict reader: what it does not read exactly as busboy does (a preamble, folded or non-ASCII header lines,
  * headers other than Content-Disposition and Content-Type, RFC 2231 parameters, backslashes in quoted strings, an
  * empty filename, a body cut short, more than 1,000 parts, a metadata part over 1 MiB) is XD_MP_OTHER, for the
- * caller to hand the request to the Node execd. Pure function over caller-owned bytes; no state. */
+ * caller to decline the request (the server's 404). Pure function over caller-owned bytes; no state. */
 #ifndef XD_MULTIPART_H
 #define XD_MULTIPART_H
 #include <stddef.h>

@@ -1058,6 +1058,17 @@ void xd_proxy_close(void *module) {
   }
 }
 
+/* Out of memory before the exchange starts: a 500, and the connection closed after it (its body is unread). */
+static void oom_close(xd_res *res) {
+#define OOM_BODY "{\"code\":\"RUNTIME_ERROR\",\"message\":\"out of memory\"}"
+  static const char head[] = "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json; charset=utf-8\r\n"
+                             "Connection: close\r\nContent-Length: 50\r\n\r\n" OOM_BODY;
+  _Static_assert(sizeof OOM_BODY - 1 == 50, "the 500's Content-Length");
+#undef OOM_BODY
+  xd_raw *r = xd_upgrade(res, head, sizeof head - 1, &no_cbs, NULL);
+  if (r) xd_raw_close(r, 0);
+}
+
 int xd_proxy_route(void *module, const xd_req *req, xd_res *res) {
   proxy_mod *m = module;
   int port = xd_proxy_port(req->path);
@@ -1084,7 +1095,8 @@ int xd_proxy_route(void *module, const xd_req *req, xd_res *res) {
   pxy *p = calloc(1, sizeof *p);
   if (!p || !(p->rbuf = malloc(XD_PROXY_READ))) {
     free(p);
-    return 0; /* the Node execd answers it */
+    oom_close(res); /* the body is not read: answered, then the connection closes */
+    return 1;
   }
   p->m = m;
   p->port = port;

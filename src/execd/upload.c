@@ -6,7 +6,7 @@
  * umask, written, fsynced with its directory (as the real execd), then mode and owner/group applied. A pair whose
  * metadata is wrong is answered when the pairs before it are written, as in the Node execd.
  * What this module cannot answer exactly like the Node execd it does not take (the route returns 0 and the request
- * goes to the Node execd): a form multipart.h does not read, metadata that is not strict JSON (JSON.parse's texts are
+ * gets the server's 404, as no route takes it): a form multipart.h does not read, metadata that is not strict JSON (JSON.parse's texts are
  * V8's), duplicate members, a mode that is an array or object. */
 #include "xd.h"
 
@@ -86,7 +86,7 @@ static int expand_target(pair *p, const char *workspace) {
 static int read_metadata(pair *p, const char *meta, size_t len, const char *workspace) {
   if (xd_json_check(meta, len) != XD_JSON_OK) return 1; /* JSON.parse's error texts are V8's */
   cJSON *root = cJSON_ParseWithLength(meta, len);
-  if (!root) return 1; /* deeper than cJSON goes, or out of memory: the Node execd answers */
+  if (!root) return 1; /* deeper than cJSON goes, or out of memory: not taken */
   int rc = 0, dup = 0;
   osb_buf msg = {0};
   if (!cJSON_IsObject(root)) {
