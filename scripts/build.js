@@ -142,7 +142,7 @@ function buildExecd() {
   const sources = fs.readdirSync(dir).filter((f) => f.endsWith('.c')).sort().map((f) => path.join('src/execd', f));
   if (!sources.includes('src/execd/main.c')) {
     fs.rmSync(path.join(root, 'build', 'Release', 'osb-execd'), { force: true }); // never a stale one
-    console.log(`${NAME}: no src/execd/main.c in this tree: osb-execd not built (execd runs on Node alone)`);
+    console.log(`${NAME}: no src/execd/main.c in this tree: osb-execd not built (the local server cannot run sandboxes without it)`);
     return;
   }
   sources.push('src/core/buf.c');
