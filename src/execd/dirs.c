@@ -5,10 +5,12 @@
  *
  * The body is checked against the JSON grammar here, then parsed with cJSON on the loop thread; the file system work
  * runs on libuv's thread pool (a stalled file system never blocks the loop that answers /ping and the commands), and
- * the answer goes out on the loop thread. What this module cannot answer exactly like the Node execd, it does not
- * take (the route returns 0: the server's 404, as for a route no module has): a body that is not valid UTF-8 or JSON (other than
- * one cut short), \u0000 and surrogate escapes, duplicate or array-index keys (JavaScript orders and merges those),
- * and a mode that is an array or an object (JSON.stringify's text of it). */
+ * the answer goes out on the loop thread. Where the Node execd's answer was JavaScript's, the real execd's (Go, a
+ * map[string]model.Permission read by encoding/json): a body that is not JSON is the decoder's text (`invalid
+ * character 'x' …`), body strings are read as Go reads them (bytes that are not UTF-8 and lone surrogates U+FFFD:
+ * xd_go_json_strings), a duplicate key keeps its last value (at the first one's place; Go's map has no order, keys are
+ * made in the order given), as does a duplicate member of a value, and a mode that is an array or object is the
+ * decoder's type error. Only a body with a \u0000 in a string is not taken (the route returns 0: the server's 404). */
 #include "xd.h"
 
 #include <cjson/cJSON.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "cmdreq.h"
+#include "fsedit.h"
 #include "fsops.h"
 #include "core/buf.h"
 #include "json.h"
@@ -63,22 +66,43 @@ static void job_free(xd_fsjob *fj) {
   free(job);
 }
 
-static int cmp_keys(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
+typedef struct {
+  const cJSON *node;
+  size_t at; /* its place in the object */
+} member;
+
+static int cmp_members(const void *a, const void *b) {
+  const member *x = a, *y = b;
+  int c = strcmp(x->node->string, y->node->string);
+  return c ? c : (x->at < y->at ? -1 : x->at > y->at);
 }
 
-/* Duplicate keys (JavaScript keeps the last value at the first one's place). 1 = some, -1 = OOM. */
-static int has_duplicate_keys(const cJSON *obj, size_t n) {
-  if (n < 2) return 0;
-  const char **keys = malloc(n * sizeof *keys);
-  if (!keys) return -1;
+static int cmp_at(const void *a, const void *b) {
+  const member *x = a, *y = b;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The object's members as Go's map reads them: one per key, the last value at the first one's place (sorted, so
+ * O(n log n) whatever the count). *out (malloc'd) and *n; -1 on OOM. */
+static int unique_members(const cJSON *obj, member **out, size_t *n) {
+  size_t count = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) count++;
+  member *m = malloc((count ? count : 1) * sizeof *m);
+  if (!m) return -1;
   size_t k = 0;
-  for (const cJSON *c = obj->child; c; c = c->next) keys[k++] = c->string;
-  qsort(keys, n, sizeof *keys, cmp_keys);
-  int dup = 0;
-  for (size_t i = 1; i < n && !dup; i++) dup = strcmp(keys[i - 1], keys[i]) == 0;
-  free(keys);
-  return dup;
+  for (const cJSON *c = obj->child; c; c = c->next, k++) m[k] = (member){c, k};
+  qsort(m, count, sizeof *m, cmp_members);
+  size_t w = 0;
+  for (size_t i = 0; i < count;) {
+    size_t j = i;
+    while (j + 1 < count && strcmp(m[j + 1].node->string, m[i].node->string) == 0) j++;
+    m[w++] = (member){m[j].node, m[i].at}; /* the last value, the first place */
+    i = j + 1;
+  }
+  qsort(m, w, sizeof *m, cmp_at);
+  *out = m;
+  *n = w;
+  return 0;
 }
 
 /* expandAbsPath of one key, on the loop thread (execd's environment): the path in e->dir, or the 400 text of its
@@ -149,36 +173,64 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
     return 1;
   }
   int check = xd_json_check(req->body, req->body_len);
-  if (check == XD_JSON_OTHER) return 0;
   if (check == XD_JSON_EOF) {
     send_400(res, BAD_BODY "unexpected EOF");
     return 1;
   }
-  cJSON *root = cJSON_ParseWithLength(req->body, req->body_len);
-  if (!root) return 0; /* deeper than cJSON goes, or out of memory: not taken */
+  osb_buf go = {0}, msg = {0};
+  const char *body = req->body;
+  size_t body_len = req->body_len;
+  if (check == XD_JSON_OTHER) {
+    /* strings with bytes that are not UTF-8 or surrogate escapes, read as Go's decoder reads them */
+    int nul = 0;
+    int g = xd_go_json_strings(req->body, req->body_len, &go, &nul);
+    if (g < 0) {
+      xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+      return 1;
+    }
+    if (g == 0 && !nul && xd_json_check(go.data, go.len) == XD_JSON_OK) {
+      body = go.data;
+      body_len = go.len;
+    } else {
+      /* not JSON: the decoder's text (of the body as sent); a \u0000 in a string: not taken */
+      cJSON *b = NULL;
+      int bad = xd_json_parse(req->body, req->body_len, &b, &msg) != 0;
+      cJSON_Delete(b);
+      osb_buf text = {0};
+      int answered = bad && g == 0 && !nul;
+      if (answered) {
+        if (osb_buf_append_str(&text, BAD_BODY) < 0 || osb_buf_append(&text, msg.data ? msg.data : "", msg.len) < 0)
+          xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+        else
+          send_400(res, text.data);
+      }
+      osb_buf_free(&text);
+      osb_buf_free(&msg);
+      osb_buf_free(&go);
+      return answered;
+    }
+  }
+  cJSON *root = cJSON_ParseWithLength(body, body_len);
+  osb_buf_free(&go);
+  if (!root) {
+    xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory"); /* the grammar was checked (512 levels at most) */
+    return 1;
+  }
   int taken = 1;
-  osb_buf msg = {0};
+  member *mem = NULL;
   dirs_job *job = NULL;
   if (!cJSON_IsObject(root)) {
     send_400(res, BAD_BODY "expected a JSON object keyed by path");
     goto out;
   }
   size_t n = 0;
-  for (const cJSON *c = root->child; c; c = c->next) {
-    if (xd_js_array_index(c->string)) {
-      taken = 0;
-      goto out;
-    }
-    n++;
-  }
-  int dup = has_duplicate_keys(root, n);
-  if (dup != 0) {
-    taken = dup > 0 ? 0 : 1;
-    if (dup < 0) xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
+  if (unique_members(root, &mem, &n) != 0) {
+    xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
     goto out;
   }
   /* readPathMap: every value an object, checked in order before anything else */
-  for (const cJSON *c = root->child; c; c = c->next) {
+  for (size_t i = 0; i < n; i++) {
+    const cJSON *c = mem[i].node;
     if (cJSON_IsObject(c)) continue;
     if (osb_buf_append_str(&msg, BAD_BODY "the value for ") < 0 || xd_js_json_str(&msg, c->string, strlen(c->string)) < 0 ||
         osb_buf_append_str(&msg, " must be an object") < 0) {
@@ -194,13 +246,15 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
     goto out;
   }
   /* parseMode of every entry before any directory is made */
-  for (const cJSON *c = root->child; c; c = c->next) {
+  for (size_t i = 0; i < n; i++) {
+    const cJSON *c = mem[i].node;
     dir_entry *e = &job->e[job->n++];
-    int dup = 0;
+    int dup = 0; /* a duplicate member: its last value, as Go's decoder keeps */
     const cJSON *mode = xd_json_member(c, "mode", &dup), *o = xd_json_member(c, "owner", &dup), *g = xd_json_member(c, "group", &dup);
-    int r = dup ? 2 : xd_parse_mode(mode, c->string, &e->has_mode, &e->mode, &msg);
-    if (r == 2) {
-      taken = 0;
+    int r = xd_parse_mode(mode, c->string, &e->has_mode, &e->mode, &msg);
+    if (r == 2) { /* an array or object: Go's decoder refuses it (the Node execd wrote JavaScript's text of it) */
+      send_400(res, cJSON_IsArray(mode) ? BAD_BODY "json: cannot unmarshal array into Go struct field Permission.mode of type int"
+                                        : BAD_BODY "json: cannot unmarshal object into Go struct field Permission.mode of type int");
       goto out;
     }
     if (r != 0) {
@@ -230,6 +284,7 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
   job = NULL; /* the thread pool's now */
 out:
   if (job) job_free(&job->job);
+  free(mem);
   osb_buf_free(&msg);
   cJSON_Delete(root);
   return taken;

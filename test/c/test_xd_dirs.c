@@ -1,7 +1,7 @@
 /* POST /directories of the C execd (src/execd/dirs.c) through its real HTTP server (server.c) on loopback: a client
  * thread sends each request over TCP while the main thread runs the loop. The expected answers are the Node
- * execd's (lib/dev-server/execd/files.js), byte for byte; a body dirs.c must not answer (trailing data after the
- * JSON, a duplicate key) is not taken: the server answers it 404, as the real execd's router answers what no route takes. */
+ * execd's (lib/dev-server/execd/files.js, deleted), byte for byte; where those were JavaScript's (a body that is not
+ * JSON, a duplicate key, a mode that is an array) the real execd's; only a \u0000 in a string is not taken (the server's 404). */
 #include "harness.h"
 #include "xd_loopback.h"
 
@@ -103,19 +103,40 @@ static void test_errors(void) {
   expect("{\"file/x\":{\"mode\":755}}", 500, answer);
 }
 
-static void test_declined(void) {
+/* what the Node execd answered with JavaScript's texts: the real execd's answers (Go's decoder, a map) */
+static void test_go_answers(void) {
   int before = xd_declined;
-  expect("{\"x\":{}} trailing", 404, XD_NOT_FOUND);
-  expect("{\"y\":{\"mode\":755},\"y\":{\"mode\":700}}", 404, XD_NOT_FOUND);
-  expect("{\"z\":{\"mode\":[7]}}", 404, XD_NOT_FOUND);
-  CHECK(xd_declined == before + 3);
-  CHECK(mode_of("x") == -1 && mode_of("y") == -1 && mode_of("z") == -1);
+  expect("{\"x\":{}} trailing", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. invalid "
+         "character 't' in JSON at offset 9\"}"); /* as fsedit.c's routes (Go's Decoder would take the first value) */
+  expect("{\"x\":{}", 400, "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. unexpected EOF\"}");
+  /* a duplicate key: its last value (y new: mode 700); a duplicate member: its last value */
+  expect("{\"y\":{\"mode\":755},\"w\":{},\"y\":{\"mode\":700}}", 200, "");
+  CHECK(mode_of("y") == 0700 && mode_of("w") == 0755);
+  expect("{\"v\":{\"mode\":755,\"mode\":711}}", 200, "");
+  CHECK(mode_of("v") == 0711);
+  /* array-index keys: made in the order given */
+  expect("{\"1\":{},\"0\":{}}", 200, "");
+  CHECK(mode_of("0") == 0755 && mode_of("1") == 0755);
+  expect("{\"z\":{\"mode\":[7]}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. json: cannot "
+         "unmarshal array into Go struct field Permission.mode of type int\"}");
+  expect("{\"z\":{\"mode\":{}}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. json: cannot "
+         "unmarshal object into Go struct field Permission.mode of type int\"}");
+  /* a name whose bytes are not UTF-8: U+FFFD, as Go reads it */
+  expect("{\"u\xff\":{}}", 200, "");
+  CHECK(mode_of("u\xef\xbf\xbd") == 0755);
+  /* only a \u0000 in a string is not taken: the server's 404 */
+  expect("{\"n\\u0000\":{}}", 404, XD_NOT_FOUND);
+  CHECK(xd_declined == before + 1);
+  CHECK(mode_of("x") == -1 && mode_of("z") == -1);
 }
 
 static void client(void) {
   RUN(test_creates);
   RUN(test_errors);
-  RUN(test_declined);
+  RUN(test_go_answers);
 }
 
 int main(void) {
