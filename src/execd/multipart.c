@@ -31,6 +31,8 @@ struct xd_mp {
   int kind;         /* the current part: 1 metadata, 0 file, -1 a plain field, -2 ignored */
   unsigned long long total; /* bytes of the current part's content so far */
   unsigned long long values; /* bytes of plain fields */
+  int qp;           /* the current part is Content-Transfer-Encoding: quoted-printable (decoded, as Go's NextPart) */
+  osb_buf qline;    /* its line being read */
 };
 
 /* ---------------------------------------------------------------- mime.ParseMediaType */
@@ -307,6 +309,7 @@ int xd_mp_new(const char *content_type, const xd_mp_callbacks *cb, void *arg, xd
 void xd_mp_free(xd_mp *m) {
   if (!m) return;
   osb_buf_free(&m->buf);
+  osb_buf_free(&m->qline);
   free(m->dash);
   free(m->nldash);
   free(m);
@@ -373,9 +376,12 @@ static int is_tchar(unsigned char c) {
 
 static int valid_value_byte(unsigned char c) { return c >= 0x80 || c == '\t' || (c >= 0x20 && c <= 0x7e); }
 
-/* The header block [h, h+n) (its lines, the blank one excluded): the part's kind. 0 read, 1 bad, -1 OOM. */
-static int part_head(const char *h, size_t n, int *kind) {
+/* The header block [h, h+n) (its lines, the blank one excluded): the part's kind, and whether it is quoted-printable.
+ * 0 read, 1 bad, -1 OOM. */
+static int part_head(const char *h, size_t n, int *kind, int *qp) {
   *kind = -2;
+  *qp = 0;
+  int have_cte = 0;
   const char *end = h + n;
   if (n > 0 && (*h == ' ' || *h == '\t')) return 1; /* malformed initial line */
   osb_buf disp = {0};
@@ -418,6 +424,14 @@ static int part_head(const char *h, size_t n, int *kind) {
       while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
       have_disp = 1;
       if (osb_buf_append(&disp, v, (size_t)(ve - v)) != 0) rc = -1;
+    }
+    if (rc == 0 && colon != line && (size_t)(colon - line) == 25 && strncasecmp(line, "content-transfer-encoding", 25) == 0 &&
+        !have_cte) {
+      const char *v = colon + 1, *ve = line + kv.len;
+      while (v < ve && (*v == ' ' || *v == '\t')) v++;
+      while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+      have_cte = 1;
+      *qp = ve - v == 16 && strncasecmp(v, "quoted-printable", 16) == 0;
     }
     osb_buf_free(&kv);
   }
@@ -469,15 +483,89 @@ static int after_prefix(const char *b, size_t n, size_t plen, int eof) {
   return -1;
 }
 
-static int emit(xd_mp *m, const char *d, size_t n) {
+/* the decoded bytes of the current part */
+static int deliver(xd_mp *m, const char *d, size_t n) {
   if (n == 0) return 0;
-  m->total += n;
   if (m->kind == -1) {
     m->values += n;
     return m->values > XD_MP_VALUE_LIMIT ? 1 : 0;
   }
   if (m->kind < 0) return 0;
   return m->cb->on_data(m->arg, d, n) ? -1 : 0;
+}
+
+static int qp_hex(unsigned char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* One line of a quoted-printable part (its '\n' included, or the part's last bytes: at_end), as Go's
+ * mime/quotedprintable Reader decodes it: trailing white space dropped, "=" at the end a soft line break, "=XX" a
+ * byte, "=" not followed by two hex digits a literal one unless at the line's end, other control bytes refused.
+ * 0, 1 bad, -1 stop. */
+static int qp_line(xd_mp *m, const char *l, size_t n, int at_end) {
+  int has_lf = n > 0 && l[n - 1] == '\n', has_cr = n > 1 && has_lf && l[n - 2] == '\r';
+  size_t t = n;
+  while (t > 0 && (l[t - 1] == ' ' || l[t - 1] == '\t' || l[t - 1] == '\r' || l[t - 1] == '\n')) t--;
+  int bad_after = 0, add_nl = 0;
+  if (t > 0 && l[t - 1] == '=') {
+    const char *right = l + t;
+    size_t rl = n - t;
+    t--;
+    if (!(rl >= 1 && right[0] == '\n') && !(rl >= 2 && right[0] == '\r' && right[1] == '\n') && !(rl == 0 && t > 0 && at_end))
+      bad_after = 1;
+  } else if (has_lf) {
+    add_nl = has_cr ? 2 : 1;
+  }
+  char out[256];
+  size_t o = 0;
+  for (size_t i = 0; i < t; i++) {
+    unsigned char b = (unsigned char)l[i];
+    if (b == '=') {
+      if (t - i >= 3 && qp_hex((unsigned char)l[i + 1]) >= 0 && qp_hex((unsigned char)l[i + 2]) >= 0) {
+        b = (unsigned char)(qp_hex((unsigned char)l[i + 1]) * 16 + qp_hex((unsigned char)l[i + 2]));
+        i += 2;
+      } else if (!(t - i >= 2 && l[i + 1] != '\r' && l[i + 1] != '\n')) {
+        return 1;
+      }
+    } else if (!(b == '\t' || b == '\r' || b == '\n' || b >= 0x80 || (b >= ' ' && b <= '~'))) {
+      return 1;
+    }
+    out[o++] = (char)b;
+    if (o == sizeof out) {
+      int r = deliver(m, out, o);
+      if (r) return r;
+      o = 0;
+    }
+  }
+  int r = o ? deliver(m, out, o) : 0;
+  if (r == 0 && add_nl) r = deliver(m, "\r\n" + (add_nl == 2 ? 0 : 1), (size_t)add_nl);
+  return r ? r : bad_after;
+}
+
+/* content bytes of the current part: handed on, through the quoted-printable decoder when it is one */
+static int emit(xd_mp *m, const char *d, size_t n) {
+  if (n == 0) return 0;
+  m->total += n;
+  if (!m->qp || m->kind == -2) return deliver(m, d, n);
+  while (n > 0) {
+    const char *nl = memchr(d, '\n', n);
+    size_t take = nl ? (size_t)(nl - d) + 1 : n;
+    if (osb_buf_append(&m->qline, d, take) != 0) return -1;
+    d += take;
+    n -= take;
+    if (!nl) {
+      if (m->qline.len >= XD_MP_LINE_LIMIT) return 1; /* Go's 4 KiB line buffer is full */
+      break;
+    }
+    if (m->qline.len > XD_MP_LINE_LIMIT) return 1;
+    int r = qp_line(m, m->qline.data, m->qline.len, 0);
+    osb_buf_reset(&m->qline);
+    if (r) return r;
+  }
+  return 0;
 }
 
 /* Reads what is buffered. 0 needs more (or done), 1 bad, -1 stop (OOM or a callback). */
@@ -538,10 +626,12 @@ static int run(xd_mp *m, int eof) {
         rc = 1;
         break;
       }
-      int kind;
-      rc = part_head(d, at, &kind);
+      int kind, qp;
+      rc = part_head(d, at, &kind, &qp);
       if (rc) break;
       m->kind = kind;
+      m->qp = qp;
+      osb_buf_reset(&m->qline);
       m->total = 0;
       pos += end;
       m->state = S_BODY;
@@ -585,6 +675,11 @@ static int run(xd_mp *m, int eof) {
       pos += take;
     }
     if (ends) {
+      if (m->qp && m->kind != -2 && m->qline.len) { /* the part's last line, without its newline */
+        rc = qp_line(m, m->qline.data, m->qline.len, 1);
+        osb_buf_reset(&m->qline);
+        if (rc) break;
+      }
       m->state = S_BETWEEN;
       m->expect_new = 0;
       if (m->kind >= 0 && m->cb->on_part_end(m->arg)) rc = -1;

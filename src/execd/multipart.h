@@ -4,11 +4,12 @@
  * accepts is accepted: a preamble, transport padding after a delimiter, LF-only lines (decided at the first delimiter),
  * folded header lines, RFC 2231 parameters (name*=, filename*=, continuations), a delimiter-like line inside content
  * (CRLF--boundary followed by a byte that is not '-', space, tab, CR or LF is content), a part with no headers.
+ * A part with Content-Transfer-Encoding: quoted-printable is decoded as Go's NextPart decodes it.
  * What Go's reader refuses is XD_MP_BAD (execd answers every one of them 400 "multipart form is empty"): a body cut
  * short, a line where a delimiter was expected, a header line that is not one, more than XD_MP_MAX_PARTS parts, more
- * than XD_MP_VALUE_LIMIT bytes of plain fields. Differences from Go's: a part's header block over XD_MP_HEAD_LIMIT is
- * XD_MP_BAD (Go allows 10 MiB); a part with Content-Transfer-Encoding: quoted-printable is handed on undecoded (Go
- * decodes it); only ASCII whitespace is trimmed around a disposition's type.
+ * than XD_MP_VALUE_LIMIT bytes of plain fields, a quoted-printable part Go's decoder refuses. Differences from Go's:
+ * a part's header block over XD_MP_HEAD_LIMIT is XD_MP_BAD (Go allows 10 MiB); only ASCII whitespace is trimmed
+ * around a disposition's type.
  *
  * Ownership: an xd_mp is its creator's; the bytes handed to callbacks are borrowed for the call. Not thread-safe. */
 #ifndef XD_MULTIPART_H

@@ -241,6 +241,19 @@ static void test_go_reader(void) {
                          "epilogue");
   expect(&f, 200, "");
   CHECK_STR(content_of("h8"), "lf\r\n");
+  /* quoted-printable: decoded as Go's NextPart does (soft breaks, =XX, a literal '=', trailing blanks dropped) */
+  meta_part(&f, "{\"path\":\"qp\"}");
+  osb_buf_append_str(&f, "--" B "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"q\"\r\n"
+                         "Content-Transfer-Encoding: Quoted-Printable\r\n\r\nh=C3=A9llo=\r\n w=rld  \r\nend=\r\n");
+  end_form(&f);
+  expect(&f, 200, "");
+  CHECK_STR(content_of("qp"), "h\xc3\xa9llo w=rld\r\nend");
+  meta_part(&f, "{\"path\":\"qp2\"}");
+  osb_buf_append_str(&f, "--" B "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"q\"\r\n"
+                         "Content-Transfer-Encoding: quoted-printable\r\n\r\nbad \x01 byte\r\n");
+  end_form(&f);
+  expect(&f, 400, "{\"code\":\"INVALID_FILE\",\"message\":\"multipart form is empty\"}");
+  CHECK(content_of("qp2") == NULL);
   /* no boundary; a header line that is not one; a part over the 1,000 */
   meta_part(&f, "{\"path\":\"h9\"}");
   file_part(&f, "x");
