@@ -541,7 +541,7 @@ static int qp_line(xd_mp *m, const char *l, size_t n, int at_end) {
     }
   }
   int r = o ? deliver(m, out, o) : 0;
-  if (r == 0 && add_nl) r = deliver(m, "\r\n" + (add_nl == 2 ? 0 : 1), (size_t)add_nl);
+  if (r == 0 && add_nl) r = deliver(m, &"\r\n"[add_nl == 2 ? 0 : 1], (size_t)add_nl);
   return r ? r : bad_after;
 }
 

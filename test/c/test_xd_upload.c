@@ -177,6 +177,14 @@ static void test_errors(void) {
   file_part(&f, "x");
   end_form(&f);
   expect(&f, 400, "{\"code\":\"INVALID_FILE_METADATA\",\"message\":\"metadata path is empty\"}");
+  meta_part(&f, "null"); /* Go: nothing set, so no path */
+  file_part(&f, "x");
+  end_form(&f);
+  expect(&f, 400, "{\"code\":\"INVALID_FILE_METADATA\",\"message\":\"metadata path is empty\"}");
+  meta_part(&f, "{\"path\":null,\"owner\":\"\"}");
+  file_part(&f, "x");
+  end_form(&f);
+  expect(&f, 400, "{\"code\":\"INVALID_FILE_METADATA\",\"message\":\"metadata path is empty\"}");
   meta_part(&f, "{\"path\":\"$NOPE_XD_UP/a\"}");
   file_part(&f, "x");
   end_form(&f);
