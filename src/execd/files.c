@@ -431,13 +431,14 @@ static void job_release(xd_fsjob *fj) { job_free((files_job *)fj); }
 static void job_answer(xd_fsjob *fj, int status) {
   files_job *job = (files_job *)fj;
   xd_res *res = fj->res;
-  if (!res) {
-    /* the client went away before the file's bytes were written to it: the real execd's write to the closed
-     * connection raises SIGPIPE, which --signal-forwarding relays to the foreground command */
-    if (job->relay && fj->jobs && job->mod->relay_signal && status == 0 && job->outcome == ANSWER && job->status == 200 &&
-        job->length > 0)
-      job->mod->relay_signal(SIGPIPE);
-  } else if (status != 0 || job->outcome == HANDOFF) {
+  /* the client went away (or ended its side: closed, or half-closed and still reading) before the file's bytes were
+   * written to it: the real execd's write to the closed connection raises SIGPIPE, which --signal-forwarding relays
+   * to the foreground command; a half-closed client still gets the answer below */
+  if ((!res || xd_res_peer_ended(res)) && job->relay && fj->jobs && job->mod->relay_signal && status == 0 &&
+      job->outcome == ANSWER && job->status == 200 && job->length > 0)
+    job->mod->relay_signal(SIGPIPE);
+  if (!res) return;
+  if (status != 0 || job->outcome == HANDOFF) {
     xd_handoff(res);
   } else if (job->code) {
     xd_send_error(res, job->status, job->code, job->body.len ? job->body.data : "out of memory");

@@ -1297,6 +1297,8 @@ void xd_stream_end(xd_res *res) {
 
 int xd_res_closed(const xd_res *res) { return res->closed || !res->c || res->c->closing || res->c->failed; }
 
+int xd_res_peer_ended(const xd_res *res) { return !res->c || res->c->eof; }
+
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg) {
   res->on_close = fn;
   res->on_close_arg = arg;

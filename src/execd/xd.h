@@ -73,6 +73,9 @@ void xd_stream_on_drain(xd_res *res, void (*fn)(void *arg), void *arg);
 void xd_stream_end(xd_res *res);
 /* True once the client closed or reset the connection (writes are then dropped). */
 int xd_res_closed(const xd_res *res);
+/* True once the client ended its side of the connection (FIN) while its answer is under way: it half-closed and
+ * still reads (the answer goes out, as from Go's server), or it closed (the answer is lost). */
+int xd_res_peer_ended(const xd_res *res);
 /* fn(arg) once if the client goes away before the response is finished. Replaces a previous registration. */
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
 
