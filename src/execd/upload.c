@@ -281,13 +281,13 @@ static char *blob_bytes(const upload *u, const blob *b) {
 }
 
 /* the file's bytes into fd: from memory, or copied from the spool in the kernel */
-static int copy_blob(const upload *u, const blob *b, int fd, xd_oserr *err) {
+static int copy_blob(const upload *u, const blob *b, int fd, const char *target, xd_oserr *err) {
   if (!b->spooled) {
     for (size_t off = 0; off < b->len;) {
       ssize_t w = write(fd, b->mem.data + off, b->len - off);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
-        xd_oserr_set(err, errno, "write", NULL);
+        xd_oserr_set(err, errno, "write", target);
         return -1;
       }
       off += (size_t)w;
@@ -302,14 +302,14 @@ static int copy_blob(const upload *u, const blob *b, int fd, xd_oserr *err) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) plain = 1;
     else if (n <= 0) {
-      xd_oserr_set(err, n < 0 ? errno : EIO, "write", NULL);
+      xd_oserr_set(err, n < 0 ? errno : EIO, "write", target);
       return -1;
     } else left -= (unsigned long long)n;
   }
   if (!left) return 0;
   char *tmp = malloc(256u * 1024u);
   if (!tmp) {
-    xd_oserr_set(err, ENOMEM, "write", NULL);
+    xd_oserr_set(err, ENOMEM, "write", target);
     return -1;
   }
   while (left > 0) {
@@ -325,7 +325,7 @@ static int copy_blob(const upload *u, const blob *b, int fd, xd_oserr *err) {
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
         free(tmp);
-        xd_oserr_set(err, errno, "write", NULL);
+        xd_oserr_set(err, errno, "write", target);
         return -1;
       }
       o += w;
@@ -337,26 +337,20 @@ static int copy_blob(const upload *u, const blob *b, int fd, xd_oserr *err) {
   return 0;
 }
 
-/* writeUploadFile: created or truncated 0777 before the umask, written, fsynced, then its directory (best effort) */
+/* writeUploadFile: created or truncated 0777 before the umask, written, fsynced, then its directory (best effort).
+ * 0, -1 the open failed, -2 the copy failed (err set); as Go, a failing fsync or close is no error (execd logs it). */
 static int write_file(const upload *u, const blob *b, const char *target, const char *dir, xd_oserr *err) {
   int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0777);
   if (fd < 0) {
     xd_oserr_set(err, errno, "open", target);
     return -1;
   }
-  if (copy_blob(u, b, fd, err) != 0) {
+  if (copy_blob(u, b, fd, target, err) != 0) {
     close(fd);
-    return -1;
+    return -2;
   }
-  if (fsync(fd) != 0) {
-    xd_oserr_set(err, errno, "fsync", NULL);
-    close(fd);
-    return -1;
-  }
-  if (close(fd) != 0) {
-    xd_oserr_set(err, errno, "close", NULL);
-    return -1;
-  }
+  (void)fsync(fd);
+  (void)close(fd);
   int d = open(dir, O_RDONLY | O_CLOEXEC);
   if (d >= 0) {
     (void)fsync(d);
@@ -444,8 +438,9 @@ static int write_pair(upload *u, const blob *mb, const blob *fb) {
     job_fail(job, "error creating target directory", dir, &err);
     goto out;
   }
-  if (write_file(u, fb, target, dir, &err) != 0) {
-    job_fail(job, "error opening destination file", target, &err);
+  int w = write_file(u, fb, target, dir, &err);
+  if (w != 0) {
+    job_fail(job, w == -1 ? "error opening destination file" : "error copying file", target, &err);
     goto out;
   }
   if (apply_permission(target, &md, &o, &msg) != 0) {

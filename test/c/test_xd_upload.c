@@ -150,6 +150,18 @@ static void test_errors(void) {
   end_form(&f);
   expect(&f, 200, "");
   CHECK(mode_of("e5") == 0755);
+  /* a write that fails (a link to /dev/full): Go's "error copying file" with the write's error */
+  char full[512];
+  snprintf(full, sizeof full, "%s/full", ws);
+  if (symlink("/dev/full", full) == 0) {
+    meta_part(&f, "{\"path\":\"full\"}");
+    file_part(&f, "bytes");
+    end_form(&f);
+    snprintf(answer, sizeof answer, "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error copying file %s/full. write %s/full: no "
+             "space left on device\"}", ws, ws);
+    expect(&f, 500, answer);
+    unlink(full);
+  }
   /* not JSON: Go's decoder texts (encoding/json's scanner) */
   static const char *const bad[][2] = {
       {"{not json", "invalid character 'n' looking for beginning of object key string"},
