@@ -108,6 +108,7 @@ fuzz fuzz_codeproto corpus-codeproto
 fuzz fuzz_proxy corpus-proxy
 fuzz fuzz_glob corpus-glob
 fuzz fuzz_fsedit corpus-fsedit
+fuzz fuzz_upmeta corpus-upmeta
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
