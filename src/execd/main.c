@@ -31,6 +31,8 @@ static void *dirs; /* dirs.c: POST /directories */
 static void *upload; /* upload.c: POST /files/upload */
 static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
+static void *sessions; /* sessions.c: /session* */
+static void *metrics; /* metrics.c: GET /metrics, GET /metrics/watch */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -79,6 +81,9 @@ static int node_running(void) {
 
 static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
 
+/* DELETE /command?id= of a bash session: closes it (upstream's Interrupt) */
+static int interrupt_other(const char *id) { return sessions && xd_sessions_interrupt(sessions, id); }
+
 static void on_exit_timer(uv_timer_t *t) {
   (void)t;
   exit(0);
@@ -98,6 +103,10 @@ static void shutdown_all(void) {
   files = NULL;
   xd_pty_close(pty); /* kills the PTY sessions' processes */
   pty = NULL;
+  xd_sessions_close(sessions); /* kills the bash sessions' runs */
+  sessions = NULL;
+  xd_metrics_close(metrics);
+  metrics = NULL;
   xd_node_close(node);
   node = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
@@ -223,15 +232,18 @@ int main(int argc, char **argv) {
   xd_ctx ctx = {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail, .node_running = node_running,
-      .relay_signal = relay_signal,
+      .relay_signal = relay_signal, .interrupt_other = interrupt_other,
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
   if (!(upload = xd_upload_new(&ctx))) die("out of memory", NULL);
   if (!(files = xd_files_new(&ctx))) die("out of memory", NULL);
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
+  if (!(sessions = xd_sessions_new(&ctx))) die("out of memory", NULL);
+  if (!(metrics = xd_metrics_new(&ctx))) die("out of memory", NULL);
   const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {upload, xd_upload_route},
-                             {files, xd_files_route}, {pty, xd_pty_route}};
+                             {files, xd_files_route}, {pty, xd_pty_route}, {sessions, xd_sessions_route},
+                             {metrics, xd_metrics_route}};
 
   /* the Node execd: the same options, `self` being this execd's socket or port (port_arg: filled once bound) */
   char port_arg[16] = "", tail_arg[24];

@@ -293,6 +293,8 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
 int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/command") == 0 || strncmp(path, "/command/", 9) == 0) return 1;
   if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
+  if (strcmp(path, "/session") == 0 || strncmp(path, "/session/", 9) == 0) return 1;
+  if (strcmp(method, "GET") == 0 && (strcmp(path, "/metrics") == 0 || strcmp(path, "/metrics/watch") == 0)) return 1;
   if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
   if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
   return strcmp(method, "POST") == 0 && (strcmp(path, "/directories") == 0 || strcmp(path, "/files/upload") == 0);

@@ -127,6 +127,9 @@ typedef struct {
   /* --signal-forwarding: hands a signal to the foreground command (commands.c), e.g. the SIGPIPE of a PTY client's
    * closed connection (pty.c) */
   void (*relay_signal)(int sig);
+  /* DELETE /command?id= of an id the commands module does not know: 1 when another native module took it (a bash
+   * session, which upstream's Interrupt closes: sessions.c), 0 when none has it. NULL: none. */
+  int (*interrupt_other)(const char *id);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -153,5 +156,15 @@ void xd_files_close(void *module);
 void *xd_pty_new(const xd_ctx *ctx);
 int xd_pty_route(void *module, const xd_req *req, xd_res *res);
 void xd_pty_close(void *module);               /* shutdown: closes its clients, kills its runs */
+/* sessions.c: POST /session, POST /session/{id}/run, DELETE /session/{id} */
+void *xd_sessions_new(const xd_ctx *ctx);
+int xd_sessions_route(void *module, const xd_req *req, xd_res *res);
+/* DELETE /command?id= of a session id: the session is closed as by DELETE /session/{id}; 1 when it was one. */
+int xd_sessions_interrupt(void *module, const char *id);
+void xd_sessions_close(void *module);          /* shutdown: kills the runs, removes the sessions' files */
+/* metrics.c: GET /metrics, GET /metrics/watch */
+void *xd_metrics_new(const xd_ctx *ctx);
+int xd_metrics_route(void *module, const xd_req *req, xd_res *res);
+void xd_metrics_close(void *module);           /* shutdown: ends its streams */
 
 #endif
