@@ -38,6 +38,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "sessions.h"
+
 #include "cmdreq.h"
 #include "events.h"
 #include "fsops.h"
@@ -184,23 +186,23 @@ static const char *json_kind(const cJSON *v) {
 /* The body's JSON object (NULL for an empty body when optional, or a null), or -1 with the 400 text in msg: Go's
  * decoder errors into model.<type>. A body with a NUL character escape is refused (cJSON's strings end at a NUL: a
  * command would run cut short). */
-static int parse_body(const xd_req *req, int optional, const char *type, cJSON **out, osb_buf *msg) {
+static int parse_body(const char *body, size_t len, int optional, const char *type, cJSON **out, osb_buf *msg) {
   *out = NULL;
-  if (req->body_len == 0) {
+  if (len == 0) {
     if (optional) return 0;
     osb_buf_appendf(msg, "%sEOF", DECODE);
     return -1;
   }
-  for (size_t i = 0; i + 6 <= req->body_len; i++) {
-    if (req->body[i] == '\\' && (req->body[i + 1] == 'u' || req->body[i + 1] == 'U') && strncmp(req->body + i + 2, "0000", 4) == 0) {
+  for (size_t i = 0; i + 6 <= len; i++) {
+    if (body[i] == '\\' && (body[i + 1] == 'u' || body[i + 1] == 'U') && memcmp(body + i + 2, "0000", 4) == 0) {
       osb_buf_appendf(msg, "%sNUL characters in strings are not supported", DECODE);
       return -1;
     }
-    if (req->body[i] == '\\') i++;
+    if (body[i] == '\\') i++;
   }
   osb_buf syntax = {0};
   cJSON *b = NULL;
-  if (xd_json_parse(req->body, req->body_len, &b, &syntax) != 0) {
+  if (xd_json_parse(body, len, &b, &syntax) != 0) {
     osb_buf_appendf(msg, "%s%s", DECODE, syntax.data ? syntax.data : "out of memory");
     osb_buf_free(&syntax);
     return -1;
@@ -360,7 +362,7 @@ static void create_release(xd_fsjob *job) {
 static void create(module *m, const xd_req *req, xd_res *res) {
   osb_buf msg = {0};
   cJSON *body = NULL;
-  if (parse_body(req, 1, "CreateSessionRequest", &body, &msg) != 0 || wrong_string(body, "cwd", "CreateSessionRequest", &msg)) {
+  if (xd_sessions_parse(req->body, req->body_len, 0, &body, &msg) != 0) {
     xd_send_error(res, 400, "INVALID_REQUEST_BODY", msg.data ? msg.data : "out of memory");
     goto done;
   }
@@ -582,6 +584,7 @@ static void on_client_close(void *arg) {
   xd_lines_discard(&r->split);
   bp_release(r);
   kill_run(r);
+  if (r->exited && !r->ended) run_finish(r); /* bash is gone, something it left holds the pipe */
 }
 
 static void on_sigchld(uv_signal_t *h, int signum) {
@@ -599,7 +602,8 @@ static void on_sigchld(uv_signal_t *h, int signum) {
     if (!hit) return;
     hit->exited = 1;
     hit->wstatus = status;
-    if (hit->eof) run_finish(hit);
+    /* at EOF; or nobody listens: a process that left the group (and holds the pipe) must not keep the session busy */
+    if (hit->eof || !hit->res) run_finish(hit);
   }
 }
 
@@ -755,9 +759,9 @@ static void prep_done(uv_work_t *w, int status) {
 }
 
 /* The run's body, as Go's decoder and validator see model.RunInSessionRequest: 0, or -1 with the 400 text. */
-static int parse_run(const xd_req *req, cJSON **body, osb_buf *msg) {
+static int parse_run(const char *text, size_t len, cJSON **body, osb_buf *msg) {
   static const char T[] = "RunInSessionRequest";
-  if (parse_body(req, 0, T, body, msg) != 0 || wrong_string(*body, "command", T, msg) || wrong_string(*body, "cwd", T, msg))
+  if (parse_body(text, len, 0, T, body, msg) != 0 || wrong_string(*body, "command", T, msg) || wrong_string(*body, "cwd", T, msg))
     return -1;
   const cJSON *timeout = xd_json_get(*body, "timeout");
   if (xd_json_present(timeout)) {
@@ -787,10 +791,20 @@ static int parse_run(const xd_req *req, cJSON **body, osb_buf *msg) {
   return 0;
 }
 
+int xd_sessions_parse(const char *body, size_t len, int run, cJSON **out, osb_buf *msg) {
+  int rc = run ? parse_run(body, len, out, msg)
+               : parse_body(body, len, 1, "CreateSessionRequest", out, msg) != 0 || wrong_string(*out, "cwd", "CreateSessionRequest", msg) ? -1 : 0;
+  if (rc != 0) {
+    cJSON_Delete(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 static void run_route(module *m, const xd_req *req, xd_res *res, const char *id) {
   osb_buf msg = {0};
   cJSON *body = NULL;
-  if (parse_run(req, &body, &msg) != 0) {
+  if (xd_sessions_parse(req->body, req->body_len, 1, &body, &msg) != 0) {
     xd_send_error(res, 400, "INVALID_REQUEST_BODY", msg.data ? msg.data : "out of memory");
     goto done;
   }

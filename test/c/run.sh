@@ -104,6 +104,7 @@ fuzz fuzz_process corpus-process
 fuzz fuzz_target corpus-target
 fuzz fuzz_wsproto corpus-wsproto
 fuzz fuzz_multipart corpus-multipart
+fuzz fuzz_sessions corpus-sessions
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -401,6 +401,24 @@ static void test_client_leaves(void) {
     if (!free_again) usleep(50000);
   }
   CHECK(free_again);
+  /* bash exited, but a process that left its group holds the pipe: the run waits for it (as upstream) until the
+   * client leaves, then ends */
+  snprintf(target, sizeof target, "/session/%s/run", sid);
+  fd = send_request("POST", target, "{\"command\":\"setsid sleep 3 & echo start\"}");
+  free(read_until(fd, "\"text\":\"start\""));
+  usleep(300000);
+  char *busy = run_in(sid, "{\"command\":\"echo again\"}");
+  CHECK(strstr(busy, "session is busy"));
+  free(busy);
+  close(fd);
+  free_again = 0;
+  for (int i = 0; i < 40 && !free_again; i++) { /* within 2 s: before the sleep ends */
+    char *a = run_in(sid, "{\"command\":\"echo again\"}");
+    free_again = strstr(a, "\"text\":\"again\"") != NULL;
+    free(a);
+    if (!free_again) usleep(50000);
+  }
+  CHECK(free_again);
   snprintf(target, sizeof target, "/session/%s", sid);
   free(call("DELETE", target, NULL, sid));
 }
