@@ -358,6 +358,28 @@ describe('the C execd: native answers, the handoff to the Node execd', function 
     assert.equal(del.status, 200);
   });
 
+  // The bash sessions are the C execd's (sessions.c) like the PTY ones: a session made on a connection handed to Node
+  // is in the C execd's one registry (its runs found from any connection), and a DELETE /command?id= of it on a
+  // handed connection closes it there (upstream's Interrupt of a bash session).
+  it('session routes on a connection handed to Node go back to the C execd; DELETE /command?id= of a session closes it', async () => {
+    const post = (p, body, extra = '') => `POST ${p} HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n${extra}\r\n${body}`;
+    const made = answers(await exchange(sb.port, get(NODE_FILES) + post('/session', '{}', 'Connection: close\r\n')));
+    assert.equal(made.length, 2);
+    assert.match(made[1].head, /^HTTP\/1\.1 200 OK\r\n/);
+    const sid = JSON.parse(made[1].body).session_id;
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
+    const run = await request(`http://127.0.0.1:${sb.port}/session/${sid}/run`, { method: 'POST', headers, body: { command: 'echo in-$((6*7))' } });
+    assert.equal(run.status, 200);
+    assert.match(run.text, /\{"type":"stdout","text":"in-42","timestamp":\d+\}\n\n/);
+    const del = answers(await exchange(sb.port, get(NODE_FILES) +
+      `DELETE /command?id=${sid} HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\nConnection: close\r\n\r\n`));
+    assert.equal(del.length, 2);
+    assert.match(del[1].head, /^HTTP\/1\.1 200 OK\r\n/);
+    const gone = await request(`http://127.0.0.1:${sb.port}/session/${sid}`, { method: 'DELETE', headers });
+    assert.deepEqual([gone.status, gone.json], [404, { code: 'CONTEXT_NOT_FOUND', message: `session ${sid} not found` }]);
+  });
+
   it('pipelined requests, native and handed off, are answered in order', async () => {
     const reqs = get('/ping') + get('/ping') + get(NODE_FILES) + get('/ping');
     const text = await exchange(sb.port, reqs, { done: (t) => answers(t).length === 4 });

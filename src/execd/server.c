@@ -304,6 +304,8 @@ int xd_server_native_candidate(const char *method, const char *path) {
   if (strcmp(path, "/pty") == 0 || strncmp(path, "/pty/", 5) == 0) return 1;
   if (strcmp(path, "/code") == 0 || strncmp(path, "/code/", 6) == 0) return 1;
   if (strncmp(path, "/proxy/", 7) == 0) return 1; /* proxy.c (a valid port's body is streamed, not read first) */
+  if (strcmp(path, "/session") == 0 || strncmp(path, "/session/", 9) == 0) return 1;
+  if (strcmp(method, "GET") == 0 && (strcmp(path, "/metrics") == 0 || strcmp(path, "/metrics/watch") == 0)) return 1;
   if (strcmp(method, "GET") == 0 && strcmp(path, "/files/info") == 0) return 1;
   if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strcmp(path, "/files/download") == 0) return 1;
   if (strcmp(method, "GET") == 0 && (strcmp(path, "/files/search") == 0 || strcmp(path, "/directories/list") == 0))

@@ -174,6 +174,9 @@ typedef struct {
   /* DELETE /command?id= of an id commands.c does not know: the code module's contexts and shell runs
    * (xd_code_interrupt). 1 when it took the request (answered now or later), 0 when the id is not its either. */
   int (*code_interrupt)(const char *id, xd_res *res);
+  /* DELETE /command?id= of an id the commands module does not know: 1 when another native module took it (a bash
+   * session, which upstream's Interrupt closes: sessions.c), 0 when none has it. NULL: none. */
+  int (*interrupt_other)(const char *id);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -217,5 +220,15 @@ int xd_code_route(void *module, const xd_req *req, xd_res *res);
  * or once the run ended), 0 when the id is unknown (nothing sent). */
 int xd_code_interrupt(void *module, const char *id, xd_res *res);
 void xd_code_close(void *module);              /* shutdown: kills the kernels and shell runs */
+/* sessions.c: POST /session, POST /session/{id}/run, DELETE /session/{id} */
+void *xd_sessions_new(const xd_ctx *ctx);
+int xd_sessions_route(void *module, const xd_req *req, xd_res *res);
+/* DELETE /command?id= of a session id: the session is closed as by DELETE /session/{id}; 1 when it was one. */
+int xd_sessions_interrupt(void *module, const char *id);
+void xd_sessions_close(void *module);          /* shutdown: kills the runs, removes the sessions' files */
+/* metrics.c: GET /metrics, GET /metrics/watch */
+void *xd_metrics_new(const xd_ctx *ctx);
+int xd_metrics_route(void *module, const xd_req *req, xd_res *res);
+void xd_metrics_close(void *module);           /* shutdown: ends its streams */
 
 #endif

@@ -109,6 +109,7 @@ fuzz fuzz_proxy corpus-proxy
 fuzz fuzz_glob corpus-glob
 fuzz fuzz_fsedit corpus-fsedit
 fuzz fuzz_upmeta corpus-upmeta
+fuzz fuzz_sessions corpus-sessions
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

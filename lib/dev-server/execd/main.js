@@ -112,7 +112,8 @@ function lazyRoutes(prefix, load) {
 
 /**
  * --handoff: the C execd's own routes — the commands (POST and DELETE /command, GET /command/status/{id} and
- * /command/{id}/logs) and the PTY API (POST /pty, GET and DELETE /pty/{id}, the WebSocket /pty/{id}/ws) — arriving on
+ * /command/{id}/logs), the PTY API (POST /pty, GET and DELETE /pty/{id}, the WebSocket /pty/{id}/ws), the bash
+ * sessions (POST /session, POST /session/{id}/run, DELETE /session/{id}) and GET /metrics[/watch] — arriving on
  * a connection the C execd handed over (a keep-alive connection whose earlier request was a file's), are passed back
  * to it (ctx.self), so that every command and PTY session is in its one registry (a session made here would be
  * unknown to the WebSocket the C execd serves). A DELETE /command?id= of a code context (an interrupter's) is this
@@ -121,7 +122,9 @@ function lazyRoutes(prefix, load) {
 function nativeBack() {
   const native = (method, p) => (p === '/command' && (method === 'POST' || method === 'DELETE')) ||
     (method === 'GET' && (/^\/command\/status\/[^/]+$/.test(p) || /^\/command\/[^/]+\/logs$/.test(p))) ||
-    (p === '/pty' && method === 'POST') || ((method === 'GET' || method === 'DELETE') && /^\/pty\/[^/]+$/.test(p));
+    (p === '/pty' && method === 'POST') || ((method === 'GET' || method === 'DELETE') && /^\/pty\/[^/]+$/.test(p)) ||
+    (p === '/session' && method === 'POST') || (method === 'POST' && /^\/session\/[^/]+\/run$/.test(p)) ||
+    (method === 'DELETE' && /^\/session\/[^/]+$/.test(p)) || (method === 'GET' && (p === '/metrics' || p === '/metrics/watch'));
   return {
     upgrade(req, socket, head, url) {
       if (!/^\/pty\/[^/]+\/ws$/.test(url.pathname)) return false;

@@ -17,6 +17,18 @@ const PING_INTERVAL_MS = 3000;
 /** How long a session run may take when it asks for no (positive) timeout: upstream's 24 h. */
 const SESSION_MAX_WAIT_MS = 24 * 3600 * 1000;
 
+/** Go's time.Duration.String() of a whole number of milliseconds (> 0): "300ms", "1s", "1.5s", "1m30s", "24h0m0s". */
+function goDurationText(ms) {
+  if (ms < 1000) return `${ms}ms`;
+  const frac = (x) => (x % 1000 ? `.${String(x % 1000).padStart(3, '0').replace(/0+$/, '')}` : '');
+  const sec = Math.floor(ms / 1000);
+  const s = `${sec % 60}${frac(ms)}s`;
+  const min = Math.floor(sec / 60);
+  if (min === 0) return s;
+  const h = Math.floor(min / 60);
+  return h === 0 ? `${min}m${s}` : `${h}h${min % 60}m${s}`;
+}
+
 export function createRoutes(ctx) {
   const sessions = new Map(); // id -> { id, cwd, envFile, cwdFile, busy, child }
   const dir = os.tmpdir();
@@ -142,7 +154,7 @@ export function createRoutes(ctx) {
     s.child = null;
     s.busy = false;
     if (timedOut) {
-      fail(`error running in session. timeout after ${waitMs / 1000}s`);
+      fail(`error running in session. timeout after ${goDurationText(waitMs)}`);
     } else if (result.error) {
       fail(`error running in session: ${result.error.message}`);
     } else if (result.code === 0) {
