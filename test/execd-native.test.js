@@ -204,6 +204,46 @@ describe('the C execd: every answer its own', function () {
     assert.deepEqual(nodeExecd(), []);
   });
 
+  it('issue 32: a client that sends its request and half-closes its side still gets the answer (through the relay)', async () => {
+    const boundary = 'half-b0undary';
+    const body = `--${boundary}\r\nContent-Disposition: form-data; name="metadata"; filename="m"\r\n\r\n` +
+      `{"path":"/workspace/native/half.txt"}\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n` +
+      `half\r\n--${boundary}--\r\n`;
+    const got = await new Promise((resolve, reject) => {
+      const socket = net.connect({ port: sb.port, host: '127.0.0.1', allowHalfOpen: true });
+      let text = '';
+      const timer = setTimeout(() => { socket.destroy(); reject(new Error(`no answer within 15 s: ${JSON.stringify(text)}`)); }, 15000);
+      socket.on('data', (d) => { text += d; });
+      socket.on('end', () => { clearTimeout(timer); socket.destroy(); resolve(text); });
+      socket.on('error', reject);
+      socket.end(`POST /files/upload HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n` +
+        `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    });
+    assert.match(got, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(got, /\r\nContent-Length: 0\r\n\r\n$/);
+  });
+
+  it('issue 32: a body over 64 MiB gets its 413 while the client still writes it (through the relay)', async () => {
+    // a client that writes 1 MiB of a declared 100 MB and then waits for the answer before writing on
+    const t0 = Date.now();
+    const got = await new Promise((resolve, reject) => {
+      const socket = net.connect(sb.port, '127.0.0.1');
+      let text = '';
+      const timer = setTimeout(() => { socket.destroy(); reject(new Error(`no 413 within 10 s: ${JSON.stringify(text)}`)); }, 10000);
+      socket.on('data', (d) => {
+        text += d;
+        if (/\r\n\r\n\{.*\}$/.test(text)) { clearTimeout(timer); socket.destroy(); resolve(text); }
+      });
+      socket.on('error', reject);
+      socket.write(`POST /command HTTP/1.1\r\nHost: execd\r\n${secure}X-EXECD-ACCESS-TOKEN: ${TOKEN}\r\n` +
+        'Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n');
+      socket.write(Buffer.alloc(1 << 20, 0x20));
+    });
+    assert.ok(Date.now() - t0 < 10000);
+    assert.match(got, /^HTTP\/1\.1 413 Request Entity Too Large\r\nContent-Type: application\/json; charset=utf-8\r\nConnection: close\r\n/);
+    assert.ok(got.endsWith('{"code":"INVALID_REQUEST_BODY","message":"request body larger than 67108864 bytes"}'));
+  });
+
   it('GET /files/info and GET|HEAD /files/download are answered without Node, byte for byte', async () => {
     const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN, 'Content-Type': 'application/json' };
     const made = await request(`http://127.0.0.1:${sb.port}/command`, {
@@ -234,6 +274,23 @@ describe('the C execd: every answer its own', function () {
     assert.equal(head.replace(/^Date: .*$/mg, 'Date: <date>'), fileHead + PING_OK);
     const dir = await exchange(sb.port, get('/files/download?path=native'), { done: (t) => answers(t).length === 1 });
     assert.deepEqual(answers(dir).map((x) => x.body), ['{"code":"INVALID_FILE","message":"path is a directory: /workspace/native"}']);
+    assert.deepEqual(nodeExecd(), []);
+  });
+
+  it('a bash session, and DELETE /command?id= of it closes it (upstream\'s Interrupt), with nothing started', async () => {
+    const headers = { ...secureHeaders, 'X-EXECD-ACCESS-TOKEN': TOKEN };
+    const made = await request(`http://127.0.0.1:${sb.port}/session`, { method: 'POST', headers, body: {} });
+    assert.equal(made.status, 200, made.text);
+    const sid = made.json.session_id;
+    const run = await request(`http://127.0.0.1:${sb.port}/session/${sid}/run`, { method: 'POST', headers, body: { command: 'echo in-$((6*7))' } });
+    assert.equal(run.status, 200);
+    assert.match(run.text, /\{"type":"stdout","text":"in-42","timestamp":\d+\}\n\n/);
+    const del = await request(`http://127.0.0.1:${sb.port}/command?id=${sid}`, { method: 'DELETE', headers });
+    assert.equal(del.status, 200, del.text);
+    const gone = await request(`http://127.0.0.1:${sb.port}/session/${sid}`, { method: 'DELETE', headers });
+    assert.deepEqual([gone.status, gone.json], [404, { code: 'CONTEXT_NOT_FOUND', message: `session ${sid} not found` }]);
+    const none = await request(`http://127.0.0.1:${sb.port}/command?id=nope`, { method: 'DELETE', headers });
+    assert.deepEqual([none.status, none.json], [500, { code: 'RUNTIME_ERROR', message: 'error interruptting code context. no such session' }]);
     assert.deepEqual(nodeExecd(), []);
   });
 

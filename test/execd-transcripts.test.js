@@ -37,7 +37,6 @@ const ALLOWED = [
   { id: 'T6', files: /^07-/, labels: /UNDEFINED_VAR/, aspects: /^(status|body)$/ },
   { id: 'T7', files: /^07-/, labels: /^permissions: (mode 999|unknown owner name)/, aspects: /^(status|body|headers|header:content-type|escaping)$/ },
   { id: 'T8', files: /^07-/, labels: /^download a directory$/, aspects: /./ },
-  { id: 'T9', files: /^07-/, labels: /^upload with invalid JSON in the metadata part$/, aspects: /^body$/ },
   { id: 'T10', files: /^08-/, labels: /^run 2: state shared/, aspects: /^events$/ },
   { id: 'T11', files: /^08-/, labels: /^run 5: timeout/, aspects: /^pings$/ },
   { id: 'T12', files: /^09-/, labels: /./, aspects: /^tcp after refusal$/ },

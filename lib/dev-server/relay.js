@@ -109,9 +109,13 @@ export async function startRelay(socketPath, { ingressId = null, host = '127.0.0
       proxyUpgrade(req, socket, head, { socketPath }, d.target, { drop: TOKEN_HEADERS });
     }));
     apps.keepAliveTimeout = 30_000;
-    server = net.createServer({ noDelay: true }, (client) => {
+    // allowHalfOpen: a client that sends its request and half-closes its side (shutdown SHUT_WR) still gets execd's
+    // answer, as from Go's server (Node's default ended the client's side at its FIN, before execd answered)
+    server = net.createServer({ noDelay: true, allowHalfOpen: true }, (client) => {
       sockets.add(client);
       let up = null;
+      let routed = false;
+      client.on('end', () => routed || client.end()); // no request yet: nothing to answer
       const drop = () => {
         client.destroy();
         up?.destroy();
@@ -132,6 +136,7 @@ export async function startRelay(socketPath, { ingressId = null, host = '127.0.0
         client.removeAllListeners('data');
         client.pause();
         client.setTimeout(0);
+        routed = true;
         const d = parsed.error ? parsed : decide(parsed.target);
         if (d.error) return void refuseTarget(client, d);
         if (d.app) {
@@ -143,7 +148,7 @@ export async function startRelay(socketPath, { ingressId = null, host = '127.0.0
         // execd itself: with the token, the connection is relayed byte for byte (execd parses the same way)
         const refusal = checkExecdAccess(parsed.headers, token);
         if (refusal) return void client.end(httpAnswer(refusal.status, refusal.body));
-        up = net.connect(socketPath);
+        up = net.connect({ path: socketPath, allowHalfOpen: true }); // the client's FIN passed on (pipe), the answer back
         sockets.add(up);
         up.on('error', drop);
         up.on('close', drop);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "events.h"
 #include "json.h"
 #include "lines.h"
 #include "logring.h"
@@ -106,6 +107,7 @@ struct module {
   int forwarding;
   uint64_t tail_ms;
   int (*code_interrupt)(const char *id, xd_res *res);
+  int (*interrupt_other)(const char *id);
   const char *shell; /* "bash" or "sh" */
   cmd *all_head, *all_tail;
   cmd *fin_head, *fin_tail;
@@ -118,11 +120,6 @@ struct module {
   char readbuf[65536];
 };
 
-static uint64_t wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* RFC 3339 with nanoseconds, like Go's time.RFC3339Nano for UTC (trailing zeros trimmed). */
 static void now_stamp(char out[40]) {
@@ -145,28 +142,6 @@ static void random_id(char out[33]) {
   for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-static const char *signal_text(int sig, char *buf, size_t cap) {
-  static const struct {
-    int sig;
-    const char *text;
-  } texts[] = {
-      {SIGKILL, "killed"}, {SIGTERM, "terminated"}, {SIGINT, "interrupt"}, {SIGHUP, "hangup"}, {SIGQUIT, "quit"},
-      {SIGSEGV, "segmentation fault"}, {SIGABRT, "aborted"}, {SIGPIPE, "broken pipe"}, {SIGALRM, "alarm clock"},
-      {SIGUSR1, "user defined signal 1"}, {SIGUSR2, "user defined signal 2"}, {SIGBUS, "bus error"},
-      {SIGFPE, "floating point exception"},
-  };
-  static const char *const names[] = {
-      NULL, "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
-      "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP",
-      "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR",
-      "SIGSYS"};
-  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-    if (texts[i].sig == sig) return texts[i].text;
-  }
-  if (sig > 0 && (size_t)sig < sizeof names / sizeof names[0]) return names[sig];
-  snprintf(buf, cap, "%d", sig); /* a real-time signal: Node reports its number */
-  return buf;
-}
 
 /* --- handle bookkeeping ---------------------------------------------------------------------------------------- */
 
@@ -242,7 +217,7 @@ static cmd *find_cmd(module *m, const char *id) {
 static void prune(module *m) {
   uint64_t log_bytes = 0;
   for (cmd *r = m->fin_head; r; r = r->fin_next) log_bytes += r->log.size;
-  uint64_t now = wall_ms();
+  uint64_t now = xd_wall_ms();
   uint64_t oldest = now > FINISHED_RETENTION_MS ? now - FINISHED_RETENTION_MS : 0;
   while (m->fin_head &&
          (m->nfin > FINISHED_RECORDS_MAX || log_bytes > FINISHED_LOG_BUDGET || m->fin_head->end_ms < oldest)) {
@@ -305,15 +280,7 @@ static void write_to_closed(stream *st) {
   if (st->m->forwarding) relay(st->m, SIGPIPE);
 }
 
-typedef struct {
-  const char *type;
-  const char *text;
-  size_t text_len;
-  int has_time;
-  uint64_t time;
-  const char *ename, *evalue, *traceback; /* an error event when ename is set */
-  size_t error_len; /* of evalue and traceback when they are the same text with NUL bytes (else 0: strlen) */
-} event;
+typedef xd_event event;
 
 /* Writes one event; 0 when the client's buffer is full (the caller should wait for drain), else 1. */
 static int write_event(stream *st, const event *ev) {
@@ -321,28 +288,9 @@ static int write_event(stream *st, const event *ev) {
     write_to_closed(st);
     return 1;
   }
-  /* field order of execd's Go struct: type, text, execution_time, timestamp, error */
   osb_buf b = {0};
-  osb_buf_append_str(&b, "{\"type\":");
-  xd_json_str(&b, ev->type, strlen(ev->type));
-  if (ev->text) {
-    osb_buf_append_str(&b, ",\"text\":");
-    xd_json_str(&b, ev->text, ev->text_len);
-  }
-  if (ev->has_time) osb_buf_appendf(&b, ",\"execution_time\":%llu", (unsigned long long)ev->time);
-  osb_buf_appendf(&b, ",\"timestamp\":%llu", (unsigned long long)wall_ms());
-  if (ev->ename) {
-    osb_buf_append_str(&b, ",\"error\":{\"ename\":");
-    xd_json_str(&b, ev->ename, strlen(ev->ename));
-    osb_buf_append_str(&b, ",\"evalue\":");
-    xd_json_str(&b, ev->evalue, ev->error_len ? ev->error_len : strlen(ev->evalue));
-    osb_buf_append_str(&b, ",\"traceback\":[");
-    xd_json_str(&b, ev->traceback, ev->error_len ? ev->error_len : strlen(ev->traceback));
-    osb_buf_append_str(&b, "]}");
-  }
-  osb_buf_append_str(&b, "}\n\n");
   int ok = 1;
-  if (!b.data) ok = 1; /* out of memory: the event is lost, the stream goes on */
+  if (xd_event_append(&b, ev) != 0) ok = 1; /* out of memory: the event is lost, the stream goes on */
   else if (xd_stream_write(st->res, b.data, b.len) != 0) write_to_closed(st);
   else ok = xd_stream_pending(st->res) < STREAM_HWM;
   osb_buf_free(&b);
@@ -502,7 +450,7 @@ static void final_event(cmd *rec, event *ev, char *num, size_t cap) {
     ev->evalue = ev->traceback = rec->error;
   } else if (rec->exit_code == 0) {
     ev->type = "execution_complete";
-    uint64_t now = wall_ms();
+    uint64_t now = xd_wall_ms();
     /* Go's omitempty: a 0 ms execution_time is left out */
     if (now > rec->start_ms) ev->has_time = 1, ev->time = now - rec->start_ms;
   } else {
@@ -522,7 +470,7 @@ static void finish(cmd *rec, int code, int sig, const char *spawn_error) {
     for (cmd *r = m->all_head; r; r = r->next) r->relay = 0;
   }
   now_stamp(rec->finished_at);
-  rec->end_ms = wall_ms();
+  rec->end_ms = xd_wall_ms();
   uv_timer_stop(&rec->timeout_timer);
   uv_timer_stop(&rec->kill_timer);
   uv_timer_stop(&rec->drain_timer);
@@ -534,7 +482,7 @@ static void finish(cmd *rec, int code, int sig, const char *spawn_error) {
   } else if (sig) {
     rec->exit_code = -1;
     char sb[16];
-    snprintf(buf, sizeof buf, "signal: %s", signal_text(sig, sb, sizeof sb));
+    snprintf(buf, sizeof buf, "signal: %s", xd_signal_text(sig, sb, sizeof sb));
     rec->error = strdup(buf);
   } else {
     rec->exit_code = code;
@@ -759,7 +707,7 @@ static cmd *cmd_new(module *m, const char *content, int background) {
   rec->running = 1;
   random_id(rec->id);
   now_stamp(rec->started_at);
-  rec->start_ms = wall_ms();
+  rec->start_ms = xd_wall_ms();
   xd_lines_init(&rec->split[0], XD_MAX_LINE_BYTES, on_stdout_line, rec);
   xd_lines_init(&rec->split[1], XD_MAX_LINE_BYTES, on_stderr_line, rec);
   xd_logring_init(&rec->log, XD_LOG_RING_BYTES);
@@ -1185,10 +1133,15 @@ static int interrupt(module *m, const xd_req *req, xd_res *res) {
   }
   cmd *rec = find_cmd(m, id);
   if (!rec) {
-    /* a code context or a code shell run (code.c) */
+    /* a code context or a code shell run (code.c), else a bash session (sessions.c: closed) */
     int taken = m->code_interrupt && m->code_interrupt(id, res);
+    int other = !taken && m->interrupt_other && m->interrupt_other(id);
     free(id);
     if (taken) return 1;
+    if (other) {
+      xd_send_empty(res);
+      return 1;
+    }
     xd_send_error(res, 500, "RUNTIME_ERROR", "error interruptting code context. no such session"); /* execd's spelling */
     return 1;
   }
@@ -1298,6 +1251,7 @@ void *xd_commands_new(const xd_ctx *ctx) {
   m->forwarding = ctx->signal_forwarding;
   m->tail_ms = ctx->command_tail_ms;
   m->code_interrupt = ctx->code_interrupt;
+  m->interrupt_other = ctx->interrupt_other;
   m->shell = find_shell() ? "bash" : "sh";
   if (uv_signal_init(m->loop, &m->sigchld) != 0) {
     free(m->workspace);

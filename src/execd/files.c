@@ -1119,12 +1119,15 @@ static void send_error_len(xd_res *res, int status, const char *code, const char
 static void job_answer(xd_fsjob *fj, int status) {
   files_job *job = (files_job *)fj;
   xd_res *res = fj->res;
+  /* the client went away (or ended its side: closed, or half-closed and still reading) before the file's bytes were
+   * written to it: the real execd's write to the closed connection raises SIGPIPE, which --signal-forwarding relays
+   * to the foreground command (once per download); a half-closed client still gets the answer below */
+  if ((!res || xd_res_peer_ended(res)) && job->relay && fj->jobs && job->mod->relay_signal && status == 0 &&
+      !job->code && !job->fifo && (job->status == 200 || job->status == 206) && job->length > 0) {
+    job->relay = 0;
+    job->mod->relay_signal(SIGPIPE);
+  }
   if (!res) {
-    /* the client went away before the file's bytes were written to it: the real execd's write to the closed
-     * connection raises SIGPIPE, which --signal-forwarding relays to the foreground command */
-    if (job->relay && fj->jobs && job->mod->relay_signal && status == 0 && !job->code &&
-        !job->fifo && (job->status == 200 || job->status == 206) && job->length > 0)
-      job->mod->relay_signal(SIGPIPE);
     job->again = 0;
     return;
   }

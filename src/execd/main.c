@@ -32,6 +32,8 @@ static void *files; /* files.c: GET /files/info, GET|HEAD /files/download */
 static void *pty; /* pty.c: /pty* */
 static void *code; /* code.c: /code* */
 static void *proxy; /* proxy.c: /proxy/{port}/... */
+static void *sessions; /* sessions.c: /session* */
+static void *metrics; /* metrics.c: GET /metrics, GET /metrics/watch */
 static uv_signal_t sigs[6];
 static size_t nsigs;
 static uv_timer_t exit_timer;
@@ -71,6 +73,8 @@ static char *read_fd(int fd) {
 static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
 
 static int code_interrupt(const char *id, xd_res *res) { return xd_code_interrupt(code, id, res); }
+/* DELETE /command?id= of a bash session: closes it (upstream's Interrupt) */
+static int interrupt_other(const char *id) { return sessions && xd_sessions_interrupt(sessions, id); }
 
 static void on_exit_timer(uv_timer_t *t) {
   (void)t;
@@ -97,6 +101,10 @@ static void shutdown_all(void) {
   code = NULL;
   xd_proxy_close(proxy);
   proxy = NULL;
+  xd_sessions_close(sessions); /* kills the bash sessions' runs */
+  sessions = NULL;
+  xd_metrics_close(metrics);
+  metrics = NULL;
   /* what the modules still close (or a child that does not go) must not keep execd: exit after a bound */
   uv_timer_init(loop, &exit_timer);
   uv_timer_start(&exit_timer, on_exit_timer, 2000, 0);
@@ -215,7 +223,7 @@ int main(int argc, char **argv) {
       .loop = loop, .workspace = workspace, .signal_forwarding = signal_forwarding, .pty_exit_race = pty_exit_race,
       .pty_close_linger = pty_close_linger, .command_tail_ms = (uint64_t)tail,
       .relay_signal = relay_signal, .code_kernels = code_kernels, .node_path = node_path,
-      .code_interrupt = code_interrupt,
+      .code_interrupt = code_interrupt, .interrupt_other = interrupt_other,
   };
   if (!(commands = xd_commands_new(&ctx))) die("out of memory", NULL);
   if (!(dirs = xd_dirs_new(&ctx))) die("out of memory", NULL);
@@ -225,9 +233,12 @@ int main(int argc, char **argv) {
   if (!(pty = xd_pty_new(&ctx))) die("out of memory", NULL);
   if (!(code = xd_code_new(&ctx))) die("out of memory", NULL);
   if (!(proxy = xd_proxy_new(&ctx))) die("out of memory", NULL);
+  if (!(sessions = xd_sessions_new(&ctx))) die("out of memory", NULL);
+  if (!(metrics = xd_metrics_new(&ctx))) die("out of memory", NULL);
   const xd_route routes[] = {{commands, xd_commands_route}, {dirs, xd_dirs_route}, {fsedit, xd_fsedit_route},
                              {upload, xd_upload_route}, {files, xd_files_route}, {pty, xd_pty_route},
-                             {code, xd_code_route}, {proxy, xd_proxy_route}};
+                             {code, xd_code_route}, {sessions, xd_sessions_route}, {metrics, xd_metrics_route},
+                             {proxy, xd_proxy_route}};
 
   server = xd_server_new(&(xd_server_opts){
       .loop = loop, .token = token, .routes = routes, .nroutes = sizeof routes / sizeof *routes});

@@ -85,11 +85,18 @@ struct conn {
   uint64_t ch_left;
   size_t trailer_bytes;
   size_t pos;    /* parse position in `in` (body) */
+  int answered_early; /* the 413 went out while the body is still read (and dropped); the connection closes after it */
   uint64_t body_total;
   osb_buf body;
   xd_res *res;
   int close_pending;   /* close once writes are done */
   int failed;          /* a write could not be queued: closed from the loop, not inside the route's call */
+  /* a body read as it arrives (xd_server_streams_body): the route's callbacks, set by xd_body_read */
+  int streamed;
+  int body_done;   /* the whole streamed body was handed to the route */
+  int body_paused; /* the route asked for no more for now (xd_body_pause) */
+  const xd_body_callbacks *body_cb;
+  void *body_arg;
   /* ST_RAW (xd_upgrade): the route's byte pipe */
   const xd_raw_callbacks *raw_cb; /* NULL once the route closed it or was told it ended */
   void *raw_arg;
@@ -288,6 +295,10 @@ int xd_parse_target(const char *raw, size_t len, xd_target *t) {
 }
 
 
+int xd_server_streams_body(const char *method, const char *path) {
+  return strcmp(method, "POST") == 0 && strcmp(path, "/files/upload") == 0;
+}
+
 
 /* ---------------------------------------------------------------- xd.h: request accessors */
 
@@ -472,7 +483,11 @@ static void request_reset(conn *c) {
   c->ch_left = 0;
   c->trailer_bytes = 0;
   c->pos = 0;
+  c->answered_early = 0;
   c->body_total = 0;
+  c->streamed = c->body_done = c->body_paused = 0;
+  c->body_cb = NULL;
+  c->body_arg = NULL;
   c->state = ST_HEAD;
 }
 
@@ -712,23 +727,47 @@ static int token_ok(const conn *c) {
   return diff == 0;
 }
 
+/* A body over XD_BODY_LIMIT: the 413 goes out now (with Connection: close), not after the rest of the body, which is
+ * still read and dropped (up to XD_DISCARD_LIMIT more) so that a client still writing it is not reset before it reads
+ * the answer; then the connection closes. (Through a relay or proxy that forwards the answer only once it has passed
+ * the whole body on, the 413 came after the 100 MB were relayed; a client that waits for the answer before writing
+ * more - one with Expect: 100-continue - got it only at the idle timeout.) */
+static void too_large_now(conn *c) {
+  if (c->answered_early) return;
+  c->answered_early = 1;
+  char h[256];
+  int n = snprintf(h, sizeof h,
+                   "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json; charset=utf-8\r\n"
+                   "Connection: close\r\nDate: %s\r\nContent-Length: %zu\r\n\r\n",
+                   http_date(c->srv), sizeof TOO_LARGE - 1);
+  conn_write(c, h, (size_t)n, TOO_LARGE, sizeof TOO_LARGE - 1);
+}
+
 /* body bytes [from, from+n) of `in` belong to the request: kept, or counted and dropped */
 static int body_take(conn *c, size_t from, size_t n) {
   c->body_total += n;
+  if (c->streamed) {
+    c->body_cb->on_data(c->body_arg, c->in.data + from, n);
+    return 0;
+  }
   if (c->discard) return 0;
   if (c->body_total > XD_BODY_LIMIT) {
     c->too_large = 1;
     c->discard = 1;
     osb_buf_free(&c->body);
+    if (c->action == ACT_ROUTE) too_large_now(c);
     return 0;
   }
   return osb_buf_append(&c->body, c->in.data + from, n);
 }
 
-/* Reads body bytes from `in`. Returns 1 complete, 0 needs more, -1 bad framing, -2 OOM, 2 too large at once. */
+/* Reads body bytes from `in`. Returns 1 complete, 0 needs more, -1 bad framing, -2 OOM, 2 too large at once, 3 a
+ * streamed body's route paused it or finished its answer (nothing more is read now). */
 static int read_body(conn *c) {
-  size_t base = c->discard ? 0 : c->head_len;
+  size_t base = c->discard || c->streamed ? 0 : c->head_len;
+  const xd_res *res = c->res;
   for (;;) {
+    if (c->streamed && c->body_paused) return 3;
     size_t avail = c->in.len - base - c->pos;
     const char *d = c->in.data + base + c->pos;
     if (!c->chunked) {
@@ -736,7 +775,8 @@ static int read_body(conn *c) {
       if (avail == 0) return 0;
       size_t n = avail < c->cl_left ? avail : (size_t)c->cl_left;
       if (body_take(c, base + c->pos, n) != 0) return -2;
-      if (c->discard) c->pos += n;
+      if (c->streamed && (c->res != res || c->closing)) return 3; /* the route answered (the connection closes) */
+      if (c->discard || c->streamed) c->pos += n;
       else { /* kept once, in `body`: out of `in` (what follows it moves up) */
         size_t at = base + c->pos;
         memmove(c->in.data + at, c->in.data + at + n, c->in.len - at - n);
@@ -773,6 +813,7 @@ static int read_body(conn *c) {
       if (avail == 0) return 0;
       size_t n = avail < c->ch_left ? avail : (size_t)c->ch_left;
       if (body_take(c, base + c->pos, n) != 0) return -2;
+      if (c->streamed && (c->res != res || c->closing)) return 3;
       c->pos += n;
       c->ch_left -= n;
       if (c->ch_left == 0) c->ch_state = CH_DATA_END;
@@ -787,7 +828,7 @@ static int read_body(conn *c) {
       c->ch_state = CH_SIZE;
     }
     if (c->too_large && !c->unbounded && c->body_total > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) return 2;
-    if (c->discard) { /* nothing of a discarded body is kept */
+    if (c->discard || c->streamed) { /* nothing of a discarded or streamed body is kept */
       osb_buf_consume(&c->in, base + c->pos);
       base = 0;
       c->pos = 0;
@@ -865,6 +906,7 @@ static void dispatch(conn *c) {
     c->req.body = "";
     c->req.body_len = 0;
   }
+  c->req.body_streamed = c->streamed;
   if (c->action == ACT_UNAUTHORIZED) {
     xd_send_json(c->res, 401, UNAUTHORIZED, sizeof UNAUTHORIZED - 1);
     return;
@@ -887,11 +929,41 @@ static void dispatch(conn *c) {
   if (!taken) not_found(c, res);
 }
 
+/* A streamed body's request: hands what is buffered of its body to the route (xd_body_read), as far as it wants it.
+ * Returns 1 when the caller's loop goes on (the body is whole and the route was told), 0 when it stops here. */
+static int feed_body(conn *c) {
+  if (!c->body_cb || c->body_paused) return 0;
+  int rc = read_body(c);
+  if (rc == 3) return 0;
+  if (rc == 0) {
+    if (c->eof) conn_close(c); /* cut short: the route hears of it through its on_close callback */
+    return 0;
+  }
+  if (rc == -2) {
+    conn_close(c);
+    return 0;
+  }
+  if (rc == -1) { /* bad framing: the route's answer is not wanted any more (on_close), Go's raw 400 closes */
+    xd_res *r = c->res;
+    c->res = NULL;
+    if (r) res_gone(r);
+    answer_raw_close(c, GO_BAD_REQUEST);
+    return 0;
+  }
+  c->body_done = 1;
+  c->body_cb->on_end(c->body_arg);
+  return 1;
+}
+
 /* handles what is buffered, one request at a time */
 static void process(conn *c) {
   if (c->in_process) return;
   c->in_process = 1;
   while (!c->closing && !c->failed) {
+    if (c->state == ST_ROUTED && c->streamed && !c->body_done) {
+      if (feed_body(c)) continue;
+      break;
+    }
     if (c->state == ST_ROUTED || c->state == ST_CLOSING || c->state == ST_RAW) break;
     if (c->state == ST_HEAD) {
       size_t skip = 0;
@@ -948,6 +1020,8 @@ static void process(conn *c) {
       } else if (strcmp(c->req.method, "GET") == 0 && strcmp(c->path, "/ping") == 0) {
         c->action = ACT_PING;
         c->discard = c->unbounded = 1;
+      } else if (xd_server_streams_body(c->req.method, c->path)) {
+        c->streamed = 1; /* no size limit: the route reads it as it comes (xd_body_read) */
       } else if (!c->chunked && c->cl_left > XD_BODY_LIMIT && xd_proxy_port(c->path) <= 0) {
         c->too_large = c->discard = 1;
         if (c->cl_left > (uint64_t)XD_BODY_LIMIT + XD_DISCARD_LIMIT) {
@@ -955,42 +1029,60 @@ static void process(conn *c) {
           dispatch(c);
           continue;
         }
+        too_large_now(c);
       }
       /* a client waiting for leave to send its body gets it, as from Go's and Node's servers */
       const char *expect = xd_header(&c->req, "expect");
-      if (expect && strcasecmp(expect, "100-continue") == 0 && (c->chunked || c->cl_left > 0) &&
+      if (expect && strcasecmp(expect, "100-continue") == 0 && (c->chunked || c->cl_left > 0) && !c->answered_early &&
           c->in.len == c->head_len && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0) != 0)
         break;
       if (!c->discard && xd_proxy_port(c->path) > 0) { /* proxy.c streams the body itself (xd_upgrade, no head) */
         dispatch(c);
         continue;
       }
-      if (c->discard) { /* the head is not needed any more */
+      if (c->discard || c->streamed) { /* the head is not needed any more */
         osb_buf_consume(&c->in, c->head_len);
         c->head_len = 0;
+      }
+      if (c->streamed) { /* routed now; its body goes to the route as it comes */
+        dispatch(c);
+        continue;
       }
       c->state = ST_BODY;
     }
     /* ST_BODY */
     int rc = read_body(c);
     if (rc == 0) {
-      if (c->eof) conn_close(c);
-      break;
+      if (c->eof && c->answered_early) rc = 1; /* closed once the 413 is written (below) */
+      else {
+        if (c->eof) conn_close(c);
+        break;
+      }
     }
     if (rc == -2) {
       conn_close(c);
       break;
     }
     if (rc == -1) {
-      answer_raw_close(c, GO_BAD_REQUEST);
+      if (c->answered_early) conn_close(c); /* the answer is out; the rest is not HTTP */
+      else answer_raw_close(c, GO_BAD_REQUEST);
+      break;
+    }
+    if (c->answered_early) { /* the 413 is out: the body is read, or as much of it as is read; close */
+      c->state = ST_CLOSING;
+      reading(c, 0);
+      if (c->pending_writes == 0) conn_close(c);
+      else c->close_pending = 1;
       break;
     }
     if (rc == 2) c->req.wants_close = 1;
     dispatch(c);
   }
   if (!c->closing && !c->failed) {
-    /* hold later pipelined requests while one is answered; read on while a head or body is incomplete */
-    if (c->state == ST_ROUTED && c->in.len > PIPELINE_HOLD) reading(c, 0);
+    /* hold later pipelined requests while one is answered; read on while a head or body is incomplete, and a streamed
+     * body while its route wants more */
+    if (c->state == ST_ROUTED && c->streamed && !c->body_done) reading(c, c->body_cb && !c->body_paused);
+    else if (c->state == ST_ROUTED && c->in.len > PIPELINE_HOLD) reading(c, 0);
     else if (c->state == ST_HEAD || c->state == ST_BODY) {
       reading(c, 1);
       idle_arm(c); /* a request that does not come (or come whole) within XD_IDLE_MS closes the connection */
@@ -1024,6 +1116,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (n < 0) {
     reading(c, 0);
+    if (n == UV_EOF && c->state == ST_ROUTED && c->res && !c->res->streaming) {
+      /* the client sent its request and half-closed its side: the answer still goes out (as Go's server does), then
+       * the connection closes; a streamed body not yet whole is cut short (feed_body closes once it is handed on) */
+      c->eof = 1;
+      c->reading = 0;
+      process(c);
+      return;
+    }
     if (n != UV_EOF || c->state == ST_ROUTED) { /* reset, or the client left while its answer is under way */
       conn_close(c);
       return;
@@ -1047,6 +1147,7 @@ static void finish(xd_res *res, int close_after) {
     return;
   }
   res->close_after |= close_after;
+  if (c->streamed && !c->body_done) res->close_after = 1; /* answered before its body was read: not read further */
   request_done(c);
 }
 
@@ -1196,9 +1297,29 @@ void xd_stream_end(xd_res *res) {
 
 int xd_res_closed(const xd_res *res) { return res->closed || !res->c || res->c->closing || res->c->failed; }
 
+int xd_res_peer_ended(const xd_res *res) { return !res->c || res->c->eof; }
+
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg) {
   res->on_close = fn;
   res->on_close_arg = arg;
+}
+
+/* ---------------------------------------------------------------- xd.h: streamed request bodies */
+
+void xd_body_read(xd_res *res, const xd_body_callbacks *cb, void *arg) {
+  conn *c = res->c;
+  if (!c || !c->streamed || c->body_done) return;
+  c->body_cb = cb;
+  c->body_arg = arg;
+  if (!c->in_process) process(c);
+}
+
+void xd_body_pause(xd_res *res, int paused) {
+  conn *c = res->c;
+  if (!c || !c->streamed || c->body_done || c->closing) return;
+  c->body_paused = paused;
+  if (paused) reading(c, 0);
+  else if (!c->in_process) process(c);
 }
 
 /* ---------------------------------------------------------------- xd.h: upgraded connections */

@@ -18,8 +18,10 @@ typedef struct {
   const char *method;    /* "GET", "POST", ... (NUL-terminated) */
   const char *path;      /* canonical path (segments re-encoded the one way, see parseTarget), e.g. "/command/status/ab" */
   const char *query;     /* raw query string after '?', "" when none (never NULL) */
-  const char *body;      /* the whole request body (Content-Length or chunked, at most XD_BODY_LIMIT), NUL-terminated */
+  const char *body;      /* the whole request body (Content-Length or chunked, at most XD_BODY_LIMIT), NUL-terminated;
+                          * "" when body_streamed */
   size_t body_len;
+  int body_streamed;     /* the body is not read yet: the route takes it as it comes (xd_body_read) */
   int wants_close;       /* the request asked for Connection: close */
   const char *const *header_kv; /* 2*nheaders strings, names lower-cased, in arrival order */
   size_t nheaders;
@@ -82,8 +84,26 @@ void xd_stream_on_drain(xd_res *res, void (*fn)(void *arg), void *arg);
 void xd_stream_end(xd_res *res);
 /* True once the client closed or reset the connection (writes are then dropped). */
 int xd_res_closed(const xd_res *res);
+/* True once the client ended its side of the connection (FIN) while its answer is under way: it half-closed and
+ * still reads (the answer goes out, as from Go's server), or it closed (the answer is lost). */
+int xd_res_peer_ended(const xd_res *res);
 /* fn(arg) once if the client goes away before the response is finished. Replaces a previous registration. */
 void xd_res_on_close(xd_res *res, void (*fn)(void *arg), void *arg);
+
+/* --- request bodies read as they arrive (server.h xd_server_streams_body: POST /files/upload) ---
+ * Such a request is routed as soon as its head is in (body_streamed set, body ""), with no size limit. The route that
+ * takes it calls xd_body_read; the body's bytes then come through on_data as they are read (Content-Length or
+ * chunked framing removed), then on_end once, when it is whole. A body cut short, a client gone, or bad chunked
+ * framing (the server answers Go's raw 400 and closes) is the res's on_close callback instead. The route should
+ * answer after on_end: an answer before it closes the connection (the rest of the body is not read). */
+typedef struct {
+  void (*on_data)(void *arg, const char *data, size_t len); /* data borrowed for the call */
+  void (*on_end)(void *arg);
+} xd_body_callbacks;
+/* Starts the flow (callbacks borrowed; they must outlive the body). Nothing when res is gone or not streamed. */
+void xd_body_read(xd_res *res, const xd_body_callbacks *cb, void *arg);
+/* Backpressure: 1 = no on_data until resumed (the socket is not read meanwhile), 0 = resume. */
+void xd_body_pause(xd_res *res, int paused);
 
 /* --- upgraded connections (WebSocket): after its 101 answer the connection is the route's, as a byte pipe --- */
 typedef struct xd_raw xd_raw;
@@ -146,6 +166,9 @@ typedef struct {
   /* DELETE /command?id= of an id commands.c does not know: the code module's contexts and shell runs
    * (xd_code_interrupt). 1 when it took the request (answered now or later), 0 when the id is not its either. */
   int (*code_interrupt)(const char *id, xd_res *res);
+  /* DELETE /command?id= of an id the commands module does not know: 1 when another native module took it (a bash
+   * session, which upstream's Interrupt closes: sessions.c), 0 when none has it. NULL: none. */
+  int (*interrupt_other)(const char *id);
 } xd_ctx;
 
 /* --- the native modules, in the order the server asks them (server.c) --- */
@@ -158,7 +181,7 @@ void xd_commands_close(void *module);              /* shutdown: kills running co
 void *xd_dirs_new(const xd_ctx *ctx);
 int xd_dirs_route(void *module, const xd_req *req, xd_res *res);
 void xd_dirs_close(void *module);
-/* upload.c: POST /files/upload (the form is read whole, up to XD_BODY_LIMIT, like any body) */
+/* upload.c: POST /files/upload of any size, Content-Length or chunked, its body read as it arrives (xd_body_read) */
 void *xd_upload_new(const xd_ctx *ctx);
 int xd_upload_route(void *module, const xd_req *req, xd_res *res);
 void xd_upload_close(void *module);
@@ -189,5 +212,15 @@ int xd_code_route(void *module, const xd_req *req, xd_res *res);
  * or once the run ended), 0 when the id is unknown (nothing sent). */
 int xd_code_interrupt(void *module, const char *id, xd_res *res);
 void xd_code_close(void *module);              /* shutdown: kills the kernels and shell runs */
+/* sessions.c: POST /session, POST /session/{id}/run, DELETE /session/{id} */
+void *xd_sessions_new(const xd_ctx *ctx);
+int xd_sessions_route(void *module, const xd_req *req, xd_res *res);
+/* DELETE /command?id= of a session id: the session is closed as by DELETE /session/{id}; 1 when it was one. */
+int xd_sessions_interrupt(void *module, const char *id);
+void xd_sessions_close(void *module);          /* shutdown: kills the runs, removes the sessions' files */
+/* metrics.c: GET /metrics, GET /metrics/watch */
+void *xd_metrics_new(const xd_ctx *ctx);
+int xd_metrics_route(void *module, const xd_req *req, xd_res *res);
+void xd_metrics_close(void *module);           /* shutdown: ends its streams */
 
 #endif

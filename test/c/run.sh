@@ -81,18 +81,19 @@ for t in "$B"/tsan/test_*; do
   [ -x "$t" ] && run "tsan ${t##*/}" env TSAN_OPTIONS=halt_on_error=1 "$t"
 done
 
-# fuzz <target> <seed corpus>: a bounded run (new inputs go to build/, the committed seeds are only read).
+# fuzz <target> <seed corpus> [runs]: a bounded run (new inputs go to build/, the committed seeds are only read);
+# runs defaults to FUZZ_RUNS.
 fuzz() {
-  local t=$1 seeds=$2 out
+  local t=$1 seeds=$2 runs=${3:-$FUZZ_RUNS} out
   if [ ! -x "$B/$t" ]; then
     echo "[$t] skipped: clang's libFuzzer runtime is missing (see $B/$t-build.log)"
     return
   fi
   mkdir -p "$B/$t-corpus"
-  out=$("$B/$t" -runs="$FUZZ_RUNS" -max_len=4096 "$B/$t-corpus" "$seeds" 2>&1)
+  out=$("$B/$t" -runs="$runs" -max_len=4096 "$B/$t-corpus" "$seeds" 2>&1)
   if [ $? -eq 0 ]; then
     passed=$((passed + 1))
-    echo "[$t] $FUZZ_RUNS runs: $(printf '%s\n' "$out" | grep -o 'cov: [0-9]*' | tail -1), no crash"
+    echo "[$t] $runs runs: $(printf '%s\n' "$out" | grep -o 'cov: [0-9]*' | tail -1), no crash"
   else
     failed=$((failed + 1))
     printf '%s\n' "$out" | tail -40
@@ -108,6 +109,9 @@ fuzz fuzz_codeproto corpus-codeproto
 fuzz fuzz_proxy corpus-proxy
 fuzz fuzz_glob corpus-glob
 fuzz fuzz_fsedit corpus-fsedit
+fuzz fuzz_upmeta corpus-upmeta
+fuzz fuzz_sessions corpus-sessions
+fuzz fuzz_http corpus-http $((FUZZ_RUNS / 4)) # each input is a real connection: a few ms
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -3,7 +3,7 @@
  * while the main thread runs the loop. The expected answers are the Node execd's (lib/dev-server/execd/files.js,
  * files-download.js) byte for byte but the Date header, and the real (Go) execd's where the Node execd's were a
  * JavaScript artefact (sorted info keys, NUL and non-UTF-8 paths, the RFC 5987 form, a FIFO, a time past year 9999).
- * Nothing is handed to the Node execd any more (the test's handoff function, xd_handoff_502, would count it): Range,
+ * Nothing is declined (the test server counts what no route takes in xd_declined): Range,
  * offset/limit, files over 8 MiB (streamed, also to a slow client and one that leaves), FIFOs, devices, requests with
  * a body. With --signal-forwarding, a download whose client left before its answer relays SIGPIPE. */
 #include "harness.h"

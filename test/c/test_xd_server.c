@@ -1,6 +1,7 @@
 /* The C execd's HTTP server (src/execd/server.c) on loopback with a test route module: a client thread sends raw
  * bytes while the main thread runs the loop. Checked byte for byte (Date values masked): GET /ping, the token's 401
- * after the body, Go's raw 400s, the target refusals, 431, the immediate 413, Content-Length and chunked bodies,
+ * after the body, Go's raw 400s, the target refusals, 431, the immediate 413 (and the prompt one of a body still being
+ * written), a half-closed client still answered, Content-Length and chunked bodies,
  * pipelined answers in order (a late answer holds the ones after it), Connection: close, streamed answers, a client
  * leaving mid-stream (the route's on_close), 100 Continue, what no route takes (the real execd's router: 404
  * `404 page not found`, the 301 of a GET route with a trailing slash, an upgrade no route takes), and the
@@ -185,6 +186,49 @@ static void test_refusals(void) {
          "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"request body larger than 67108864 bytes\"}");
 }
 
+/* issue 32: a client that sends its whole request and then half-closes its side (shutdown SHUT_WR) still gets the
+ * answer, as from Go's server (the connection closes after it) */
+static void test_half_close(void) {
+  int fd = dial();
+  const char *req = "GET /command/late HTTP/1.1\r\nHost: x\r\n" TOK "\r\n";
+  CHECK(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+  CHECK(shutdown(fd, SHUT_WR) == 0);
+  char buf[1024];
+  size_t got = 0;
+  ssize_t n;
+  while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+  buf[got] = 0;
+  CHECK(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0);
+  CHECK(got >= 4 && strcmp(buf + got - 4, "late") == 0);
+  close(fd);
+}
+
+/* issue 32: a body over 64 MiB gets its 413 at once (Connection: close), while the client is still writing it; what
+ * it writes next is still read (no reset), then the connection closes */
+static void test_too_large_prompt(void) {
+  int fd = dial();
+  char head[256];
+  int hl = snprintf(head, sizeof head, "POST /command/echo HTTP/1.1\r\nHost: x\r\n" TOK "Content-Length: %u\r\n\r\n",
+                    64u * 1024u * 1024u + 10u);
+  CHECK(write(fd, head, (size_t)hl) == hl);
+  static char chunk[256 * 1024];
+  memset(chunk, 'a', sizeof chunk);
+  CHECK(write(fd, chunk, sizeof chunk) == (ssize_t)sizeof chunk);
+  const char *want = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json; charset=utf-8\r\n"
+                     "Connection: close\r\nDate: ";
+  char buf[1024];
+  size_t got = 0;
+  ssize_t n;
+  while (got < 200 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n; /* within 10 s */
+  buf[got] = 0;
+  CHECK(strncmp(buf, want, strlen(want)) == 0);
+  CHECK(strstr(buf, "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"request body larger than 67108864 bytes\"}") != NULL);
+  for (int i = 0; i < 8; i++) CHECK(write(fd, chunk, sizeof chunk) == (ssize_t)sizeof chunk); /* still read */
+  CHECK(shutdown(fd, SHUT_WR) == 0);
+  CHECK(read(fd, buf, sizeof buf) == 0); /* then closed */
+  close(fd);
+}
+
 static void test_pipelined(void) {
   /* a late answer holds the ones after it; Content-Length and chunked bodies; Connection: close ends it */
   expect(PING "GET /command/late HTTP/1.1\r\nHost: x\r\n" TOK "\r\n"
@@ -361,6 +405,8 @@ static void *client(void *arg) {
   RUN(test_ping_and_token);
   RUN(test_refusals);
   RUN(test_pipelined);
+  RUN(test_half_close);
+  RUN(test_too_large_prompt);
   RUN(test_expect_continue);
   RUN(test_stream);
   RUN(test_not_found);

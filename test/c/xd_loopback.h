@@ -35,7 +35,7 @@ static inline xd_server *xd_listen_one(uv_loop_t *loop, const xd_route *routes, 
 /* A blocking TCP connection to 127.0.0.1:port, reads bounded by timeout_s seconds: the socket (the caller closes it),
  * or -1. */
 static inline int xd_dial(int port, int timeout_s) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* not inherited by what the module under test spawns */
   if (fd < 0) return -1;
   struct timeval tv = {timeout_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
