@@ -2,7 +2,7 @@
  * Content-Length and chunked bodies, bodies streamed to a route, pipelining, Expect, upgrades, the 413 and 431
  * answers): each input is written as it is to a real connection of a real server on loopback, then the client
  * half-closes. The one route answers every request it is given (a streamed body is read to its end first, as
- * upload.c reads one). Invariants: no memory error (ASan/UBSan); whatever comes back is a sequence of answers that
+ * upload.c reads one) but a path starting with /no or ending with '/': those get the server's own 404 or 301. Invariants: no memory error (ASan/UBSan); whatever comes back is a sequence of answers that
  * each start with "HTTP/1.1 "; the server closes the connection once the client has half-closed (no request holds
  * a connection whose client is gone: a 10 s deadline, far above the milliseconds an input takes). */
 #include <errno.h>
@@ -42,6 +42,9 @@ static const xd_body_callbacks STREAMED = {streamed_data, streamed_end};
 
 static int route(void *module, const xd_req *req, xd_res *res) {
   (void)module;
+  /* declined: what no route takes is the server's own answer (404, or the 301 of a trailing slash with the query) */
+  size_t pl = strlen(req->path);
+  if (strncmp(req->path, "/no", 3) == 0 || (pl > 1 && req->path[pl - 1] == '/')) return 0;
   if (req->body_streamed) {
     streamed *s = calloc(1, sizeof *s);
     if (!s) abort();
