@@ -192,13 +192,17 @@ int xd_dirs_route(void *module, const xd_req *req, xd_res *res) {
       body = go.data;
       body_len = go.len;
     } else {
-      /* not JSON: the decoder's text (of the body as sent); a \u0000 in a string: not taken */
+      /* not JSON: the decoder's text (of the body as sent); a \u0000 in a string: refused (a path with a NUL byte is
+       * one no system call takes; the real execd's mkdir fails on it with EINVAL) */
       cJSON *b = NULL;
       int bad = xd_json_parse(req->body, req->body_len, &b, &msg) != 0;
       cJSON_Delete(b);
       osb_buf text = {0};
       int answered = bad && g == 0 && !nul;
-      if (answered) {
+      if (!bad && g == 0 && nul) {
+        send_400(res, BAD_BODY "NUL characters in strings are not supported");
+        answered = 1;
+      } else if (answered) {
         if (osb_buf_append_str(&text, BAD_BODY) < 0 || osb_buf_append(&text, msg.data ? msg.data : "", msg.len) < 0)
           xd_send_error(res, 500, "RUNTIME_ERROR", "out of memory");
         else

@@ -1,7 +1,7 @@
 /* POST /directories of the C execd (src/execd/dirs.c) through its real HTTP server (server.c) on loopback: a client
  * thread sends each request over TCP while the main thread runs the loop. The expected answers are the Node
  * execd's (lib/dev-server/execd/files.js, deleted), byte for byte; where those were JavaScript's (a body that is not
- * JSON, a duplicate key, a mode that is an array) the real execd's; only a \u0000 in a string is not taken (the server's 404). */
+ * JSON, a duplicate key, a mode that is an array) the real execd's; a \u0000 in a string is a 400. */
 #include "harness.h"
 #include "xd_loopback.h"
 
@@ -127,9 +127,11 @@ static void test_go_answers(void) {
   /* a name whose bytes are not UTF-8: U+FFFD, as Go reads it */
   expect("{\"u\xff\":{}}", 200, "");
   CHECK(mode_of("u\xef\xbf\xbd") == 0755);
-  /* only a \u0000 in a string is not taken: the server's 404 */
-  expect("{\"n\\u0000\":{}}", 404, XD_NOT_FOUND);
-  CHECK(xd_declined == before + 1);
+  /* a \u0000 in a string: refused, nothing made */
+  expect("{\"n\\u0000\":{}}", 400,
+         "{\"code\":\"INVALID_REQUEST_BODY\",\"message\":\"error parsing request, MAYBE invalid body format. NUL "
+         "characters in strings are not supported\"}");
+  CHECK(xd_declined == before);
   CHECK(mode_of("x") == -1 && mode_of("z") == -1);
 }
 
