@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { startServer } from '../lib/dev-server/index.js';
 import { descendants } from '../lib/dev-server/proctree.js';
+import { execdBinary } from '../lib/dev-server/execd-binary.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents, quietPeriod } from './helpers/raw.js';
 import { mounts } from '../lib/dev-server/cgroups.js';
@@ -106,6 +107,12 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       fs.rmSync(marker);
     }
     assert.equal((await c.run(a, 'echo ok > /workspace/w && echo ok > /tmp/t && cat /workspace/w /tmp/t')).out, 'ok\nok');
+    // the server's code (the package) is not there, only the code interpreter's kernel programs, read-only
+    const pkgRoot = fs.realpathSync(fileURLToPath(new URL('..', import.meta.url)));
+    const server = JSON.stringify(path.join(pkgRoot, 'lib', 'dev-server', 'index.js'));
+    const kernel = JSON.stringify(path.join(pkgRoot, 'lib', 'dev-server', 'execd', 'code-python-kernel.py'));
+    const seen = await c.run(a, `test -e ${server} && echo server-visible; test -r ${kernel} && echo kernel; echo x >> ${kernel} || echo read-only`);
+    assert.equal(seen.out, 'kernel\nread-only');
   });
 
   it('cannot see another sandbox\'s /workspace, /tmp or processes', async () => {
@@ -293,6 +300,8 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     try {
       fs.cpSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
       fs.cpSync(path.join(root, 'lib', 'dev-server'), path.join(copy, 'lib', 'dev-server'), { recursive: true });
+      // and the execd where a source build puts it (used unless $MASTRA_OPENSANDBOX_ADDON names an addon beside one)
+      fs.cpSync(execdBinary(), path.join(copy, 'build', 'Release', 'osb-execd'));
       const cli = path.join(copy, 'lib', 'dev-server', 'cli.js');
       const { child, cc } = await startCli(cli, path.join(work, 'from-tmp'));
       try {
@@ -360,7 +369,9 @@ describe('dev-server without isolation', function () {
       await c.run(x, 'echo mine > /workspace/secret');
       const r = await c.run(y, `ls -A ${JSON.stringify(inner)} | wc -l; cat ${JSON.stringify(path.join(inner, 'sb', x.id, 'workspace', 'secret'))} || echo hidden`);
       assert.deepEqual(r.out.split('\n'), ['0', 'hidden']);
-      assert.ok((await c.run(y, `test -r ${JSON.stringify(path.join(pkgRoot, 'package.json'))} && echo pkg-visible`)).out === 'pkg-visible');
+      // of the package only the code interpreter's kernels are exposed: the server's own code is not
+      const seen = await c.run(y, `test -r ${JSON.stringify(path.join(pkgRoot, 'package.json'))} && echo pkg-visible || echo pkg-hidden`);
+      assert.equal(seen.out, 'pkg-hidden');
     } finally {
       await server.close();
       fs.rmSync(inner, { recursive: true, force: true });

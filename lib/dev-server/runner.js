@@ -64,24 +64,15 @@ function execdProgram() {
 }
 
 /**
- * Directories execd needs read-only inside the sandbox: node's directory and the package (with its deps); and the
- * C execd binary (`execdFile`, bound as that one file when it is outside them).
+ * What of the host the sandbox needs read-only besides the system directories: node's directory (the javascript
+ * kernel runs on it, and commands find `node` there), the code interpreter's kernel programs (`execd/`: nothing else of
+ * the package — the server's own code stays out of the sandbox) and the C execd binary (`execdFile`, bound as that one
+ * file when it is outside them).
  */
 function runtimeDirs() {
   const nodeDir = path.dirname(fs.realpathSync(process.execPath));
-  const pkgRoot = fs.realpathSync(path.resolve(HERE, '..', '..'));
-  // installed as a dependency: its own dependencies may be hoisted next to it, so expose that node_modules
-  const parent = path.dirname(pkgRoot);
-  let pkgDir = pkgRoot;
-  if (path.basename(parent) === 'node_modules') pkgDir = parent;
-  else if (path.basename(path.dirname(parent)) === 'node_modules' && path.basename(parent).startsWith('@')) pkgDir = path.dirname(parent);
-  // a node_modules that is a symlink (a worktree sharing another checkout's) is reached through its target
-  let linkedModules = null;
-  try {
-    const nm = path.join(pkgRoot, 'node_modules');
-    if (fs.lstatSync(nm).isSymbolicLink()) linkedModules = fs.realpathSync(nm);
-  } catch { /* no node_modules of its own */ }
-  return { nodeDir, pkgDir, linkedModules, execdFile: execdProgram() };
+  const kernelsDir = fs.realpathSync(CODE_KERNELS);
+  return { nodeDir, kernelsDir, execdFile: execdProgram() };
 }
 
 /**
@@ -90,10 +81,10 @@ function runtimeDirs() {
  * bubblewrap would have to make its mount point inside a read-only host directory, and the sandbox would not start.
  */
 export function mountPathConflict(dest) {
-  const { nodeDir, pkgDir, linkedModules, execdFile } = runtimeDirs();
+  const { nodeDir, kernelsDir, execdFile } = runtimeDirs();
   const overlap = (a, b) => a === b || a.startsWith(b === '/' ? '/' : `${b}/`) || b.startsWith(a === '/' ? '/' : `${a}/`);
   if (dest === '/') return '/';
-  return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, pkgDir, linkedModules, execdFile].find((d) => d && overlap(dest, d)) ?? null;
+  return ['/proc', '/dev', SOCKET_DIR_IN_SANDBOX, ...SYSTEM_DIRS, nodeDir, kernelsDir, execdFile].find((d) => d && overlap(dest, d)) ?? null;
 }
 
 /** "<sandbox gid>:<dir>" of node's and the package's directories the sandbox group was given read access to. */
@@ -181,7 +172,7 @@ export class SandboxProcess {
    * nor the sandbox's id). Needs the sandbox's directories (made by start()).
    */
   bwrapOptions(fds, execdFile) {
-    const { nodeDir, pkgDir, linkedModules } = runtimeDirs();
+    const { nodeDir, kernelsDir } = runtimeDirs();
     const hardening = this.options.hardening;
     let next = 0; // fds are taken in bwrapFds()'s order
     const passFd = (fd) => {
@@ -219,12 +210,12 @@ export class SandboxProcess {
     bind(this.dirs.tmp, '/tmp');
     bind(this.dirs.home, '/root');
     bind(this.dirs.run, SOCKET_DIR_IN_SANDBOX);
-    // node and the package after the sandbox's own /tmp, /root, /workspace: a checkout under /tmp (as CI clones
-    // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start
-    for (const d of new Set([nodeDir, pkgDir, linkedModules])) {
+    // node and the kernels after the sandbox's own /tmp, /root, /workspace: a checkout under /tmp (as CI clones
+    // often are) would otherwise be hidden by the sandbox's private /tmp and execd could not start its kernels
+    for (const d of new Set([nodeDir, kernelsDir])) {
       if (!d || underSystemDir(d)) continue;
       if (identity && !readable.has(`${identity.gid}:${d}`)) {
-        // the sandbox uid runs execd from here: it must be able to read it (e.g. a checkout in a 0700 temp dir)
+        // the sandbox uid runs node and the kernels from here: it must be able to read them (e.g. a checkout in a 0700 temp dir)
         const st = fs.statSync(d);
         if (!modeAllows(st, identity, 0o5)) grantAccess({ path: d }, identity, false, st.uid);
         readable.add(`${identity.gid}:${d}`);
@@ -233,13 +224,13 @@ export class SandboxProcess {
     }
     // the C execd: inside what was just exposed (the package's build), else that one file, read-only
     const within = (d, parent) => d === parent || d.startsWith(parent + '/');
-    if (execdFile && ![nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].some((d) => d && within(execdFile, d))) {
+    if (execdFile && ![nodeDir, kernelsDir, ...SYSTEM_DIRS].some((d) => d && within(execdFile, d))) {
       if (identity && !modeAllows(fs.statSync(execdFile), identity, 0o5)) grantAccess({ path: execdFile }, identity, false);
       bind(execdFile, execdFile, true);
     }
     // a data dir inside what we just exposed (e.g. in the project checkout) must not show other sandboxes' files
     const dataDir = this.options.dataDir && fs.realpathSync(this.options.dataDir);
-    if (dataDir && [nodeDir, pkgDir, linkedModules, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
+    if (dataDir && [nodeDir, kernelsDir, ...SYSTEM_DIRS].filter(Boolean).some((d) => within(dataDir, d))) a.push('--tmpfs', dataDir);
     // volumes: their open descriptors (bwrap checks that what it mounted is the descriptor's object)
     for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
     // the environment goes through bwrap's own (spawn's env), not --setenv: argv is visible to every process

@@ -626,7 +626,7 @@ static kernel *kernel_start(module *m, int lang, const char *dir, void (*cb)(voi
   static const char *const py_env[] = {"PYTHONUNBUFFERED=1", "PYTHONIOENCODING=utf-8", "MPLBACKEND=Agg", NULL};
   static const char *const bash_env[] = {"PS1=", "PS2=", "PS0=", NULL};
   static const char *const no_env[] = {NULL};
-  static const char *const scripts[NLANG] = {"code-python-kernel.py", "code-node-kernel.js", "code-bash-kernel.sh"};
+  static const char *const scripts[NLANG] = {"code-python-kernel.py", "code-node-kernel.mjs", "code-bash-kernel.sh"};
   const char *const *extra = lang == L_PYTHON ? py_env : lang == L_BASH ? bash_env : no_env;
   if (!m->kernel_dir) {
     osb_buf_appendf(err, "cannot start the %s kernel: execd was started without --code-kernels", LANGS[lang]);
