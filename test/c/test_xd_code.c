@@ -148,16 +148,8 @@ static int send_request(const char *method, const char *target, const char *body
 
 /* The whole answer; a chunked body is de-chunked (so events are contiguous). */
 static char *read_all(int fd) {
-  size_t cap = 65536, n = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (n + 65537 > cap) buf = realloc(buf, cap *= 2);
-    ssize_t r = read(fd, buf + n, 65536);
-    if (r <= 0) break;
-    n += (size_t)r;
-  }
-  close(fd);
-  buf[n] = 0;
+  char *buf = xd_read_all(fd, 0);
+  size_t n = strlen(buf);
   char *body = strstr(buf, "\r\n\r\n");
   if (!body || !strstr(buf, "Transfer-Encoding: chunked")) return buf;
   char *o = body + 4, *p = body + 4, *end = buf + n;

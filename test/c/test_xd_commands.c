@@ -36,29 +36,9 @@ static int send_request(const char *method, const char *target, const char *body
   return fd;
 }
 
-/* Reads the whole answer (the server closes after it); pause_every: sleep 20 ms after each such many bytes. */
-static char *read_all(int fd, size_t pause_every) {
-  size_t cap = 65536, n = 0, since = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (n + 4097 > cap) buf = realloc(buf, cap *= 2);
-    ssize_t r = read(fd, buf + n, 4096);
-    if (r <= 0) break;
-    n += (size_t)r;
-    since += (size_t)r;
-    if (pause_every && since >= pause_every) {
-      since = 0;
-      usleep(20000);
-    }
-  }
-  close(fd);
-  buf[n] = 0;
-  return buf;
-}
-
 static char *call(const char *method, const char *target, const char *body) {
   int fd = send_request(method, target, body);
-  char *a = fd < 0 ? strdup("") : read_all(fd, 0);
+  char *a = fd < 0 ? strdup("") : xd_read_all(fd, 0);
   if (!strstr(a, "\r\n\r\n")) printf("  %s %s: no answer (%d, %s): [%s]\n", method, target, fd, strerror(errno), a);
   return a;
 }
@@ -158,7 +138,7 @@ static void test_delete_and_timeout(void) {
   char *d = call("DELETE", target, NULL);
   CHECK(strstr(d, "HTTP/1.1 200 OK\r\n") == d);
   free(d);
-  char *rest = read_all(fd, 0);
+  char *rest = xd_read_all(fd, 0);
   CHECK(strstr(rest, "\"traceback\":[\"signal: terminated\"]"));
   if (!strstr(rest, "signal: terminated")) printf("  stream: %s\n", rest);
   free(rest);
@@ -172,7 +152,7 @@ static void test_delete_and_timeout(void) {
 
 static void test_slow_reader_gets_every_line(void) {
   int fd = send_request("POST", "/command", "{\"command\":\"seq 1 60000\"}");
-  char *a = read_all(fd, 256 * 1024);
+  char *a = xd_read_all(fd, 256 * 1024);
   CHECK(count(a, "{\"type\":\"stdout\"") == 60000);
   CHECK(strstr(a, "{\"type\":\"stdout\",\"text\":\"60000\""));
   CHECK(strstr(a, "{\"type\":\"execution_complete\""));

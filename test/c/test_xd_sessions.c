@@ -35,26 +35,6 @@ static int send_request(const char *method, const char *target, const char *body
   return fd;
 }
 
-/* Reads until the server closes; pause_every: sleep 20 ms after each such many bytes. */
-static char *read_all(int fd, size_t pause_every) {
-  size_t cap = 65536, n = 0, since = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (n + 4097 > cap) buf = realloc(buf, cap *= 2);
-    ssize_t r = read(fd, buf + n, 4096);
-    if (r <= 0) break;
-    n += (size_t)r;
-    since += (size_t)r;
-    if (pause_every && since >= pause_every) {
-      since = 0;
-      usleep(20000);
-    }
-  }
-  close(fd);
-  buf[n] = 0;
-  return buf;
-}
-
 /* Replaces every `from` in s (malloc'd) by `to`; returns the new string, s freed. */
 static char *replace(char *s, const char *from, const char *to) {
   if (!*from) return s;
@@ -146,7 +126,7 @@ static char *norm(const char *answer, const char *sid) {
 
 static char *call(const char *method, const char *target, const char *body, const char *sid) {
   int fd = send_request(method, target, body);
-  char *a = fd < 0 ? strdup("") : read_all(fd, 0);
+  char *a = fd < 0 ? strdup("") : xd_read_all(fd, 0);
   char *n = norm(a, sid);
   free(a);
   return n;
@@ -160,7 +140,7 @@ static char *call(const char *method, const char *target, const char *body, cons
 /* POST /session with body; the new session's id into sid[37] ("" when none). */
 static void create(const char *body, char sid[37]) {
   int fd = send_request("POST", "/session", body);
-  char *a = fd < 0 ? strdup("") : read_all(fd, 0);
+  char *a = fd < 0 ? strdup("") : xd_read_all(fd, 0);
   const char *p = strstr(a, "{\"session_id\":\"");
   sid[0] = 0;
   if (p && strlen(p) >= 15 + 36) {
@@ -344,7 +324,7 @@ static void test_busy_and_timeout(void) {
   char *a = run_in(sid, "{\"command\":\"true\"}");
   CHECK_STR(a, EV_HEAD INIT_PING "{\"code\":\"RUNTIME_ERROR\",\"message\":\"error running in session: session is busy\"}|END");
   free(a);
-  char *rest = read_all(fd, 0);
+  char *rest = xd_read_all(fd, 0);
   CHECK(strstr(rest, "{\"type\":\"stdout\",\"text\":\"slow-done\""));
   CHECK(strstr(rest, "{\"type\":\"execution_complete\""));
   free(rest);
@@ -371,7 +351,7 @@ static void test_interrupt_by_command_route(void) {
   char *d = call("DELETE", target, NULL, sid);
   CHECK_STR(d, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
   free(d);
-  char *rest = read_all(fd, 0);
+  char *rest = xd_read_all(fd, 0);
   CHECK(strstr(rest, "{\"type\":\"error\",\"timestamp\":"));
   CHECK(strstr(rest, ",\"error\":{\"ename\":\"CommandExecError\",\"evalue\":\"-1\",\"traceback\":[\"signal: killed\"]}}\n\n\r\n0\r\n\r\n"));
   free(rest);
@@ -434,7 +414,7 @@ static void test_slow_reader_gets_every_line(void) {
   create(NULL, sid);
   snprintf(target, sizeof target, "/session/%s/run", sid);
   int fd = send_request("POST", target, "{\"command\":\"seq 1 60000\"}");
-  char *a = read_all(fd, 256 * 1024);
+  char *a = xd_read_all(fd, 256 * 1024);
   CHECK(count(a, "{\"type\":\"stdout\"") == 60000);
   const char *p59 = strstr(a, "\"text\":\"59999\""), *p60 = strstr(a, "\"text\":\"60000\"");
   CHECK(p59 && p60 && p59 < p60);

@@ -50,6 +50,27 @@ static inline int xd_dial(int port, int timeout_s) {
   return fd;
 }
 
+/* Reads until the server closes, then closes fd: what came, NUL-terminated, malloc'd (the caller frees);
+ * pause_every > 0 makes a slow client (20 ms of sleep after each such many bytes). */
+static inline char *xd_read_all(int fd, size_t pause_every) {
+  size_t cap = 65536, n = 0, since = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (n + 65537 > cap) buf = realloc(buf, cap *= 2);
+    ssize_t r = read(fd, buf + n, 65536);
+    if (r <= 0) break;
+    n += (size_t)r;
+    since += (size_t)r;
+    if (pause_every && since >= pause_every) {
+      since = 0;
+      usleep(20000);
+    }
+  }
+  close(fd);
+  buf[n] = 0;
+  return buf;
+}
+
 /* Sends one whole request (len bytes) on a fresh connection to 127.0.0.1:port and reads the answer until the server
  * closes (the request should ask for Connection: close): its status, and in *body (malloc'd, the caller frees) what
  * follows the head. -1 when there is no HTTP answer (*body NULL). Answers are read up to 64 KiB. */
