@@ -130,17 +130,7 @@ static void test_kdemux(void) {
 /* ------------------------------------------------------------------------------------------ HTTP helpers */
 
 static int send_request_to(int p, const char *method, const char *target, const char *body) {
-  int fd = xd_dial(p, 30);
-  if (fd < 0) return -1;
-  char head[512];
-  size_t bl = body ? strlen(body) : 0;
-  int hl = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-                    method, target, bl);
-  if (write(fd, head, (size_t)hl) != hl || (bl && write(fd, body, bl) != (ssize_t)bl)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return xd_send_request(p, 30, method, target, body);
 }
 static int send_request(const char *method, const char *target, const char *body) {
   return send_request_to(port, method, target, body);

@@ -20,20 +20,9 @@
 static char ws[256];
 static int port;
 
-static int connect_execd(void) { return xd_dial(port, 20); }
 
 static int send_request(const char *method, const char *target, const char *body) {
-  int fd = connect_execd();
-  if (fd < 0) return -1;
-  char head[512];
-  size_t bl = body ? strlen(body) : 0;
-  int hl = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-                    method, target, bl);
-  if (write(fd, head, (size_t)hl) != hl || (bl && write(fd, body, bl) != (ssize_t)bl)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return xd_send_request(port, 20, method, target, body);
 }
 
 static char *call(const char *method, const char *target, const char *body) {

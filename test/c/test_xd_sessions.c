@@ -22,17 +22,7 @@ static int port;
 static void *sessions_mod;
 
 static int send_request(const char *method, const char *target, const char *body) {
-  int fd = xd_dial(port, 20);
-  if (fd < 0) return -1;
-  char head[512];
-  size_t bl = body ? strlen(body) : 0;
-  int hl = body ? snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n", method, target, bl)
-                : snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", method, target);
-  if (write(fd, head, (size_t)hl) != hl || (bl && write(fd, body, bl) != (ssize_t)bl)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return xd_send_request(port, 20, method, target, body);
 }
 
 /* Replaces every `from` in s (malloc'd) by `to`; returns the new string, s freed. */

@@ -50,6 +50,23 @@ static inline int xd_dial(int port, int timeout_s) {
   return fd;
 }
 
+/* Sends `method target` with `body` (NULL: none; Content-Length either way) and Connection: close on a fresh
+ * connection to 127.0.0.1:port (reads bounded by timeout_s): the socket (the caller reads and closes it), or -1. */
+static inline int xd_send_request(int port, int timeout_s, const char *method, const char *target, const char *body) {
+  int fd = xd_dial(port, timeout_s);
+  if (fd < 0) return -1;
+  char head[512];
+  size_t bl = body ? strlen(body) : 0;
+  int hl = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                    method, target, bl);
+  if (hl < 0 || (size_t)hl >= sizeof head || write(fd, head, (size_t)hl) != hl ||
+      (bl && write(fd, body, bl) != (ssize_t)bl)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* Reads until the server closes, then closes fd: what came, NUL-terminated, malloc'd (the caller frees);
  * pause_every > 0 makes a slow client (20 ms of sleep after each such many bytes). */
 static inline char *xd_read_all(int fd, size_t pause_every) {
