@@ -2,7 +2,9 @@
 // headers, pings, the 1 s tail after the final event, byte cursors and the cursor header's spelling, 401/404 bodies.
 // The server here emulates a gateway deployment: execd behind `/proxy/44772`, endpoint headers required, execd token.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
+import path from 'node:path';
 import WebSocket from 'ws';
 import { Sandbox, ConnectionConfig } from '@alibaba-group/opensandbox';
 import { startServer } from '../lib/dev-server/index.js';
@@ -155,8 +157,12 @@ describe('dev-server execd wire format (proxy endpoint, endpoint headers, access
   });
 
   it('WebSocket passes through the relay + execd proxy and through the server proxy', async () => {
-    const wsPath = createRequire(import.meta.url).resolve('ws');
-    const js = `const W=require(${JSON.stringify(wsPath)});new W.WebSocketServer({port:8001,host:'127.0.0.1'}).on('connection',s=>s.on('message',m=>s.send('echo:'+m)))`;
+    // a sandbox sees none of the package's node_modules: the echo service gets its own copy of ws
+    const nodeModules = path.dirname(path.dirname(createRequire(import.meta.url).resolve('ws/package.json')));
+    const tgz = execFileSync('tar', ['-C', nodeModules, '-cz', 'ws']).toString('base64');
+    const copied = await run({ command: `mkdir -p /workspace/nm && echo ${tgz} | base64 -d | tar -xz -C /workspace/nm && echo copied` });
+    assert.match(copied.text, /"text":"copied"/);
+    const js = `const W=require('/workspace/nm/ws');new W.WebSocketServer({port:8001,host:'127.0.0.1'}).on('connection',s=>s.on('message',m=>s.send('echo:'+m)))`;
     await run({ command: `node -e ${JSON.stringify(js).replace(/\$/g, '\\$')}`, background: true });
     const ep8001 = (await request(`${server.baseUrl}/v1/sandboxes/${sbx.id}/endpoints/8001`)).json;
     assert.deepEqual(ep8001, { endpoint: ep.endpoint.replace(/\/proxy\/44772$/, ''), headers: { 'OpenSandbox-Ingress-To': `${sbx.id}-8001` } });

@@ -181,11 +181,11 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
     const attempts = [
       'mount -o remount,rw /',
       'mount -o remount,rw /ro',
-      `mount -o remount,rw ${pkg}`,
+      `mount -o remount,rw ${pkg}/dev-server/execd`, // the code kernels: the one part of the package a sandbox sees
       'mount -t tmpfs x /mnt',
       'unshare -U true',
       'unshare -m true',
-      `touch ${pkg}/dev-server/pwned`,
+      `touch ${pkg}/dev-server/execd/pwned`,
       'echo x > /ro/x',
       'echo x > /etc/pwned',
       // open_by_handle_at and name_to_handle_at through python's os module have no wrapper: call them via ctypes
@@ -195,6 +195,9 @@ describe('dev-server security: sandboxed code cannot touch the host, other sandb
       const r = await run(a, `${cmd} 2>/dev/null`);
       assert.notEqual(r.exit, 0, `${cmd} succeeded`);
     }
+    assert.equal(fs.existsSync(path.join(pkg, 'dev-server', 'execd', 'pwned')), false);
+    // the rest of the package is not there at all: a file made at its path lands in the sandbox's own directories
+    await run(a, `mkdir -p ${pkg}/dev-server && touch ${pkg}/dev-server/pwned 2>/dev/null`);
     assert.equal(fs.existsSync(path.join(pkg, 'dev-server', 'pwned')), false);
     assert.equal(fs.existsSync(path.join(work, 'vol', 'x')), false);
   });
