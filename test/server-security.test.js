@@ -9,7 +9,7 @@ import path from 'node:path';
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
-import { findBwrap } from '../lib/dev-server/runner.js';
+import { findBwrap, findExecutable } from '../lib/dev-server/runner.js';
 import { DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SandboxIdentities, UID_BLOCK } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
@@ -345,12 +345,12 @@ for d in sys.argv[1:]:
         ['10.0.2.2', server.port], ['10.0.2.2', relay], ['10.0.2.2', port], ['10.0.2.3', port],
       ]);
       for (const sb of [n, d]) assert.equal((await run(sb, probe)).out, 'ECONNREFUSED ECONNREFUSED ECONNREFUSED ENETUNREACH ENETUNREACH ENETUNREACH ENETUNREACH');
-      // what it does reach: this machine's other addresses (documented in docs/dev-server-security.md)
+      // nor this machine's other addresses, nor the cloud's metadata service (the sandbox's firewall, network.js)
       const addr = hostAddress();
       if (addr) {
         const open = await hostListener(addr);
         try {
-          assert.equal((await run(n, connectProbe([[addr, open.address().port]]))).out, 'connected');
+          assert.equal((await run(n, connectProbe([[addr, open.address().port], ['169.254.169.254', 80], ['100.100.100.200', 80]]))).out, 'ECONNREFUSED ECONNREFUSED ECONNREFUSED');
         } finally {
           open.close();
         }
@@ -427,6 +427,7 @@ for d in sys.argv[1:]:
     fs.mkdirSync(bin);
     fs.symlinkSync(findBwrap(), path.join(bin, 'bwrap'));
     fs.symlinkSync(fs.existsSync('/usr/bin/true') ? '/usr/bin/true' : '/bin/true', path.join(bin, 'true'));
+    for (const tool of ['nft', 'nsenter']) fs.symlinkSync(findExecutable(tool), path.join(bin, tool)); // the sandbox's firewall
     fs.writeFileSync(path.join(bin, 'slirp4netns'), '#!/bin/sh\necho "open(/dev/net/tun): No such device" >&2\nexit 1\n', { mode: 0o755 });
     const savedPath = process.env.PATH;
     let srv;
@@ -479,6 +480,18 @@ for d in sys.argv[1:]:
       const route = await run(sb, 'grep -c tap0 /proc/net/route; id -u');
       assert.equal(route.out, '2\n0');
       assert.equal((await run(sb, connectProbe([['127.0.0.1', listener.address().port], ['10.0.2.2', listener.address().port]]))).out, 'ECONNREFUSED ENETUNREACH');
+      // its firewall, set by the server through the sandbox's user namespace: the host's other addresses closed
+      const addr = hostAddress();
+      if (addr) {
+        const open = await hostListener(addr);
+        try {
+          assert.equal((await run(sb, connectProbe([[addr, open.address().port], ['169.254.169.254', 80]]))).out, 'ECONNREFUSED ECONNREFUSED');
+          assert.notEqual((await run(sb, 'nft flush ruleset')).exit, 0);
+          assert.equal((await run(sb, connectProbe([[addr, open.address().port]]))).out, 'ECONNREFUSED');
+        } finally {
+          open.close();
+        }
+      }
       assert.deepEqual(slirpChildren(child.pid).map((p) => p.uid), [65534]);
       const del = await request(`${baseUrl}/v1/sandboxes/${created.json.id}`, { method: 'DELETE', endpointHeaders: false });
       assert.equal(del.status, 204);

@@ -6,6 +6,7 @@
 // Without slirp4netns such a create is a 400, unless the server runs with insecure: true (host network, warned).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { ApiError } from './validate.js';
 import { findExecutable } from './runner.js';
@@ -28,7 +29,70 @@ export function probeNetwork() {
   } catch (err) {
     return { slirp4netns: null, problem: `slirp4netns cannot make a tap device: /dev/net/tun is not usable by this user (${err.code})` };
   }
-  return { slirp4netns, problem: null };
+  const nft = findExecutable('nft');
+  if (!nft) return { slirp4netns: null, problem: 'nft is not on PATH: the sandbox\'s firewall (host and cloud metadata addresses closed) cannot be set (Debian: apt-get install nftables)' };
+  const nsenter = findExecutable('nsenter');
+  if (!nsenter) return { slirp4netns: null, problem: 'nsenter is not on PATH: the sandbox\'s firewall cannot be set (Debian: apt-get install util-linux)' };
+  return { slirp4netns, nft, nsenter, problem: null };
+}
+
+/**
+ * Always closed to a sandbox's network, whatever its policy allows (docs/dev-server-security.md): link-local (which
+ * holds the clouds' instance metadata service, 169.254.169.254) and the clouds' other metadata addresses.
+ */
+export const ALWAYS_CLOSED_V4 = ['169.254.0.0/16', '100.100.100.200'];
+export const ALWAYS_CLOSED_V6 = ['fe80::/10', 'fd00:ec2::254'];
+
+/** This machine's own addresses on every interface (not loopback: inside, 127.0.0.1 is the sandbox's own), read now. */
+export function hostAddresses() {
+  const v4 = new Set();
+  const v6 = new Set();
+  for (const i of Object.values(os.networkInterfaces()).flat()) {
+    if (i.internal) continue;
+    if (i.family === 'IPv4') v4.add(i.address);
+    else v6.add(i.address.replace(/%.*$/, ''));
+  }
+  return { v4: [...v4], v6: [...v6] };
+}
+
+/**
+ * The nft ruleset closing the host's addresses and ALWAYS_CLOSED_* to everything the sandbox sends (a TCP connect is
+ * refused: ECONNREFUSED; anything else gets ICMP unreachable). One table, made by the server in the sandbox's network
+ * namespace before anything runs there; the sandbox has no capability to change it.
+ */
+export function guardRuleset(host = hostAddresses()) {
+  const rules = [];
+  const close = (fam, list) => {
+    if (!list.length) return;
+    const set = `{ ${list.join(', ')} }`;
+    rules.push(`    ${fam} daddr ${set} meta l4proto tcp reject with tcp reset`, `    ${fam} daddr ${set} reject`);
+  };
+  close('ip', ALWAYS_CLOSED_V4);
+  close('ip', host.v4.filter((a) => !a.startsWith('169.254.') && a !== '100.100.100.200'));
+  close('ip6', ALWAYS_CLOSED_V6);
+  close('ip6', host.v6.filter((a) => !/^fe[89ab]/i.test(a) && a !== 'fd00:ec2::254'));
+  return ['table inet osb_guard {', '  chain output {', '    type filter hook output priority 0; policy accept;',
+    '    oifname "lo" accept', ...rules, '  }', '}', ''].join('\n');
+}
+
+/**
+ * Loads `ruleset` into the network namespace of the sandbox whose first process is `pid` (nft through nsenter; a
+ * server that is not root enters the sandbox's user namespace, which owns that network namespace). Rejects with nft's
+ * message when it cannot.
+ */
+export async function loadRuleset(tools, pid, ruleset) {
+  const { nft, nsenter } = tools ?? {};
+  if (!nft || !nsenter) throw new Error('the sandbox\'s firewall could not be set: nft or nsenter missing');
+  const ns = process.getuid() === 0 ? [`--net=/proc/${pid}/ns/net`] : [`--user=/proc/${pid}/ns/user`, `--net=/proc/${pid}/ns/net`, '--preserve-credentials'];
+  return new Promise((resolve, reject) => {
+    const child = spawn(nsenter, [...ns, '--', nft, '-f', '-'], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (b) => { err = (err + b).slice(-2000); });
+    child.stdin.on('error', () => {});
+    child.once('error', (e) => reject(new Error(`the sandbox's firewall could not be set: ${e.message}`)));
+    child.once('exit', (code, sig) => (code === 0 ? resolve() : reject(new Error(`the sandbox's firewall could not be set (nft: ${sig ?? `exit code ${code}`}): ${err.trim()}`))));
+    child.stdin.end(ruleset);
+  });
 }
 
 /**
@@ -97,14 +161,22 @@ async function loopbackUp(pid) {
  * the server dies, however it dies.
  */
 export class SlirpNetwork {
-  constructor(slirp4netns) {
+  constructor(slirp4netns, tools) {
     this.slirp4netns = slirp4netns;
+    this.tools = tools; // { nft, nsenter }: the firewall (guardRuleset), loaded while slirp4netns starts
     this.child = null;
     this.exited = null;
   }
 
   async attach({ pid, netns }) {
-    await loopbackUp(pid);
+    const guard = loadRuleset(this.tools, pid, guardRuleset());
+    guard.catch(() => {}); // awaited below
+    try {
+      await loopbackUp(pid);
+    } catch (err) {
+      await guard.catch(() => {});
+      throw err;
+    }
     const args = ['--configure', `--mtu=${MTU}`, '--disable-host-loopback', '--enable-sandbox', '--enable-seccomp', '--ready-fd=3', '--exit-fd=4'];
     // root: the network namespace by path, no user namespace joined; otherwise by pid: /proc/<pid>/ns/user is joined
     if (process.getuid() === 0) args.push('--netns-type=path', netns, 'tap0');
@@ -135,7 +207,9 @@ export class SlirpNetwork {
           reject(new Error(`slirp4netns failed (${why})${tail()}`));
         });
       });
+      await guard; // fail closed: no sandbox without its firewall
     } catch (err) {
+      await guard.catch(() => {});
       await this.release();
       throw err;
     }
@@ -165,9 +239,9 @@ export class SlirpNetwork {
  * slirp4netns run by a non-root server can join; creating user namespaces stays refused by the seccomp filter.
  * Throws a 400 when slirp4netns cannot be used and the server is not insecure.
  */
-export function sandboxNetwork({ slirp4netns, problem, insecure }) {
+export function sandboxNetwork({ slirp4netns, nft, nsenter, problem, insecure }) {
   if (slirp4netns) {
-    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns), joinableUserns: process.getuid() !== 0 };
+    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns, { nft, nsenter }), joinableUserns: process.getuid() !== 0 };
   }
   if (insecure) return { hostNetwork: true, resolvConf: null, attachment: null, joinableUserns: false };
   throw new ApiError(400, 'SANDBOX::NETWORK_NOT_AVAILABLE',
