@@ -18,6 +18,8 @@ DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-d
   python3-seccomp acl # the local server's seccomp filter and host-volume ACLs (docs/dev-server-security.md)
   slirp4netns # network for sandboxes given it, without the host's loopback (lib/dev-server/network.js)
   nftables # the firewall the server sets in each networked sandbox: host and cloud metadata addresses closed (lib/dev-server/network.js)
+  dnsmasq-base # test/server-egress.test.js: the upstream resolver the egress rules forward allowed names to
+  iproute2 # test/server-egress.test.js: the veth pair and network namespace of the servers the sandboxes reach
   python3-pylsp python3-pyflakes # the Python language server (with pyflakes diagnostics) of test/lsp.test.js
   busybox-static # test/c/test_wrapper.c: the process wrapper with a minimal image's tools; test/execd-busybox.test.js: a root of busybox alone
   bash-static) # test/execd-busybox.test.js: that root plus a static bash, for the PTY API (it runs bash, as upstream's)

@@ -18,7 +18,7 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
                   [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
-                  [--default-network-policy allow|deny] [--quiet]
+                  [--default-network-policy allow|deny] [--dns-upstream IP[:PORT]] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
@@ -27,7 +27,9 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   resourceLimits cpu/memory/pids need cgroups (root, or --cgroup-parent: a delegated cgroup v2 directory) and
   ephemeral-storage needs root; otherwise creates asking for them get 400, unless --unenforced-limits.
   A sandbox created without networkPolicy gets network through slirp4netns (as upstream: full network, but never this
-  machine's loopback); --default-network-policy deny gives such sandboxes none.
+  machine's addresses nor the clouds' metadata service); --default-network-policy deny gives such sandboxes none.
+  Egress rules (networkPolicy.egress) are enforced through a resolver of the server's, which forwards allowed names
+  to --dns-upstream (default: the first nameserver of /etc/resolv.conf).
   --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
   of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
 
@@ -61,6 +63,7 @@ try {
       'unenforced-limits': { type: 'boolean', default: false },
       emulate: { type: 'string' },
       'default-network-policy': { type: 'string', default: 'allow' },
+      'dns-upstream': { type: 'string' },
       'server-version': { type: 'string' },
       'workload-provider': { type: 'string' },
       'emulate-delay': { type: 'string', multiple: true, default: [] },
@@ -157,6 +160,7 @@ try {
     unenforcedLimits: args['unenforced-limits'],
     emulate: args.emulate,
     defaultNetworkPolicy: args['default-network-policy'],
+    dnsUpstream: args['dns-upstream'],
     serverVersion: args['server-version'],
     workloadProvider: args['workload-provider'],
     emulateDelays: delays(args['emulate-delay']),

@@ -11,6 +11,7 @@ import { Snapshots } from './snapshots.js';
 import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
 import { checkExecdBinary } from './execd-binary.js';
 import { probeNetwork } from './network.js';
+import { hostNameserver, parseUpstream } from './egress.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
 import { startReaper } from './reaper.js';
@@ -29,7 +30,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
-  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy'];
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'dnsUpstream'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /**
@@ -179,6 +180,9 @@ export async function startServer(options = {}) {
   if (!Number.isSafeInteger(defaultMemory) || (defaultMemory !== 0 && defaultMemory < MIN_DEFAULT_MEMORY)) {
     throw new Error(`defaultMemory must be a byte quantity of at least 64Mi (e.g. "2Gi", or a number of bytes) or 0 (no bound unless asked), got ${JSON.stringify(opts.defaultMemory)}`);
   }
+  if (opts.dnsUpstream != null && !parseUpstream(opts.dnsUpstream)) {
+    throw new Error(`dnsUpstream must be an IP address with an optional port (e.g. "10.0.0.2" or "127.0.0.1:5353"), got ${JSON.stringify(opts.dnsUpstream)}`);
+  }
   const warn = log ?? ((m) => process.emitWarning(m));
   // every sandbox's execd is the C execd osb-execd: missing or not running, the start fails naming the path
   checkExecdBinary();
@@ -221,7 +225,8 @@ export async function startServer(options = {}) {
       warn(`dev-server: INSECURE: sandboxes run without user namespace, capability drop and seccomp${missing ? ` (${missing})` : ''}: code inside can take over this machine`);
     }
     // sandboxes given network get it through slirp4netns (network.js); without it: 400, or the host network if insecure
-    network = { ...probeNetwork(), insecure: opts.insecure };
+    // egress rules: names resolved through the server's resolver (egress.js), forwarded to dnsUpstream
+    network = { ...probeNetwork(), insecure: opts.insecure, dnsUpstream: opts.dnsUpstream ?? hostNameserver() };
     if (network.problem && opts.insecure) {
       warn(`dev-server: INSECURE: ${network.problem}: sandboxes given network share this machine's network namespace (they reach its loopback services, this server's API and other sandboxes' relay ports)`);
     }

@@ -6,16 +6,20 @@
 // Without slirp4netns such a create is a 400, unless the server runs with insecure: true (host network, warned).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { ApiError } from './validate.js';
 import { findExecutable } from './runner.js';
+import { EgressResolver } from './egress.js';
 
 const READY_TIMEOUT_MS = 10000;
 const EXIT_TIMEOUT_MS = 5000;
 const MTU = 65520;
 /** slirp4netns's built-in DNS forwarder (network address + 3): it forwards to the host's first nameserver. */
 const SANDBOX_NAMESERVER = '10.0.2.3';
+/** slirp4netns's gateway: the host's loopback, unless --disable-host-loopback. */
+const HOST_LOOPBACK = '10.0.2.2';
 
 /**
  * What this machine offers sandboxes given network: { slirp4netns: path or null, problem: text or null }. The
@@ -60,19 +64,78 @@ export function hostAddresses() {
  * refused: ECONNREFUSED; anything else gets ICMP unreachable). One table, made by the server in the sandbox's network
  * namespace before anything runs there; the sandbox has no capability to change it.
  */
-export function guardRuleset(host = hostAddresses()) {
+export function guardRuleset(host = hostAddresses(), egress = null) {
   const rules = [];
   const close = (fam, list) => {
     if (!list.length) return;
     const set = `{ ${list.join(', ')} }`;
     rules.push(`    ${fam} daddr ${set} meta l4proto tcp reject with tcp reset`, `    ${fam} daddr ${set} reject`);
   };
+  const verdict = (action) => (action === 'allow' ? ['accept'] : ['meta l4proto tcp reject with tcp reset', 'reject']);
+  const head = ['    oifname "lo" accept'];
+  const nat = [];
+  let policyRules = [];
+  if (egress) {
+    const { policy, ports } = egress;
+    // the resolver (egress.js) on the host's loopback through slirp4netns's 10.0.2.2: its two ports only; DNS to
+    // slirp4netns's forwarder goes there, DNS (and DNS over TLS) to anything else is refused
+    nat.push(`    ip daddr ${SANDBOX_NAMESERVER} udp dport 53 dnat ip to ${HOST_LOOPBACK}:${ports.udp}`,
+      `    ip daddr ${SANDBOX_NAMESERVER} tcp dport 53 dnat ip to ${HOST_LOOPBACK}:${ports.tcp}`);
+    head.push(`    ip daddr ${HOST_LOOPBACK} udp dport ${ports.udp} accept`, `    ip daddr ${HOST_LOOPBACK} tcp dport ${ports.tcp} accept`);
+    close('ip', [HOST_LOOPBACK]);
+    head.push(...rules.splice(0));
+    head.push('    udp dport 53 reject', '    tcp dport { 53, 853 } reject with tcp reset');
+    // IP/CIDR targets in order (upstream's sidecar: static nft sets); an allow naming an always-closed address
+    // explicitly (inside one of the closed ranges, or one of the host's addresses) goes before the closed list
+    const ipRules = policy.egress.filter((r) => r.kind !== 'domain');
+    for (const r of ipRules) {
+      const fam = r.target.includes(':') ? 'ip6' : 'ip';
+      const line = verdict(r.action).map((v) => `    ${fam} daddr ${r.target} ${v}`);
+      if (r.action === 'allow' && namesClosed(r.target, host)) head.push(...line);
+      else policyRules.push(...line);
+    }
+    policyRules.push('    ip daddr @resolved4 accept');
+    policyRules.push(...verdict(policy.defaultAction).map((v) => `    ${v}`));
+  }
   close('ip', ALWAYS_CLOSED_V4);
   close('ip', host.v4.filter((a) => !a.startsWith('169.254.') && a !== '100.100.100.200'));
   close('ip6', ALWAYS_CLOSED_V6);
   close('ip6', host.v6.filter((a) => !/^fe[89ab]/i.test(a) && a !== 'fd00:ec2::254'));
-  return ['table inet osb_guard {', '  chain output {', '    type filter hook output priority 0; policy accept;',
-    '    oifname "lo" accept', ...rules, '  }', '}', ''].join('\n');
+  const out = ['table inet osb_guard {'];
+  if (egress) {
+    out.push('  set resolved4 { type ipv4_addr; flags timeout; }',
+      '  chain nat_output {', '    type nat hook output priority -100; policy accept;', ...nat, '  }');
+  }
+  out.push('  chain output {', '    type filter hook output priority 0; policy accept;', ...head, ...rules, ...policyRules, '  }', '}', '');
+  return out.join('\n');
+}
+
+const ip4 = (a) => a.split('.').reduce((n, x) => n * 256 + Number(x), 0);
+/** True when an IPv4 target (address or CIDR) lies inside `range` (CIDR or address). */
+function within4(target, range) {
+  const [ta, tl = '32'] = target.split('/');
+  const [ra, rl = '32'] = range.split('/');
+  if (!net.isIPv4(ta) || !net.isIPv4(ra) || Number(tl) < Number(rl)) return false;
+  const size = 2 ** (32 - Number(rl));
+  return Math.floor(ip4(ta) / size) === Math.floor(ip4(ra) / size);
+}
+/** True when a rule's IP/CIDR target names an always-closed address: inside a closed range, or a host address. */
+function namesClosed(target, host) {
+  if (target.includes(':')) {
+    const t = target.toLowerCase();
+    return ALWAYS_CLOSED_V6.includes(t) || host.v6.includes(t) || (/^fe[89ab]/.test(t) && !t.endsWith('/0'));
+  }
+  return [...ALWAYS_CLOSED_V4, ...host.v4].some((r) => within4(target, r));
+}
+
+/** A batch adding addresses to a sandbox's resolved4 set with their TTLs (an address already there gets its new TTL). */
+export function resolvedElements(addrs) {
+  const lines = [];
+  for (const { address, ttl } of addrs) {
+    lines.push(`add element inet osb_guard resolved4 { ${address} }`, `delete element inet osb_guard resolved4 { ${address} }`,
+      `add element inet osb_guard resolved4 { ${address} timeout ${ttl}s }`);
+  }
+  return lines.join('\n') + '\n';
 }
 
 /**
@@ -161,15 +224,21 @@ async function loopbackUp(pid) {
  * the server dies, however it dies.
  */
 export class SlirpNetwork {
-  constructor(slirp4netns, tools) {
+  constructor(slirp4netns, tools, resolver = null) {
     this.slirp4netns = slirp4netns;
     this.tools = tools; // { nft, nsenter }: the firewall (guardRuleset), loaded while slirp4netns starts
+    this.resolver = resolver; // egress rules: the sandbox's EgressResolver (egress.js), or null
     this.child = null;
     this.exited = null;
   }
 
   async attach({ pid, netns }) {
-    const guard = loadRuleset(this.tools, pid, guardRuleset());
+    let egress = null;
+    if (this.resolver) {
+      egress = { policy: this.resolver.policy, ports: await this.resolver.listen() };
+      this.resolver.allowAddresses = (addrs) => loadRuleset(this.tools, pid, resolvedElements(addrs));
+    }
+    const guard = loadRuleset(this.tools, pid, guardRuleset(hostAddresses(), egress));
     guard.catch(() => {}); // awaited below
     try {
       await loopbackUp(pid);
@@ -177,7 +246,9 @@ export class SlirpNetwork {
       await guard.catch(() => {});
       throw err;
     }
-    const args = ['--configure', `--mtu=${MTU}`, '--disable-host-loopback', '--enable-sandbox', '--enable-seccomp', '--ready-fd=3', '--exit-fd=4'];
+    // with egress rules the host's loopback stays reachable through 10.0.2.2, where the firewall opens only the
+    // resolver's two ports
+    const args = ['--configure', `--mtu=${MTU}`, ...(this.resolver ? [] : ['--disable-host-loopback']), '--enable-sandbox', '--enable-seccomp', '--ready-fd=3', '--exit-fd=4'];
     // root: the network namespace by path, no user namespace joined; otherwise by pid: /proc/<pid>/ns/user is joined
     if (process.getuid() === 0) args.push('--netns-type=path', netns, 'tap0');
     else args.push(String(pid), 'tap0');
@@ -217,6 +288,7 @@ export class SlirpNetwork {
 
   /** Kills slirp4netns and waits (bounded) until it is gone. */
   async release() {
+    await this.resolver?.close();
     const child = this.child;
     if (!child) return;
     this.child = null;
@@ -239,11 +311,13 @@ export class SlirpNetwork {
  * slirp4netns run by a non-root server can join; creating user namespaces stays refused by the seccomp filter.
  * Throws a 400 when slirp4netns cannot be used and the server is not insecure.
  */
-export function sandboxNetwork({ slirp4netns, nft, nsenter, problem, insecure }) {
+export function sandboxNetwork({ slirp4netns, nft, nsenter, problem, insecure, dnsUpstream }, policy = null) {
   if (slirp4netns) {
-    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns, { nft, nsenter }), joinableUserns: process.getuid() !== 0 };
+    // egress rules (or defaultAction deny with allow rules): the sandbox's names go through a resolver of ours
+    const resolver = policy && (policy.egress.length || policy.defaultAction === 'deny') ? new EgressResolver({ policy, upstream: dnsUpstream }) : null;
+    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns, { nft, nsenter }, resolver), joinableUserns: process.getuid() !== 0 };
   }
-  if (insecure) return { hostNetwork: true, resolvConf: null, attachment: null, joinableUserns: false };
+  if (insecure && !(policy?.egress.length || policy?.defaultAction === 'deny')) return { hostNetwork: true, resolvConf: null, attachment: null, joinableUserns: false };
   throw new ApiError(400, 'SANDBOX::NETWORK_NOT_AVAILABLE',
     `This server cannot give a sandbox network without exposing the host's loopback services: ${problem}. Install it, `
     + 'create the sandbox without networkPolicy (no network), or start the server with insecure: true (--insecure) to share the host network.');

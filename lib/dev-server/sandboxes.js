@@ -103,7 +103,10 @@ export class Sandboxes {
     const plan = this.planLimits(req.resourceLimits);
     // isolation 'none' is unconfined: its commands use the host network whatever the policy says
     // no networkPolicy: network like upstream (defaultNetwork false where the server refused it at start, warned)
-    const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network) : null; // 400 when it cannot
+    if (this.options.isolation === 'none' && (req.networkPolicy?.egress.length || req.networkPolicy?.defaultAction === 'deny')) {
+      throw new ApiError(400, 'SANDBOX::NETWORK_NOT_AVAILABLE', "Egress rules need the server's bwrap isolation (its own network namespace and firewall); this server runs with isolation 'none'.");
+    }
+    const net = (req.allowNetwork ?? this.options.defaultNetwork) && this.options.network ? sandboxNetwork(this.options.network, req.networkPolicy) : null; // 400 when it cannot
     const id = crypto.randomUUID();
     // a root-started server runs each sandbox as a host uid of its own (security.js SandboxIdentities)
     const identities = this.options.hardening?.identities;

@@ -1,7 +1,9 @@
 // Request validation of the lifecycle API, shaped like the real server: schema failures are FastAPI/pydantic 422
 // `{"detail":[{type,loc,msg,input}]}`; semantic failures are ApiError (status + `{code,message}`).
+import { normalizePolicy } from './egress.js';
 import path from 'node:path';
 import { parseBytes, parseCpu } from './quantities.js';
+import { normalizePolicy } from './egress.js';
 import { mountPathConflict } from './runner.js';
 
 export class ApiError extends Error {
@@ -244,6 +246,7 @@ export function validateCreate(body, { maxTimeout, profile = null } = {}) {
   out.extensions = stringMap(body.extensions, ['body', 'extensions'], errs);
   // networkPolicy
   out.allowNetwork = null; // no networkPolicy: the server's defaultNetworkPolicy decides
+  out.networkPolicy = null;
   if (body.networkPolicy != null) {
     const np = body.networkPolicy;
     if (!isObj(np)) errs.push(issue(['body', 'networkPolicy'], 'Input should be a valid dictionary or object to extract fields from', 'model_attributes_type', np));
@@ -256,9 +259,13 @@ export function validateCreate(body, { maxTimeout, profile = null } = {}) {
       rules.forEach((r, i) => {
         if (!isObj(r) || (r.action !== 'allow' && r.action !== 'deny') || typeof r.target !== 'string') {
           errs.push(issue(['body', 'networkPolicy', 'egress', i], 'Value error, an egress rule needs action allow|deny and a target', 'value_error', r));
+        } else if (!r.target.trim()) {
+          // upstream: min_length 1 (its sidecar also refuses a target of blanks)
+          errs.push(issue(['body', 'networkPolicy', 'egress', i, 'target'], 'String should have at least 1 character', 'string_too_short', r.target));
         }
       });
       out.allowNetwork = np.defaultAction === 'allow' || rules.some((r) => isObj(r) && r.action === 'allow');
+      out.networkPolicy = errs.length ? null : normalizePolicy(np); // the egress rules network.js enforces
     }
   }
   // volumes
@@ -280,11 +287,6 @@ export function validateCreate(body, { maxTimeout, profile = null } = {}) {
     errs.push(issue(['body', 'secureAccess'], 'Input should be a valid boolean', 'bool_type', body.secureAccess));
   }
   if (errs.length) throw new ValidationError(errs);
-  const egress = Array.isArray(body.networkPolicy?.egress) ? body.networkPolicy.egress : [];
-  if (egress.length) {
-    throw new ApiError(400, 'SANDBOX::NETWORK_POLICY_NOT_SUPPORTED',
-      'The local server cannot enforce egress rules per target: give networkPolicy {"defaultAction":"allow"} (all outbound traffic except to the host\'s loopback) or none (no network).');
-  }
   if (out.timeout != null && maxTimeout && out.timeout > maxTimeout) {
     throw profile?.timeoutTooLong?.(out.timeout, maxTimeout) ?? new ApiError(400, 'SANDBOX::INVALID_TIMEOUT', `timeout ${out.timeout}s exceeds the server maximum of ${maxTimeout}s`);
   }

@@ -1,0 +1,214 @@
+// Egress rules of networkPolicy on the local server (issue 35), against real parts: dnsmasq as the upstream resolver
+// answering test names with addresses of an HTTP server in a network namespace of the test's own (a veth pair: the
+// host's side is one of this machine's addresses, so closed to sandboxes), the server in this process (root) and as
+// nobody (the CLI). Allowed names reach their server; denied names answer NXDOMAIN and their addresses are closed;
+// wildcard and rule order as upstream's sidecar; defaultAction both ways; literal IPs; the host and the metadata
+// address closed; the sandbox cannot change its firewall, ask another DNS server, or open a raw socket.
+import assert from 'node:assert/strict';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import http from 'node:http';
+import net from 'node:net';
+import { spawn, execFileSync } from 'node:child_process';
+import { startServer } from '../lib/dev-server/index.js';
+import { request, parseEvents } from './helpers/raw.js';
+import { waitFor } from './helpers/poll.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
+
+const ROOT = process.getuid() === 0;
+const TAG = `osbe${process.pid % 100000}`;
+const NET = `10.${200 + (process.pid % 50)}.${process.pid % 250}`; // the test's /24: .1 the host's side, .2-.6 the servers
+const A = (n) => `${NET}.${n}`;
+
+/** A probe run inside a sandbox: each op ['lookup', name] | ['get', host] | ['tcp', host, port] | ['dns', server, name]
+ * | ['raw'] prints one word: the address / body / 'connected', or the error code. */
+function probe(ops) {
+  const js = 'const dns=require("dns"),http=require("http"),net=require("net");'
+    + 'const one=([op,a,b])=>new Promise((r)=>{const t=setTimeout(()=>r("timeout"),8000);const done=(x)=>{clearTimeout(t);r(x)};'
+    + 'if(op==="lookup")dns.lookup(a,{family:4},(e,ad)=>done(e?e.code:ad));'
+    + 'else if(op==="get")http.get({host:a,port:80,timeout:7000},(res)=>{let s="";res.on("data",(d)=>s+=d);res.on("end",()=>done(s))}).on("error",(e)=>done(e.code));'
+    + 'else if(op==="tcp"){const s=net.connect(b,a);s.on("connect",()=>{s.destroy();done("connected")});s.on("error",(e)=>done(e.code))}'
+    + 'else if(op==="dns"){const q=new dns.Resolver({timeout:2000,tries:1});q.setServers([a]);q.resolve4(b,(e,ad)=>done(e?e.code:ad.join(",")))}'
+    + '});'
+    + `(async()=>{const out=[];for(const o of ${JSON.stringify(ops)})out.push(await one(o));console.log(out.join(" "))})()`;
+  return `node -e '${js}'`;
+}
+
+function client(baseUrl) {
+  const api = (p, opts = {}) => request(`${baseUrl}${p}`, { ...opts, headers: { 'Content-Type': 'application/json' }, endpointHeaders: false });
+  return {
+    api,
+    async create(networkPolicy) {
+      const r = await api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {}, ...(networkPolicy ? { networkPolicy } : {}) } });
+      assert.equal(r.status, 202, r.text);
+      const ep = (await api(`/v1/sandboxes/${r.json.id}/endpoints/44772`)).json;
+      return { id: r.json.id, base: `http://${ep.endpoint}`, headers: ep.headers ?? {} };
+    },
+    async run(sb, command) {
+      const r = await request(`${sb.base}/command`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...sb.headers }, body: { command }, timeoutMs: 30000, endpointHeaders: false });
+      assert.equal(r.status, 200, r.text);
+      const ev = parseEvents(r.text);
+      const last = ev.at(-1);
+      return {
+        out: ev.filter((e) => e.type === 'stdout').map((e) => e.text).join('\n'),
+        exit: last.type === 'execution_complete' ? 0 : Number(last.error.evalue),
+      };
+    },
+  };
+}
+
+const POLICY = {
+  defaultAction: 'deny',
+  egress: [
+    { action: 'allow', target: 'allowed.test' },
+    { action: 'deny', target: 'no.wild.test' }, // before the wildcard: first match wins
+    { action: 'allow', target: '*.wild.test' },
+    { action: 'allow', target: A(4) }, // a literal IP
+  ],
+};
+
+/** What a sandbox with POLICY sees (the same from a root server and from one run by nobody). */
+async function checkPolicy(c, sb, hostAddr) {
+  const r = await c.run(sb, probe([
+    ['lookup', 'allowed.test'], ['get', 'allowed.test'],
+    ['lookup', 'denied.test'], ['get', A(3)],
+    ['lookup', 'a.wild.test'], ['get', 'a.wild.test'], ['lookup', 'no.wild.test'], ['lookup', 'wild.test'],
+    ['get', A(4)], ['get', A(5)],
+    ['tcp', A(1), 80], ['tcp', hostAddr, 80], ['tcp', '169.254.169.254', 80],
+    ['dns', A(2), 'allowed.test'], ['tcp', A(2), 53], ['tcp', A(2), 853],
+  ]));
+  assert.equal(r.out, [
+    A(2), `srv:${A(2)}`,
+    'ENOTFOUND', 'ECONNREFUSED',
+    A(6), `srv:${A(6)}`, 'ENOTFOUND', 'ENOTFOUND',
+    `srv:${A(4)}`, 'ECONNREFUSED',
+    'ECONNREFUSED', 'ECONNREFUSED', 'ECONNREFUSED',
+    'ECONNREFUSED', 'ECONNREFUSED', 'ECONNREFUSED',
+  ].join(' '));
+  // its firewall is not its own to change; no raw socket to go around it
+  const t = await c.run(sb, 'nft flush ruleset; echo nft=$?; python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)" 2>/dev/null; echo raw=$?');
+  assert.equal(t.out, 'nft=1\nraw=1');
+  assert.equal((await c.run(sb, probe([['get', A(3)], ['get', A(5)]]))).out, 'ECONNREFUSED ECONNREFUSED');
+}
+
+(ROOT ? describe : describe.skip)('dev-server egress rules (networkPolicy.egress, issue 35)', function () {
+  this.timeout(60000);
+  let work;
+  let dnsmasq;
+  let web;
+  let upstream;
+  let server;
+  let c;
+  const hostAddr = () => A(1); // one of this machine's addresses (the veth's host side)
+
+  before(async () => {
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-egress-'));
+    const ip = (...a) => execFileSync('ip', a, { stdio: ['ignore', 'ignore', 'pipe'] });
+    ip('netns', 'add', TAG);
+    ip('link', 'add', `${TAG}h`, 'type', 'veth', 'peer', 'name', `${TAG}s`);
+    ip('link', 'set', `${TAG}s`, 'netns', TAG);
+    ip('addr', 'add', `${A(1)}/24`, 'dev', `${TAG}h`);
+    ip('link', 'set', `${TAG}h`, 'up');
+    for (const n of [2, 3, 4, 5, 6]) ip('-n', TAG, 'addr', 'add', `${A(n)}/24`, 'dev', `${TAG}s`);
+    ip('-n', TAG, 'link', 'set', `${TAG}s`, 'up');
+    ip('-n', TAG, 'link', 'set', 'lo', 'up');
+    // one HTTP server answering on every address of the namespace with the address it was reached at
+    web = spawn('ip', ['netns', 'exec', TAG, process.execPath, '-e', "require('http').createServer((q,s)=>s.end('srv:'+q.socket.localAddress)).listen(80,'0.0.0.0')"], { stdio: 'ignore' });
+    await waitFor(() => new Promise((r) => http.get({ host: A(2), port: 80, timeout: 500 }, (res) => { res.resume(); r(true); }).on('error', () => r(false))), { timeoutMs: 10000, message: 'the test\'s web server answers' });
+    // dnsmasq on a free port of the loopback
+    const probeSock = dgram.createSocket('udp4');
+    await new Promise((r) => probeSock.bind(0, '127.0.0.1', r));
+    const port = probeSock.address().port;
+    probeSock.close();
+    upstream = `127.0.0.1:${port}`;
+    dnsmasq = spawn('dnsmasq', ['-k', '--conf-file=/dev/null', '--pid-file=', `--port=${port}`, '--listen-address=127.0.0.1', '--bind-interfaces',
+      '--no-resolv', '--no-hosts', '--local-ttl=60', `--address=/allowed.test/${A(2)}`, `--address=/denied.test/${A(3)}`,
+      `--address=/wild.test/${A(6)}`], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let derr = '';
+    dnsmasq.stderr.on('data', (d) => { derr += d; });
+    await waitFor(() => new Promise((r) => {
+      const s = dgram.createSocket('udp4');
+      const q = Buffer.from('12340100000100000000000007616c6c6f7765640474657374000001 0001'.replace(/ /g, ''), 'hex');
+      const t = setTimeout(() => { s.close(); r(false); }, 300);
+      s.on('message', () => { clearTimeout(t); s.close(); r(true); });
+      s.send(q, port, '127.0.0.1');
+    }), { timeoutMs: 10000, message: `dnsmasq answers (${derr})` });
+    server = await startServer({ dataDir: path.join(work, 'data'), commandTailMs: 20, dnsUpstream: upstream });
+    c = client(server.baseUrl);
+  });
+  after(async () => {
+    await server?.close();
+    dnsmasq?.kill('SIGKILL');
+    web?.kill('SIGKILL');
+    try { execFileSync('ip', ['link', 'del', `${TAG}h`], { stdio: 'ignore' }); } catch { /* gone with the namespace */ }
+    try { execFileSync('ip', ['netns', 'del', TAG], { stdio: 'ignore' }); } catch { /* never made */ }
+    fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it('deny by default: allowed names (exact, wildcard, in rule order) and literal IPs reach their servers; nothing else does', async () => {
+    const sb = await c.create(POLICY);
+    await checkPolicy(c, sb, hostAddr());
+  });
+
+  it('defaultAction allow: a denied name answers NXDOMAIN, everything else is reachable except the host and link-local', async () => {
+    const sb = await c.create({ defaultAction: 'allow', egress: [{ action: 'deny', target: 'denied.test' }] });
+    const r = await c.run(sb, probe([['lookup', 'denied.test'], ['lookup', 'allowed.test'], ['get', 'allowed.test'], ['get', A(5)], ['tcp', A(1), 80], ['tcp', '169.254.169.254', 80]]));
+    assert.equal(r.out, `ENOTFOUND ${A(2)} srv:${A(2)} srv:${A(5)} ECONNREFUSED ECONNREFUSED`);
+  });
+
+  it('without a policy: full network except the host\'s addresses and the metadata address (the attack of issue 35)', async () => {
+    const sb = await c.create(null);
+    const r = await c.run(sb, probe([['get', A(5)], ['tcp', A(1), 80], ['tcp', '169.254.169.254', 80], ['tcp', '100.100.100.200', 80]]));
+    assert.equal(r.out, `srv:${A(5)} ECONNREFUSED ECONNREFUSED ECONNREFUSED`);
+  });
+
+  it('a malformed egress rule is a 422 naming it; an IP rule naming a closed address opens just that', async () => {
+    const bad = await c.api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['sh'], resourceLimits: {}, networkPolicy: { egress: [{ action: 'allow', target: 'ok.test' }, { action: 'allow', target: ' ' }] } } });
+    assert.equal(bad.status, 422, bad.text);
+    assert.deepEqual(bad.json.detail.map((d) => d.loc), [['body', 'networkPolicy', 'egress', 1, 'target']]);
+    const l = net.createServer((s) => s.on('error', () => {}).end());
+    await new Promise((r) => l.listen(0, A(1), r));
+    try {
+      const sb = await c.create({ defaultAction: 'deny', egress: [{ action: 'allow', target: A(1) }] });
+      const other = await c.create(null);
+      const port = l.address().port;
+      assert.equal((await c.run(sb, probe([['tcp', A(1), port], ['get', A(2)], ['tcp', '169.254.169.254', 80]]))).out, 'connected ECONNREFUSED ECONNREFUSED');
+      assert.equal((await c.run(other, probe([['tcp', A(1), port]]))).out, 'ECONNREFUSED');
+    } finally {
+      l.close();
+    }
+  });
+
+  it('a server run by nobody enforces the same rules (its firewall set through the sandbox\'s user namespace)', async () => {
+    const dir = path.join(work, 'nobody');
+    fs.mkdirSync(dir);
+    fs.chownSync(dir, 65534, 65534);
+    fs.chmodSync(work, 0o711);
+    letUserRunCheckout(65534);
+    const cli = path.resolve('lib/dev-server/cli.js');
+    const asNobody = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, cli, '--port', '0', '--no-api-key', '--quiet', '--data-dir', path.join(dir, 'data'), '--dns-upstream', upstream];
+    // slirp4netns opens /dev/net/tun: where it is not 0666, the server gets a 0666 node in a private mount namespace
+    const tunOpen = (fs.statSync('/dev/net/tun').mode & 0o006) === 0o006;
+    const quote = (a) => `'${a.replace(/'/g, `'\\''`)}'`;
+    const argv = tunOpen ? asNobody : ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+      `mount -t tmpfs none ${dir} && mknod -m 666 ${dir}/tun c 10 200 && mount --bind ${dir}/tun /dev/net/tun && umount -l ${dir} && exec ${asNobody.map(quote).join(' ')}`];
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { out += d; });
+    const exited = new Promise((r) => child.once('exit', r));
+    try {
+      const domain = await waitFor(() => /^(127\.0\.0\.1:\d+)$/m.exec(out)?.[1], { timeoutMs: 20000, message: `the server as nobody starts (${out})` });
+      const cn = client(`http://${domain}`);
+      const sb = await cn.create(POLICY);
+      await checkPolicy(cn, sb, hostAddr());
+    } finally {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
+      await exited;
+      clearTimeout(timer);
+    }
+  });
+});
