@@ -1,6 +1,5 @@
 // Request validation of the lifecycle API, shaped like the real server: schema failures are FastAPI/pydantic 422
 // `{"detail":[{type,loc,msg,input}]}`; semantic failures are ApiError (status + `{code,message}`).
-import { normalizePolicy } from './egress.js';
 import path from 'node:path';
 import { parseBytes, parseCpu } from './quantities.js';
 import { normalizePolicy } from './egress.js';
