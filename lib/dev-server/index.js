@@ -195,6 +195,7 @@ export async function startServer(options = {}) {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const fail = (err) => {
     hardening?.identities?.close();
+    network?.helper?.close();
     if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     throw err;
   };
@@ -537,6 +538,7 @@ export async function startServer(options = {}) {
         await sandboxes.closeAll();
         await releaseLimits();
         hardening?.identities?.close();
+        network?.helper?.close();
         if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
         else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
       })();

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ApiError } from './validate.js';
 import { findExecutable } from './runner.js';
 import { EgressResolver } from './egress.js';
@@ -37,7 +38,8 @@ export function probeNetwork() {
   if (!nft) return { slirp4netns: null, problem: 'nft is not on PATH: the sandbox\'s firewall (host and cloud metadata addresses closed) cannot be set (Debian: apt-get install nftables)' };
   const nsenter = findExecutable('nsenter');
   if (!nsenter) return { slirp4netns: null, problem: 'nsenter is not on PATH: the sandbox\'s firewall cannot be set (Debian: apt-get install util-linux)' };
-  return { slirp4netns, nft, nsenter, problem: null };
+  const python = findExecutable('python3');
+  return { slirp4netns, nft, nsenter, helper: python ? new NftHelper(python) : null, problem: null };
 }
 
 /**
@@ -128,6 +130,72 @@ function namesClosed(target, host) {
   return [...ALWAYS_CLOSED_V4, ...host.v4].some((r) => within4(target, r));
 }
 
+const HELPER = fileURLToPath(new URL('./nft-helper.py', import.meta.url));
+
+/**
+ * nft-helper.py, one per server: loads rulesets into sandboxes' network namespaces through libnftables, a few
+ * milliseconds each where nsenter + nft take tens (a create waits for its firewall). `ready` resolves false when it
+ * cannot run (no python3 or libnftables): loadRuleset then spawns nsenter + nft. It ends with the server (close(), or
+ * its stdin's end when the server dies); it never keeps the server's process alive.
+ */
+export class NftHelper {
+  constructor(python) {
+    this.pending = new Map();
+    this.next = 1;
+    this.child = spawn(python, ['-I', '-S', HELPER], { stdio: ['pipe', 'pipe', 'ignore'] });
+    this.child.unref();
+    for (const st of [this.child.stdin, this.child.stdout]) st.unref?.();
+    this.child.stdin.on('error', () => {});
+    let buf = '';
+    let onReady;
+    this.ready = new Promise((resolve) => { onReady = resolve; });
+    const fail = (why) => {
+      onReady(false);
+      for (const done of this.pending.values()) done(why);
+      this.pending.clear();
+      this.dead = why;
+    };
+    this.child.once('error', (err) => fail(err.message));
+    this.child.once('exit', () => fail('the nft helper exited'));
+    this.child.stdout.on('data', (d) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        let m;
+        try {
+          m = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (m.ready) onReady(true);
+        else if (m.id == null) onReady(false);
+        else {
+          const done = this.pending.get(m.id);
+          this.pending.delete(m.id);
+          done?.(m.ok ? null : String(m.error));
+        }
+      }
+    });
+  }
+
+  /** Loads `rules` into the network namespace of `pid` (entering its user namespace first when `user`): null or the error text. */
+  load(pid, rules, user) {
+    if (this.dead) return Promise.resolve(this.dead);
+    const id = this.next++;
+    return new Promise((resolve) => {
+      this.pending.set(id, resolve);
+      this.child.stdin.write(`${JSON.stringify({ id, pid, user, rules })}\n`);
+    });
+  }
+
+  close() {
+    this.child.stdin.end();
+    if (this.child.exitCode === null) this.child.kill('SIGKILL');
+  }
+}
+
 /** A batch adding addresses to a sandbox's resolved4 set with their TTLs (an address already there gets its new TTL). */
 export function resolvedElements(addrs) {
   const lines = [];
@@ -144,7 +212,12 @@ export function resolvedElements(addrs) {
  * message when it cannot.
  */
 export async function loadRuleset(tools, pid, ruleset) {
-  const { nft, nsenter } = tools ?? {};
+  const { nft, nsenter, helper } = tools ?? {};
+  if (helper && await helper.ready) {
+    const err = await helper.load(pid, ruleset, process.getuid() !== 0);
+    if (err) throw new Error(`the sandbox's firewall could not be set (nft): ${err}`);
+    return;
+  }
   if (!nft || !nsenter) throw new Error('the sandbox\'s firewall could not be set: nft or nsenter missing');
   const ns = process.getuid() === 0 ? [`--net=/proc/${pid}/ns/net`] : [`--user=/proc/${pid}/ns/user`, `--net=/proc/${pid}/ns/net`, '--preserve-credentials'];
   return new Promise((resolve, reject) => {
@@ -311,11 +384,11 @@ export class SlirpNetwork {
  * slirp4netns run by a non-root server can join; creating user namespaces stays refused by the seccomp filter.
  * Throws a 400 when slirp4netns cannot be used and the server is not insecure.
  */
-export function sandboxNetwork({ slirp4netns, nft, nsenter, problem, insecure, dnsUpstream }, policy = null) {
+export function sandboxNetwork({ slirp4netns, nft, nsenter, helper, problem, insecure, dnsUpstream }, policy = null) {
   if (slirp4netns) {
     // egress rules (or defaultAction deny with allow rules): the sandbox's names go through a resolver of ours
     const resolver = policy && (policy.egress.length || policy.defaultAction === 'deny') ? new EgressResolver({ policy, upstream: dnsUpstream }) : null;
-    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns, { nft, nsenter }, resolver), joinableUserns: process.getuid() !== 0 };
+    return { hostNetwork: false, resolvConf: sandboxResolvConf(), attachment: new SlirpNetwork(slirp4netns, { nft, nsenter, helper }, resolver), joinableUserns: process.getuid() !== 0 };
   }
   if (insecure && !(policy?.egress.length || policy?.defaultAction === 'deny')) return { hostNetwork: true, resolvConf: null, attachment: null, joinableUserns: false };
   throw new ApiError(400, 'SANDBOX::NETWORK_NOT_AVAILABLE',
