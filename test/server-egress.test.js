@@ -181,6 +181,43 @@ async function checkPolicy(c, sb, hostAddr) {
     }
   });
 
+  it('rules change at run time through upstream\'s sidecar API (/policy on port 18080 of the endpoint, its auth header)', async () => {
+    const sb = await c.create({ defaultAction: 'deny', egress: [{ action: 'allow', target: 'allowed.test' }] });
+    const ep = (await c.api(`/v1/sandboxes/${sb.id}/endpoints/18080`)).json;
+    assert.deepEqual(Object.keys(ep.headers), ['OPENSANDBOX-EGRESS-AUTH']);
+    const policy = (method, body, headers = ep.headers) => {
+      const text = body === undefined ? undefined : JSON.stringify(body);
+      const length = text === undefined ? {} : { 'Content-Length': String(Buffer.byteLength(text)) };
+      return request(`http://${ep.endpoint}/policy`, { method, headers: { 'Content-Type': 'application/json', ...length, ...headers }, body: text, endpointHeaders: false });
+    };
+    assert.equal((await policy('GET', undefined, {})).status, 401);
+    const got = await policy('GET');
+    assert.deepEqual(got.json, { status: 'ok', mode: 'enforcing', enforcementMode: 'dns+nft', policy: { egress: [{ action: 'allow', target: 'allowed.test' }], defaultAction: 'deny' } });
+    assert.equal((await c.run(sb, probe([['lookup', 'denied.test'], ['get', A(3)]]))).out, 'ENOTFOUND ECONNREFUSED');
+    const patched = await policy('PATCH', [{ action: 'allow', target: 'denied.test' }]);
+    assert.deepEqual([patched.status, patched.json.mode], [200, 'enforcing']);
+    assert.deepEqual((await policy('GET')).json.policy.egress.map((r) => r.target), ['denied.test', 'allowed.test']);
+    assert.equal((await c.run(sb, probe([['lookup', 'denied.test'], ['get', 'denied.test']]))).out, `${A(3)} srv:${A(3)}`);
+    const bad = await policy('PATCH', [{ action: 'maybe', target: 'x.test' }]);
+    assert.equal(bad.status, 400);
+    assert.match(bad.text, /^invalid patch rules: unsupported action "maybe"/);
+    // through the server's proxy route as well
+    const viaProxy = (await c.api(`/v1/sandboxes/${sb.id}/endpoints/18080?use_server_proxy=true`)).json;
+    // (Content-Length set: Node's client sends a DELETE's body without any framing otherwise)
+    const body = JSON.stringify(['allowed.test']);
+    const del = await request(`http://${viaProxy.endpoint}/policy`, { method: 'DELETE', headers: { 'Content-Type': 'application/json', 'Content-Length': String(body.length), ...viaProxy.headers }, body, endpointHeaders: false });
+    assert.equal(del.status, 200, del.text);
+    assert.deepEqual((await policy('GET')).json.policy, { egress: [{ action: 'allow', target: 'denied.test' }], defaultAction: 'deny' });
+    assert.equal((await c.run(sb, probe([['lookup', 'allowed.test'], ['get', A(5)]]))).out, 'ENOTFOUND ECONNREFUSED');
+    const all = await policy('POST', { defaultAction: 'allow' });
+    assert.deepEqual(all.json, { status: 'ok', mode: 'allow_all', enforcementMode: 'dns+nft' });
+    assert.equal((await c.run(sb, probe([['get', A(5)], ['tcp', A(1), 80]]))).out, `srv:${A(5)} ECONNREFUSED`);
+    // a sandbox without egress rules has no sidecar: its 18080 is its own port, as upstream
+    const plain = await c.create(null);
+    const pe = (await c.api(`/v1/sandboxes/${plain.id}/endpoints/18080`)).json;
+    assert.equal(pe.headers['OPENSANDBOX-EGRESS-AUTH'], undefined);
+  });
+
   it('a server run by nobody enforces the same rules (its firewall set through the sandbox\'s user namespace)', async () => {
     const dir = path.join(work, 'nobody');
     fs.mkdirSync(dir);
@@ -204,6 +241,12 @@ async function checkPolicy(c, sb, hostAddr) {
       const cn = client(`http://${domain}`);
       const sb = await cn.create(POLICY);
       await checkPolicy(cn, sb, hostAddr());
+      // a change at run time (the firewall's chains replaced through the sandbox's user namespace)
+      const ep = (await cn.api(`/v1/sandboxes/${sb.id}/endpoints/18080`)).json;
+      const body = JSON.stringify([{ action: 'allow', target: 'denied.test' }]);
+      const patched = await request(`http://${ep.endpoint}/policy`, { method: 'PATCH', headers: { 'Content-Type': 'application/json', 'Content-Length': String(body.length), ...ep.headers }, body, endpointHeaders: false });
+      assert.equal(patched.status, 200, patched.text);
+      assert.equal((await cn.run(sb, probe([['get', 'denied.test'], ['get', A(5)]]))).out, `srv:${A(3)} ECONNREFUSED`);
     } finally {
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 10000);

@@ -4,13 +4,20 @@
 // forwarded to the upstream resolver and the IPv4 addresses of its answer join the sandbox's nft set `resolved4` for
 // the answer's TTL (at least MIN_TTL_S); a denied name answers NXDOMAIN. The sandbox connects only to addresses in
 // that set, to IP/CIDR targets its rules allow, or anywhere when defaultAction is 'allow' (network.js policyRuleset).
+import crypto from 'node:crypto';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 
 const MIN_TTL_S = 10;
 const UPSTREAM_TIMEOUT_MS = 5000;
 const MAX_TCP_CONNECTIONS = 16;
+/** Upstream's sidecar: its /policy API on this port, behind this header when it has a token. */
+export const EGRESS_PORT = 18080;
+export const EGRESS_AUTH_HEADER = 'OPENSANDBOX-EGRESS-AUTH';
+const MAX_POLICY_BODY = 1 << 20;
+const MAX_RULES = 4096;
 
 /**
  * The policy as upstream's sidecar reads it (pkg/policy ParsePolicy): defaultAction lowercased, omitted = 'deny';
@@ -31,6 +38,27 @@ export function targetKind(target) {
   const m = /^([^/]+)\/(\d{1,3})$/.exec(target);
   if (m && net.isIP(m[1]) && Number(m[2]) <= (net.isIPv4(m[1]) ? 32 : 128)) return 'cidr';
   return 'domain';
+}
+
+/**
+ * A policy body of upstream's /policy API (POST: { defaultAction, egress }; PATCH: the rules alone) checked as its
+ * sidecar does (pkg/policy normalizePolicy): throws an Error with its message when a rule is malformed.
+ */
+function checkRules(rules) {
+  if (!Array.isArray(rules)) throw new Error('egress must be a list of rules');
+  if (rules.length > MAX_RULES) throw new Error(`at most ${MAX_RULES} egress rules`);
+  for (const r of rules) {
+    if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new Error('an egress rule must be an object');
+    const action = String(r.action ?? '').trim().toLowerCase() || 'deny';
+    if (action !== 'allow' && action !== 'deny') throw new Error(`unsupported action ${JSON.stringify(r.action)}`);
+    if (typeof r.target !== 'string' || !r.target.trim()) throw new Error('egress target cannot be empty');
+  }
+}
+
+/** Upstream's modeFromPolicy. */
+function modeOf(p) {
+  if (!p.egress.length) return p.defaultAction === 'allow' ? 'allow_all' : 'deny_all';
+  return 'enforcing';
 }
 
 /** Upstream's match: exact name, or `*.suffix` matching names below suffix (not suffix itself); case-insensitive. */
@@ -163,7 +191,122 @@ export class EgressResolver {
     this.ports = null;
   }
 
+  /**
+   * Replaces the policy (one at a time): the sandbox's firewall first (applyPolicy, set by network.js), then the
+   * resolver's answers.
+   */
+  setPolicy(policy) {
+    const run = async () => {
+      await this.applyPolicy(policy);
+      this.policy = policy;
+    };
+    const next = (this.changing ?? Promise.resolve()).then(run, run);
+    this.changing = next.catch(() => {});
+    return next;
+  }
+
+  /** The sidecar's /policy API (GET, POST/PUT, PATCH, DELETE) and /healthz, as upstream's policy_server.go answers them. */
+  async servePolicy(req, res) {
+    const send = (status, body) => {
+      const text = typeof body === 'string' ? `${body}\n` : `${JSON.stringify(body)}\n`;
+      res.writeHead(status, { 'Content-Type': typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/json', 'Content-Length': Buffer.byteLength(text) });
+      res.end(text);
+    };
+    const url = new URL(req.url, 'http://x');
+    if (url.pathname === '/healthz') return send(200, 'ok');
+    if (url.pathname !== '/policy') return send(404, '404 page not found');
+    const given = req.headers[EGRESS_AUTH_HEADER.toLowerCase()];
+    if (typeof given !== 'string' || given.length !== this.token.length || !crypto.timingSafeEqual(Buffer.from(given), Buffer.from(this.token))) {
+      return send(401, 'unauthorized');
+    }
+    const chunks = [];
+    let size = 0;
+    for await (const c of req) {
+      size += c.length;
+      if (size <= MAX_POLICY_BODY) chunks.push(c);
+    }
+    const raw = Buffer.concat(chunks).toString('utf8').trim();
+    const status = (p, extra = {}) => ({ status: 'ok', mode: modeOf(p), enforcementMode: 'dns+nft', ...extra });
+    const commit = async (p, extra) => {
+      try {
+        await this.setPolicy(p);
+      } catch (err) {
+        return send(500, `failed to apply nftables policy: ${err.message}`);
+      }
+      return send(200, status(p, extra));
+    };
+    const view = (p) => ({ egress: p.egress.map((r) => ({ action: r.action, target: r.target })), defaultAction: p.defaultAction });
+    switch (req.method) {
+      case 'GET':
+        return send(200, status(this.policy, { policy: view(this.policy) }));
+      case 'POST':
+      case 'PUT': {
+        if (raw === '' || raw === 'null' || raw === '{}') return commit(normalizePolicy({ defaultAction: 'deny' }), raw === '' ? { reason: 'policy reset to default deny-all', enforcementMode: undefined } : {});
+        let body;
+        try {
+          body = JSON.parse(raw);
+          if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Error('a policy must be an object');
+          checkRules(body.egress ?? []);
+          const d = String(body.defaultAction ?? '').trim().toLowerCase();
+          if (d && d !== 'allow' && d !== 'deny') throw new Error(`unsupported defaultAction ${JSON.stringify(body.defaultAction)}`);
+        } catch (err) {
+          return send(400, `invalid policy: ${err.message}`);
+        }
+        return commit(normalizePolicy(body));
+      }
+      case 'PATCH': {
+        if (raw === '') return send(400, 'empty body');
+        let rules;
+        try {
+          rules = JSON.parse(raw);
+          checkRules(rules);
+        } catch (err) {
+          return send(400, `invalid patch rules: ${err.message}`);
+        }
+        if (!rules.length) return send(400, 'invalid patch rules: empty array');
+        // upstream's mergeEgressRules: the new rules first, then the old ones whose target none of them names
+        const seen = new Set();
+        const merged = [];
+        for (const r of [...normalizePolicy({ egress: rules }).egress, ...this.policy.egress]) {
+          const key = r.target.toLowerCase();
+          if (seen.has(key)) continue;
+          seen.add(key);
+          merged.push(r);
+        }
+        if (merged.length > MAX_RULES) return send(400, `invalid merged policy: at most ${MAX_RULES} egress rules`);
+        return commit({ defaultAction: this.policy.defaultAction, egress: merged });
+      }
+      case 'DELETE': {
+        if (raw === '') return send(400, 'empty body');
+        let targets;
+        try {
+          targets = JSON.parse(raw);
+          if (!Array.isArray(targets) || targets.some((t) => typeof t !== 'string')) throw new Error('a list of targets expected');
+        } catch (err) {
+          return send(400, `invalid delete targets: ${err.message}`);
+        }
+        if (!targets.length) return send(400, 'invalid delete targets: empty array');
+        const drop = new Set(targets.map((t) => t.trim().toLowerCase()).filter(Boolean));
+        const kept = this.policy.egress.filter((r) => !drop.has(r.target.toLowerCase()));
+        if (kept.length === this.policy.egress.length) return send(200, status(this.policy, { reason: 'no matching targets found' }));
+        return commit({ defaultAction: this.policy.defaultAction, egress: kept });
+      }
+      default:
+        res.setHeader('Allow', 'GET, POST, PUT, PATCH, DELETE');
+        return send(405, 'method not allowed');
+    }
+  }
+
   async listen() {
+    this.token = crypto.randomBytes(24).toString('base64url');
+    this.http = http.createServer((req, res) => {
+      this.servePolicy(req, res).catch(() => res.destroy());
+    });
+    await new Promise((resolve, reject) => {
+      this.http.once('error', reject);
+      this.http.listen(0, '127.0.0.1', resolve);
+    });
+    this.policyPort = this.http.address().port;
     this.udp = dgram.createSocket('udp4');
     this.udp.on('error', () => {});
     this.udp.on('message', (msg, rinfo) => {
@@ -255,8 +398,14 @@ export class EgressResolver {
   async close() {
     const udp = this.udp;
     const tcp = this.tcp;
+    const web = this.http;
     this.udp = null;
     this.tcp = null;
+    this.http = null;
+    if (web) {
+      web.closeAllConnections();
+      await new Promise((r) => web.close(r));
+    }
     udp?.close();
     for (const s of this.sockets) s.destroy();
     if (tcp) await new Promise((r) => tcp.close(r));

@@ -11,7 +11,7 @@ import { Snapshots } from './snapshots.js';
 import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
 import { checkExecdBinary } from './execd-binary.js';
 import { probeNetwork } from './network.js';
-import { hostNameserver, parseUpstream } from './egress.js';
+import { hostNameserver, parseUpstream, EGRESS_PORT, EGRESS_AUTH_HEADER } from './egress.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
 import { startReaper } from './reaper.js';
@@ -286,6 +286,12 @@ export async function startServer(options = {}) {
 
   /** Endpoint of a sandbox port; for execd its headers carry the sandbox's own token (OpenSandbox-Secure-Access). */
   function endpointFor(sb, port, useServerProxy) {
+    // egress rules: upstream's sidecar /policy API on 18080 is served by the server (egress.js), behind its own token
+    if (port === EGRESS_PORT && sb.egress?.policyPort) {
+      const auth = { [EGRESS_AUTH_HEADER]: sb.egress.token };
+      if (useServerProxy) return { endpoint: `${domain}${profile.proxyPrefix}/sandboxes/${sb.id}/proxy/${port}`, headers: auth };
+      return { endpoint: `127.0.0.1:${sb.egress.policyPort}`, headers: auth };
+    }
     const secure = port === EXECD_PORT ? { [SECURE_ACCESS_HEADER]: sb.token } : {};
     // Kubernetes: no pod IP yet (or the informer has not seen it), also when the server proxy is asked for
     if (profile.noPodIp && (!sb.relay || Date.now() < sb.endpointAt)) throw profile.noPodIp();
@@ -328,6 +334,7 @@ export async function startServer(options = {}) {
     if (refusal) throw new ApiError(refusal.status, refusal.body.code, refusal.body.message, { body: refusal.body });
     if (port < 1 || port > 65535) throw new ApiError(400, 'SANDBOX::INVALID_PORT', `invalid port ${m[2]}`);
     const rest = (m[3] ?? '/') + url.search;
+    if (port === EGRESS_PORT && sb.egress?.policyPort) return { sb, target: { port: sb.egress.policyPort }, path: rest };
     const target = { socketPath: sb.proc.socketPath };
     return { sb, target, path: port === EXECD_PORT ? rest : `/proxy/${port}${rest}` };
   }

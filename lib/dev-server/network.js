@@ -73,12 +73,11 @@ export function guardRuleset(host = hostAddresses(), egress = null) {
     const set = `{ ${list.join(', ')} }`;
     rules.push(`    ${fam} daddr ${set} meta l4proto tcp reject with tcp reset`, `    ${fam} daddr ${set} reject`);
   };
-  const verdict = (action) => (action === 'allow' ? ['accept'] : ['meta l4proto tcp reject with tcp reset', 'reject']);
   const head = ['    oifname "lo" accept'];
   const nat = [];
-  let policyRules = [];
+  let chains = null;
   if (egress) {
-    const { policy, ports } = egress;
+    const { ports } = egress;
     // the resolver (egress.js) on the host's loopback through slirp4netns's 10.0.2.2: its two ports only; DNS to
     // slirp4netns's forwarder goes there, DNS (and DNS over TLS) to anything else is refused
     nat.push(`    ip daddr ${SANDBOX_NAMESERVER} udp dport 53 dnat ip to ${HOST_LOOPBACK}:${ports.udp}`,
@@ -87,17 +86,10 @@ export function guardRuleset(host = hostAddresses(), egress = null) {
     close('ip', [HOST_LOOPBACK]);
     head.push(...rules.splice(0));
     head.push('    udp dport 53 reject', '    tcp dport { 53, 853 } reject with tcp reset');
-    // IP/CIDR targets in order (upstream's sidecar: static nft sets); an allow naming an always-closed address
-    // explicitly (inside one of the closed ranges, or one of the host's addresses) goes before the closed list
-    const ipRules = policy.egress.filter((r) => r.kind !== 'domain');
-    for (const r of ipRules) {
-      const fam = r.target.includes(':') ? 'ip6' : 'ip';
-      const line = verdict(r.action).map((v) => `    ${fam} daddr ${r.target} ${v}`);
-      if (r.action === 'allow' && namesClosed(r.target, host)) head.push(...line);
-      else policyRules.push(...line);
-    }
-    policyRules.push('    ip daddr @resolved4 accept');
-    policyRules.push(...verdict(policy.defaultAction).map((v) => `    ${v}`));
+    // the policy's part, in two chains that a change of the rules replaces (policyUpdate): `opened` (before the
+    // closed addresses: allow rules naming them) and `policy` (after: the rules, the resolved names, defaultAction)
+    chains = policyChains(egress.policy, host);
+    head.push('    jump opened');
   }
   close('ip', ALWAYS_CLOSED_V4);
   close('ip', host.v4.filter((a) => !a.startsWith('169.254.') && a !== '100.100.100.200'));
@@ -106,10 +98,39 @@ export function guardRuleset(host = hostAddresses(), egress = null) {
   const out = ['table inet osb_guard {'];
   if (egress) {
     out.push('  set resolved4 { type ipv4_addr; flags timeout; }',
-      '  chain nat_output {', '    type nat hook output priority -100; policy accept;', ...nat, '  }');
+      '  chain nat_output {', '    type nat hook output priority -100; policy accept;', ...nat, '  }',
+      '  chain opened {', ...chains.opened.map((r) => `    ${r}`), '  }',
+      '  chain rules {', ...chains.policy.map((r) => `    ${r}`), '  }');
   }
-  out.push('  chain output {', '    type filter hook output priority 0; policy accept;', ...head, ...rules, ...policyRules, '  }', '}', '');
+  out.push('  chain output {', '    type filter hook output priority 0; policy accept;', ...head, ...rules,
+    ...(egress ? ['    jump rules'] : []), '  }', '}', '');
   return out.join('\n');
+}
+
+/**
+ * The rules of a policy's two chains: opened (allow IP/CIDR rules naming an always-closed address: inside one of the
+ * closed ranges, or one of the host's addresses) and rules (the other IP/CIDR rules in order — upstream's sidecar:
+ * static nft sets —, then the addresses allowed names resolved to, then defaultAction).
+ */
+function policyChains(policy, host) {
+  const verdict = (action) => (action === 'allow' ? ['accept'] : ['meta l4proto tcp reject with tcp reset', 'reject']);
+  const opened = [];
+  const rest = [];
+  for (const r of policy.egress.filter((x) => x.kind !== 'domain')) {
+    const fam = r.target.includes(':') ? 'ip6' : 'ip';
+    const lines = verdict(r.action).map((v) => `${fam} daddr ${r.target} ${v}`);
+    if (r.action === 'allow' && namesClosed(r.target, host)) opened.push(...lines);
+    else rest.push(...lines);
+  }
+  rest.push('ip daddr @resolved4 accept', ...verdict(policy.defaultAction));
+  return { opened, policy: rest };
+}
+
+/** The batch replacing a running sandbox's policy chains (one nft transaction: no moment without rules). */
+export function policyUpdate(policy, host = hostAddresses()) {
+  const { opened, policy: rest } = policyChains(policy, host);
+  return ['flush chain inet osb_guard opened', 'flush chain inet osb_guard rules',
+    ...opened.map((r) => `add rule inet osb_guard opened ${r}`), ...rest.map((r) => `add rule inet osb_guard rules ${r}`), ''].join('\n');
 }
 
 const ip4 = (a) => a.split('.').reduce((n, x) => n * 256 + Number(x), 0);
@@ -310,6 +331,8 @@ export class SlirpNetwork {
     if (this.resolver) {
       egress = { policy: this.resolver.policy, ports: await this.resolver.listen() };
       this.resolver.allowAddresses = (addrs) => loadRuleset(this.tools, pid, resolvedElements(addrs));
+      const host = hostAddresses();
+      this.resolver.applyPolicy = (policy) => loadRuleset(this.tools, pid, policyUpdate(policy, host));
     }
     const guard = loadRuleset(this.tools, pid, guardRuleset(hostAddresses(), egress));
     guard.catch(() => {}); // awaited below

@@ -156,6 +156,7 @@ export class Sandboxes {
     );
     const now = arrived;
     const sb = {
+      egress: net?.attachment?.resolver ?? null, // egress rules: the resolver and its /policy API (egress.js)
       id, proc, identity, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
       containerId: crypto.createHash('sha256').update(id).digest('hex'), // Docker's id of the emulated container
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
