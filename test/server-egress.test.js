@@ -13,6 +13,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { spawn, execFileSync } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
+import { findExecutable } from '../lib/dev-server/runner.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
@@ -216,6 +217,37 @@ async function checkPolicy(c, sb, hostAddr) {
     const plain = await c.create(null);
     const pe = (await c.api(`/v1/sandboxes/${plain.id}/endpoints/18080`)).json;
     assert.equal(pe.headers['OPENSANDBOX-EGRESS-AUTH'], undefined);
+  });
+
+  it('fails closed: without nft no sandbox gets network (400 NETWORK_NOT_AVAILABLE); isolation none refuses egress rules', async () => {
+    const bin = path.join(work, 'bin-no-nft');
+    fs.mkdirSync(bin);
+    for (const tool of ['bwrap', 'slirp4netns', 'nsenter', 'true']) fs.symlinkSync(findExecutable(tool), path.join(bin, tool));
+    const savedPath = process.env.PATH;
+    let srv;
+    let none;
+    const warnings = [];
+    try {
+      process.env.PATH = bin;
+      srv = await startServer({ dataDir: path.join(work, 'no-nft'), commandTailMs: 20, log: (m) => warnings.push(m) });
+    } finally {
+      process.env.PATH = savedPath;
+    }
+    try {
+      assert.ok(warnings.some((w) => /nft is not on PATH/.test(w)), warnings.join('\n'));
+      const cn = client(srv.baseUrl);
+      for (const networkPolicy of [{ defaultAction: 'allow' }, POLICY]) {
+        const r = await cn.api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['sh'], resourceLimits: {}, networkPolicy } });
+        assert.deepEqual([r.status, r.json.code], [400, 'SANDBOX::NETWORK_NOT_AVAILABLE'], r.text);
+        assert.match(r.json.message, /nft is not on PATH: the sandbox's firewall .* cannot be set/);
+      }
+      none = await startServer({ isolation: 'none', dataDir: path.join(work, 'none'), log: () => {} });
+      const r = await client(none.baseUrl).api('/v1/sandboxes', { method: 'POST', body: { image: { uri: 'x' }, entrypoint: ['sh'], resourceLimits: {}, networkPolicy: POLICY } });
+      assert.deepEqual([r.status, r.json.code], [400, 'SANDBOX::NETWORK_NOT_AVAILABLE'], r.text);
+    } finally {
+      await srv.close();
+      await none?.close();
+    }
   });
 
   it('a server run by nobody enforces the same rules (its firewall set through the sandbox\'s user namespace)', async () => {
