@@ -6,7 +6,7 @@ import { OpenSandboxError } from './errors.js';
 /**
  * `s`: the sandbox's side — id (logical), remoteId(), execdUrl(), endpoint() ({ endpoint, headers } or undefined),
  * lifecycle() (the native Lifecycle client), execd() (the native Execd client), map(err, operation) (typed error),
- * snaps (a SnapshotClient), useServerProxy.
+ * snaps (a SnapshotClient), useServerProxy, egress(kind, args, operation) (one /policy call of the egress sidecar).
  */
 export function rawHandle(s) {
   const need = () => {
@@ -45,6 +45,21 @@ export function rawHandle(s) {
     renew: at => call('renew sandbox', (lc, id) => lc.renew(id, renewTime(at))),
     endpoint: (port, useServerProxy = s.useServerProxy) => call('get endpoint of sandbox', (lc, id) => lc.endpoint(id, port, useServerProxy)),
     patchMetadata: patch => call('patch metadata of sandbox', (lc, id) => lc.patchMetadata(id, patch)),
+    // upstream SDK's getEgressPolicy / patchEgressRules / deleteEgressRules: the egress sidecar's /policy API on the
+    // sandbox's port 18080 endpoint (a sandbox created with networkPolicy egress rules)
+    getEgressPolicy: async () => JSON.parse(await s.egress('policyGet', [], 'get egress policy of sandbox')),
+    patchEgressRules: async rules => {
+      if (!Array.isArray(rules) || rules.some(r => typeof r?.action !== 'string' || typeof r?.target !== 'string')) {
+        throw new OpenSandboxError('patchEgressRules: expected a list of { action, target } rules', 'INVALID_OPTION', { kind: 'option' });
+      }
+      await s.egress('policyPatch', rules.flatMap(r => [r.action, r.target]), 'patch egress rules of sandbox');
+    },
+    deleteEgressRules: async targets => {
+      if (!Array.isArray(targets) || targets.some(t => typeof t !== 'string')) {
+        throw new OpenSandboxError('deleteEgressRules: expected a list of targets', 'INVALID_OPTION', { kind: 'option' });
+      }
+      await s.egress('policyDelete', targets, 'delete egress rules of sandbox');
+    },
     ...snapshotHandle(s.snaps, need),
   };
 }

@@ -25,6 +25,8 @@ import { checkPort, portNotExposable, portUrl } from './ports.js';
 import { rawHandle } from './handle.js';
 
 export const EXECD_PORT = 44772;
+/** Upstream's egress sidecar (its /policy API), on every sandbox created with egress rules. */
+export const EGRESS_PORT = 18080;
 
 const STATE_POLL_MS = 200;
 // What each upstream state means to the client (docs/sandbox.md "States"): Running = attach; Pending (being created)
@@ -557,6 +559,7 @@ export class OpenSandboxSandbox extends MastraSandbox {
       map: (e, operation) => this.#map(e, operation),
       snaps: this.#snapshotClient(),
       useServerProxy: this.#cfg.useServerProxy,
+      egress: (kind, args, operation) => this.#egressOp(kind, args, operation),
     });
   }
 
@@ -906,6 +909,29 @@ export class OpenSandboxSandbox extends MastraSandbox {
     this.#execdUrl = baseUrl;
     this.#execdHeaders = headers;
     this.#execd = execd;
+  }
+
+  /**
+   * One call of the egress sidecar's /policy API (upstream's port 18080, its endpoint and OPENSANDBOX-EGRESS-AUTH
+   * header from the lifecycle API): kind policyGet (resolves the policy object), policyPatch (args: action, target
+   * pairs), policyDelete (args: targets). The request and the answer's check are the native files client's.
+   */
+  async #egressOp(kind, args, operation) {
+    const cfg = this.#cfg;
+    const id = this.#remoteId;
+    if (!id) throw new SandboxNotReadyError(this.id);
+    const ep = await this.#endpointOf(id, EGRESS_PORT, `get egress endpoint of sandbox ${id}`);
+    if (!ep || typeof ep.endpoint !== 'string' || ep.endpoint === '') {
+      throw new OpenSandboxError(`${operation} ${id}: the server answered without an endpoint for port ${EGRESS_PORT}`, 'PROTOCOL', { kind: 'protocol' });
+    }
+    const baseUrl = /^https?:\/\//i.test(ep.endpoint) ? ep.endpoint.replace(/\/+$/, '') : `${cfg.protocol}://${ep.endpoint.replace(/\/+$/, '')}`;
+    const kv = Object.entries(ep.headers ?? {}).flatMap(([k, v]) => [k, String(v)]);
+    const client = new binding.FilesClient(baseUrl, kv, cfg.requestTimeoutMs, 10000, cfg.caFile ?? null);
+    try {
+      return await client.op(kind, args, null, null, 0, -1, -1, 0, 0).result;
+    } catch (e) {
+      throw this.#map(e, `${operation} ${id}`);
+    }
   }
 
   /**

@@ -13,6 +13,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { spawn, execFileSync } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
 import { findExecutable } from '../lib/dev-server/runner.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
@@ -217,6 +218,25 @@ async function checkPolicy(c, sb, hostAddr) {
     const plain = await c.create(null);
     const pe = (await c.api(`/v1/sandboxes/${plain.id}/endpoints/18080`)).json;
     assert.equal(pe.headers['OPENSANDBOX-EGRESS-AUTH'], undefined);
+  });
+
+  it('our client: sandbox.opensandbox.getEgressPolicy / patchEgressRules / deleteEgressRules (upstream SDK\'s calls)', async () => {
+    const sbx = new OpenSandboxSandbox({ domain: server.domain, networkPolicy: { defaultAction: 'deny', egress: [{ action: 'allow', target: 'allowed.test' }] } });
+    try {
+      await sbx.start();
+      const os = sbx.opensandbox;
+      assert.deepEqual(await os.getEgressPolicy(), { egress: [{ action: 'allow', target: 'allowed.test' }], defaultAction: 'deny' });
+      await os.patchEgressRules([{ action: 'allow', target: 'denied.test' }]);
+      const run = async (ops) => (await sbx.executeCommand(probe(ops))).stdout.trim();
+      assert.equal(await run([['get', 'denied.test']]), `srv:${A(3)}`);
+      await os.deleteEgressRules(['allowed.test']);
+      assert.deepEqual(await os.getEgressPolicy(), { egress: [{ action: 'allow', target: 'denied.test' }], defaultAction: 'deny' });
+      assert.equal(await run([['lookup', 'allowed.test']]), 'ENOTFOUND');
+      await assert.rejects(os.patchEgressRules([{ action: 'maybe', target: 'x.test' }]), /invalid patch rules: unsupported action "maybe"/);
+      await assert.rejects(os.patchEgressRules('x'), { code: 'INVALID_OPTION' });
+    } finally {
+      await sbx._destroy().catch(() => {});
+    }
   });
 
   it('fails closed: without nft no sandbox gets network (400 NETWORK_NOT_AVAILABLE); isolation none refuses egress rules', async () => {

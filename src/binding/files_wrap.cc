@@ -99,7 +99,8 @@ struct OpHandle {
   osb_fop* op;
 };
 
-const char* const kKinds[] = {"info", "remove", "list", "search", "mkdir", "rmdir", "move", "chmod", "replace", "download"};
+const char* const kKinds[] = {"info", "remove", "list", "search", "mkdir", "rmdir", "move", "chmod", "replace", "download",
+                              "policyGet", "policyPatch", "policyDelete"};
 
 class FilesClient : public Napi::ObjectWrap<FilesClient> {
  public:

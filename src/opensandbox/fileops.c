@@ -126,6 +126,20 @@ static void on_http_done(void *ud, const osb_http_result *res) {
     finish(op, NULL, bytes, len);
     return;
   }
+  if (op->kind == OSB_FOP_POLICY_GET) {
+    /* {"status":"ok","mode":…,"policy":{"defaultAction":…,"egress":[…]}}: the policy object is handed on */
+    cJSON *j = cJSON_ParseWithLength(res->body, res->body_len);
+    cJSON *pol = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "policy") : NULL;
+    char *text = cJSON_IsObject(pol) ? cJSON_PrintUnformatted(pol) : NULL;
+    cJSON_Delete(j);
+    if (!text) {
+      osb_error_unexpected(&err, res, "expected a JSON object with a \"policy\" object", NULL);
+      finish(op, &err, NULL, 0);
+      return;
+    }
+    finish(op, NULL, text, strlen(text));
+    return;
+  }
   int want_object = op->kind == OSB_FOP_INFO || op->kind == OSB_FOP_REPLACE;
   int want_array = op->kind == OSB_FOP_LIST || op->kind == OSB_FOP_SEARCH;
   if (!want_object && !want_array) {
@@ -206,8 +220,33 @@ static int build_path(osb_buf *b, const char *route, const char *const *paths, s
   return 0;
 }
 
+/* The /policy bodies: PATCH [{"action","target"}…] from pairs, DELETE [targets…]; NULL on OOM. */
+static char *build_policy_body(const osb_fop_req *q) {
+  cJSON *root = cJSON_CreateArray();
+  int ok = root != NULL;
+  if (q->kind == OSB_FOP_POLICY_PATCH) {
+    for (size_t i = 0; ok && i + 1 < q->npaths; i += 2) {
+      cJSON *rule = cJSON_CreateObject();
+      ok = rule && cJSON_AddStringToObject(rule, "action", q->paths[i]) &&
+           cJSON_AddStringToObject(rule, "target", q->paths[i + 1]);
+      if (ok) ok = cJSON_AddItemToArray(root, rule);
+      else cJSON_Delete(rule);
+    }
+  } else {
+    for (size_t i = 0; ok && i < q->npaths; i++) {
+      cJSON *t = cJSON_CreateString(q->paths[i]);
+      ok = t && cJSON_AddItemToArray(root, t);
+      if (!ok) cJSON_Delete(t);
+    }
+  }
+  char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  return s;
+}
+
 /* The JSON body of the kinds that have one; NULL on OOM. */
 static char *build_body(const osb_fop_req *q) {
+  if (q->kind == OSB_FOP_POLICY_PATCH || q->kind == OSB_FOP_POLICY_DELETE) return build_policy_body(q);
   cJSON *root = q->kind == OSB_FOP_MOVE ? cJSON_CreateArray() : cJSON_CreateObject();
   cJSON *item = cJSON_CreateObject();
   int ok = root && item;
@@ -240,13 +279,30 @@ osb_fop *osb_fop_start(osb_engine *e, const osb_conn *conn, const osb_fop_req *q
     snprintf(errbuf, errlen, "file operation: engine, connection, request and callback are required");
     return NULL;
   }
-  size_t need = q->kind == OSB_FOP_MOVE ? 2 : 1;
-  int many = q->kind == OSB_FOP_INFO || q->kind == OSB_FOP_REMOVE || q->kind == OSB_FOP_RMDIR;
-  if ((unsigned)q->kind > OSB_FOP_DOWNLOAD || !q->paths || (many ? q->npaths < 1 : q->npaths != need)) {
+  int policy = q->kind == OSB_FOP_POLICY_GET || q->kind == OSB_FOP_POLICY_PATCH || q->kind == OSB_FOP_POLICY_DELETE;
+  if ((unsigned)q->kind > OSB_FOP_POLICY_DELETE) {
     snprintf(errbuf, errlen, "file operation: wrong kind or number of paths");
     return NULL;
   }
-  for (size_t i = 0; i < q->npaths; i++) {
+  if (policy) {
+    int bad = q->kind == OSB_FOP_POLICY_GET ? q->npaths != 0
+              : q->kind == OSB_FOP_POLICY_PATCH ? (!q->paths || q->npaths < 2 || q->npaths % 2)
+                                                : (!q->paths || q->npaths < 1);
+    for (size_t i = 0; !bad && i < q->npaths; i++) bad = !q->paths[i];
+    if (bad) {
+      snprintf(errbuf, errlen, q->kind == OSB_FOP_POLICY_DELETE ? "deleteEgressRules needs at least one target"
+                               : q->kind == OSB_FOP_POLICY_PATCH ? "patchEgressRules needs at least one rule"
+                                                                 : "getEgressPolicy takes no arguments");
+      return NULL;
+    }
+  }
+  size_t need = q->kind == OSB_FOP_MOVE ? 2 : 1;
+  int many = q->kind == OSB_FOP_INFO || q->kind == OSB_FOP_REMOVE || q->kind == OSB_FOP_RMDIR;
+  if (!policy && (!q->paths || (many ? q->npaths < 1 : q->npaths != need))) {
+    snprintf(errbuf, errlen, "file operation: wrong kind or number of paths");
+    return NULL;
+  }
+  for (size_t i = 0; !policy && i < q->npaths; i++) {
     if (!q->paths[i] || q->paths[i][0] != '/') {
       snprintf(errbuf, errlen, "file operation: path %zu must be absolute", i);
       return NULL;
@@ -292,14 +348,18 @@ osb_fop *osb_fop_start(osb_engine *e, const osb_conn *conn, const osb_fop_req *q
     case OSB_FOP_MOVE: op->method = "POST"; rc = osb_buf_append_str(&b, "/files/mv"); break;
     case OSB_FOP_CHMOD: op->method = "POST"; rc = osb_buf_append_str(&b, "/files/permissions"); break;
     case OSB_FOP_REPLACE: op->method = "POST"; rc = osb_buf_append_str(&b, "/files/replace?verbose=true"); break;
+    case OSB_FOP_POLICY_GET: op->method = "GET"; rc = osb_buf_append_str(&b, "/policy"); break;
+    case OSB_FOP_POLICY_PATCH: op->method = "PATCH"; rc = osb_buf_append_str(&b, "/policy"); break;
+    case OSB_FOP_POLICY_DELETE: op->method = "DELETE"; rc = osb_buf_append_str(&b, "/policy"); break;
   }
   op->path = rc ? NULL : osb_buf_steal(&b, NULL);
   osb_buf_free(&b);
-  if (op->method[0] == 'P') {
+  int with_body = op->method[0] == 'P' || q->kind == OSB_FOP_POLICY_DELETE;
+  if (with_body) {
     op->body = build_body(q);
     if (op->body) op->body_len = strlen(op->body);
   }
-  if (!op->path || (op->method[0] == 'P' && !op->body)) goto oom;
+  if (!op->path || (with_body && !op->body)) goto oom;
   if (q->kind == OSB_FOP_DOWNLOAD) {
     if (q->range_start >= 0) {
       if (q->range_end >= 0) snprintf(op->range, sizeof op->range, "Range: bytes=%lld-%lld", q->range_start, q->range_end);

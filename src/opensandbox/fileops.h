@@ -1,5 +1,6 @@
 /* execd's files and directories API beyond the upload (files.h): info, remove, move, permissions, search (glob),
- * replace, directory list/create/remove, and download (Range) into one buffer. Each call is one HTTP request on
+ * replace, directory list/create/remove, and download (Range) into one buffer; and the egress sidecar's /policy
+ * calls (get, patch rules, delete rules), the same one-request shape on another endpoint. Each call is one HTTP request on
  * the engine with a deadline and can be cancelled. The URL (query parameters percent-encoded here) and the JSON
  * bodies (cJSON) are built on the caller's thread; JSON answers are checked with cJSON before they are handed on.
  * Ownership: the request copies every string it is given; the answer handed to `done` (JSON text or file bytes)
@@ -23,12 +24,18 @@ typedef enum {
   OSB_FOP_MOVE,     /* POST /files/mv [{"src":paths[0],"dest":paths[1]}] */
   OSB_FOP_CHMOD,    /* POST /files/permissions {"<path>":{"mode":num}} */
   OSB_FOP_REPLACE,  /* POST /files/replace?verbose=true {"<path>":{"old":text,"new":text2}} -> JSON object */
-  OSB_FOP_DOWNLOAD  /* GET /files/download?path= (+ Range: bytes=range_start-range_end) -> the bytes */
+  OSB_FOP_DOWNLOAD, /* GET /files/download?path= (+ Range: bytes=range_start-range_end) -> the bytes */
+  /* The egress sidecar's /policy API (upstream components/egress) on a sandbox's port 18080 endpoint (conn: that
+   * endpoint and its OPENSANDBOX-EGRESS-AUTH header), here because it is the same one-request shape: */
+  OSB_FOP_POLICY_GET,    /* GET /policy                             -> the answer's "policy" object (JSON) */
+  OSB_FOP_POLICY_PATCH,  /* PATCH /policy [{"action":paths[2i],"target":paths[2i+1]}] (npaths even, >= 2) */
+  OSB_FOP_POLICY_DELETE  /* DELETE /policy ["<paths[i]>"…] (targets, npaths >= 1) */
 } osb_fop_kind;
 
 typedef struct {
   osb_fop_kind kind;
-  const char *const *paths; /* absolute paths inside the sandbox; INFO/REMOVE/RMDIR: npaths >= 1, MOVE: 2, else 1 */
+  const char *const *paths; /* absolute paths inside the sandbox; INFO/REMOVE/RMDIR: npaths >= 1, MOVE: 2, else 1;
+                               the POLICY kinds: rule actions/targets or targets (see above), not paths */
   size_t npaths;
   const char *text;  /* SEARCH pattern, REPLACE old */
   const char *text2; /* REPLACE new */

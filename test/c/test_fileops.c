@@ -136,6 +136,20 @@ static void test_operations(void) {
   CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL && strstr(err, "octal"));
   q = (osb_fop_req){.kind = OSB_FOP_REPLACE, .paths = one, .npaths = 1, .text = ""};
   CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL);
+  /* the egress sidecar's /policy kinds: rules come in action/target pairs, targets at least one, get none */
+  const char *odd[] = {"allow", "a.test", "deny"};
+  q = (osb_fop_req){.kind = OSB_FOP_POLICY_PATCH, .paths = odd, .npaths = 3};
+  CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL && strstr(err, "at least one rule"));
+  q = (osb_fop_req){.kind = OSB_FOP_POLICY_DELETE, .paths = odd, .npaths = 0};
+  CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL && strstr(err, "at least one target"));
+  q = (osb_fop_req){.kind = OSB_FOP_POLICY_GET, .paths = odd, .npaths = 1};
+  CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL);
+  q = (osb_fop_req){.kind = (osb_fop_kind)(OSB_FOP_POLICY_DELETE + 1), .paths = one, .npaths = 1};
+  CHECK(osb_fop_start(e, &conn, &q, on_done, &r, err, sizeof err) == NULL);
+  /* execd serves no /policy: the GET is sent and its 404 reported */
+  q = (osb_fop_req){.kind = OSB_FOP_POLICY_GET, .timeout_ms = 10000};
+  run_op(e, &conn, &q, &r);
+  CHECK(r.failed && r.err.status == 404 && r.data == NULL);
 
   free(r.data);
   osb_conn_clear(&conn);
