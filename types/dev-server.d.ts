@@ -91,6 +91,11 @@ export interface DevServerOptions {
    * network) or 'deny' (none). Without slirp4netns, 'allow' gives no network and the server warns at start.
    */
   defaultNetworkPolicy?: 'allow' | 'deny';
+  /**
+   * Where the resolver of a sandbox with egress rules forwards the names they allow: an IP address with an optional
+   * port ('10.0.0.2', '127.0.0.1:5353'). Default: the first nameserver of /etc/resolv.conf.
+   */
+  dnsUpstream?: string;
   /** Durations of the emulation in milliseconds (defaults per runtime, see docs/dev-server.md); tests shorten them. */
   emulateDelays?: { create?: number; ready?: number; endpoint?: number; pause?: number; resume?: number; snapshot?: number };
 }

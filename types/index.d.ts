@@ -262,6 +262,12 @@ export interface OpenSandboxHandle {
   renew(at: Date | string | number): Promise<{ expiresAt: string }>;
   endpoint(port: number, useServerProxy?: boolean): Promise<{ endpoint: string; headers?: Record<string, string> }>;
   patchMetadata(patch: Record<string, string | null>): Promise<OpenSandboxRemoteSandbox>;
+  /** The egress sidecar's current policy (its /policy API on the sandbox's port 18080; a sandbox created with egress rules). */
+  getEgressPolicy(): Promise<{ egress: Array<{ action: 'allow' | 'deny'; target: string }>; defaultAction: 'allow' | 'deny' }>;
+  /** Puts these rules first (rules with the same target are replaced), as upstream's SDK. */
+  patchEgressRules(rules: Array<{ action: 'allow' | 'deny'; target: string }>): Promise<void>;
+  /** Removes the rules with these targets. */
+  deleteEgressRules(targets: string[]): Promise<void>;
   /**
    * Snapshot of this sandbox (it must be started). Resolves the accepted snapshot (state 'Creating'), or with
    * `wait: true` the Ready one (OpenSandboxSnapshotError when it fails; timeoutMs default 300000).
