@@ -201,14 +201,32 @@ export class NftHelper {
     });
   }
 
-  /** Loads `rules` into the network namespace of `pid` (entering its user namespace first when `user`): null or the error text. */
-  load(pid, rules, user) {
+  #ask(msg) {
     if (this.dead) return Promise.resolve(this.dead);
     const id = this.next++;
     return new Promise((resolve) => {
       this.pending.set(id, resolve);
-      this.child.stdin.write(`${JSON.stringify({ id, pid, user, rules })}\n`);
+      this.child.stdin.write(`${JSON.stringify({ id, ...msg })}\n`);
     });
+  }
+
+  /**
+   * Opens the network namespace of `pid` (and its user namespace when `user`) once: resolves { handle } or
+   * { error }. Loads through the handle reach that namespace even once the pid is reused.
+   */
+  async open(pid, user) {
+    const id = this.next;
+    const error = await this.#ask({ open: pid, user });
+    return error ? { error } : { handle: id };
+  }
+
+  /** Loads `rules` into the namespace opened as `handle`: null or the error text. */
+  load(handle, rules) {
+    return this.#ask({ handle, rules });
+  }
+
+  release(handle) {
+    return this.#ask({ release: handle });
   }
 
   close() {
@@ -232,10 +250,10 @@ export function resolvedElements(addrs) {
  * server that is not root enters the sandbox's user namespace, which owns that network namespace). Rejects with nft's
  * message when it cannot.
  */
-export async function loadRuleset(tools, pid, ruleset) {
+export async function loadRuleset(tools, pid, ruleset, handle = null) {
   const { nft, nsenter, helper } = tools ?? {};
-  if (helper && await helper.ready) {
-    const err = await helper.load(pid, ruleset, process.getuid() !== 0);
+  if (helper && handle !== null) {
+    const err = await helper.load(handle, ruleset);
     if (err) throw new Error(`the sandbox's firewall could not be set (nft): ${err}`);
     return;
   }
@@ -322,19 +340,28 @@ export class SlirpNetwork {
     this.slirp4netns = slirp4netns;
     this.tools = tools; // { nft, nsenter }: the firewall (guardRuleset), loaded while slirp4netns starts
     this.resolver = resolver; // egress rules: the sandbox's EgressResolver (egress.js), or null
+    this.nsHandle = null; // the nft helper's handle of the sandbox's namespaces (NftHelper.open)
     this.child = null;
     this.exited = null;
   }
 
   async attach({ pid, netns }) {
+    // the helper opens the sandbox's namespaces once: every later load (answers, policy changes) goes there
+    const helper = this.tools?.helper;
+    if (helper && await helper.ready) {
+      const opened = await helper.open(pid, process.getuid() !== 0);
+      if (opened.error) throw new Error(`the sandbox's firewall could not be set: ${opened.error}`);
+      this.nsHandle = opened.handle;
+    }
+    const load = (rules) => loadRuleset(this.tools, pid, rules, this.nsHandle ?? null);
     let egress = null;
     if (this.resolver) {
       egress = { policy: this.resolver.policy, ports: await this.resolver.listen() };
-      this.resolver.allowAddresses = (addrs) => loadRuleset(this.tools, pid, resolvedElements(addrs));
+      this.resolver.allowAddresses = (addrs) => load(resolvedElements(addrs));
       const host = hostAddresses();
-      this.resolver.applyPolicy = (policy) => loadRuleset(this.tools, pid, policyUpdate(policy, host));
+      this.resolver.applyPolicy = (policy) => load(policyUpdate(policy, host));
     }
-    const guard = loadRuleset(this.tools, pid, guardRuleset(hostAddresses(), egress));
+    const guard = load(guardRuleset(hostAddresses(), egress));
     guard.catch(() => {}); // awaited below
     try {
       await loopbackUp(pid);
@@ -385,6 +412,11 @@ export class SlirpNetwork {
   /** Kills slirp4netns and waits (bounded) until it is gone. */
   async release() {
     await this.resolver?.close();
+    if (this.nsHandle != null) {
+      const handle = this.nsHandle;
+      this.nsHandle = null;
+      await this.tools.helper.release(handle);
+    }
     const child = this.child;
     if (!child) return;
     this.child = null;

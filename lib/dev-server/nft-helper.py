@@ -4,9 +4,12 @@
 # (ctypes); as root this process enters each sandbox's network namespace in turn, otherwise each request forks a child
 # that enters the sandbox's user namespace and then its network namespace.
 # Protocol on stdin/stdout, one JSON object per line:
-#   request  {"id": n, "pid": p, "user": true|false, "rules": "<nft text>"}
-#     user: also enter /proc/p/ns/user first (a server that is not root: the sandbox's user namespace owns its network
-#     namespace, and its owner, the server's uid, gets CAP_NET_ADMIN there by entering it)
+#   {"id": n, "open": p, "user": true|false}   opens the namespaces of process p once (/proc/p/ns/net, and with user
+#     /proc/p/ns/user: a server that is not root enters the sandbox's user namespace, which owns its network namespace,
+#     and its owner, the server's uid, gets CAP_NET_ADMIN there by entering it); later loads use these descriptors, so
+#     a pid reused after the sandbox ended never leads them into another namespace
+#   {"id": n, "handle": h, "rules": "<nft text>"}   loads rules into the namespaces opened by request h
+#   {"id": n, "release": h}                          closes them
 #   answer   {"id": n, "ok": true} or {"id": n, "error": "<text>"}
 # The first line written is {"ready": true} once libnftables is loaded (or {"error": ...} and exit 1).
 import ctypes
@@ -36,18 +39,16 @@ def main():
     sys.stdout.write('{"ready": true}\n')
     sys.stdout.flush()
 
-    def enter(path, nstype):
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if libc.setns(fd, nstype) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f'setns {path}: {os.strerror(err)}')
-        finally:
-            os.close(fd)
+    handles = {}  # request id -> {'net': fd, 'user': fd or None}
 
-    def load(pid, rules):
-        """Enters the network namespace of pid and loads rules there: '' or the error text."""
-        enter(f'/proc/{pid}/ns/net', CLONE_NEWNET)
+    def enter(fd, nstype):
+        if libc.setns(fd, nstype) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f'setns: {os.strerror(err)}')
+
+    def load(h, rules):
+        """Enters the network namespace h['net'] and loads rules there: '' or the error text."""
+        enter(h['net'], CLONE_NEWNET)
         ctx = nft.nft_ctx_new(0)
         try:
             nft.nft_ctx_buffer_error(ctx)
@@ -61,9 +62,12 @@ def main():
         """'' or the error text. Root: in this process (setns to a network namespace needs CAP_SYS_ADMIN only, which
         it keeps; a fork costs more than the load here). Otherwise in a forked child, which enters the sandbox's user
         namespace first (a process cannot leave a user namespace it entered)."""
-        if not req.get('user'):
+        h = handles.get(req['handle'])
+        if h is None:
+            return 'unknown namespace handle'
+        if h['user'] is None:
             try:
-                return load(int(req['pid']), req['rules'])
+                return load(h, req['rules'])
             except OSError as e:
                 return str(e)
         r, w = os.pipe()
@@ -72,9 +76,8 @@ def main():
             os.close(r)
             msg = ''
             try:
-                pid = int(req['pid'])
-                enter(f'/proc/{pid}/ns/user', CLONE_NEWUSER)
-                msg = load(pid, req['rules'])
+                enter(h['user'], CLONE_NEWUSER)
+                msg = load(h, req['rules'])
             except Exception as e:  # noqa: BLE001 - reported to the server, which fails the create
                 msg = str(e) or 'failed'
             os.write(w, msg.encode()[:4000])
@@ -95,7 +98,24 @@ def main():
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            err = run(req)
+            if 'open' in req:
+                pid = int(req['open'])
+                net = os.open(f'/proc/{pid}/ns/net', os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    user = os.open(f'/proc/{pid}/ns/user', os.O_RDONLY | os.O_CLOEXEC) if req.get('user') else None
+                except OSError:
+                    os.close(net)
+                    raise
+                handles[req['id']] = {'net': net, 'user': user}
+                err = ''
+            elif 'release' in req:
+                h = handles.pop(req['release'], None)
+                for fd in (h or {}).values():
+                    if fd is not None:
+                        os.close(fd)
+                err = ''
+            else:
+                err = run(req)
             ans = {'id': req['id'], 'ok': True} if not err else {'id': req['id'], 'error': err}
         except Exception as e:  # noqa: BLE001
             ans = {'id': None, 'error': str(e)}
