@@ -386,7 +386,9 @@ export class EgressResolver {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('upstream timeout')), UPSTREAM_TIMEOUT_MS);
       sock.on('error', (err) => { clearTimeout(timer); reject(err); });
-      sock.on('message', (resp) => {
+      sock.on('message', (resp, rinfo) => {
+        // only the upstream's answer to this query (another local user cannot slip in an answer from elsewhere)
+        if (rinfo.address !== this.upstream || rinfo.port !== this.upstreamPort) return;
         if (resp.length < 12 || resp.readUInt16BE(0) !== msg.readUInt16BE(0)) return;
         clearTimeout(timer);
         resolve(resp);
