@@ -40,6 +40,7 @@ def main():
     sys.stdout.flush()
 
     handles = {}  # request id -> {'net': fd, 'user': fd or None}
+    home = os.open('/proc/self/ns/net', os.O_RDONLY | os.O_CLOEXEC)  # this process's own network namespace
 
     def enter(fd, nstype):
         if libc.setns(fd, nstype) != 0:
@@ -70,6 +71,8 @@ def main():
                 return load(h, req['rules'])
             except OSError as e:
                 return str(e)
+            finally:
+                enter(home, CLONE_NEWNET)  # back home: a sandbox's namespace is not kept alive by this process
         r, w = os.pipe()
         child = os.fork()
         if child == 0:
