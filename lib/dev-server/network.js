@@ -348,7 +348,7 @@ export class SlirpNetwork {
   async attach({ pid, netns }) {
     // the helper opens the sandbox's namespaces once: every later load (answers, policy changes) goes there
     const helper = this.tools?.helper;
-    if (helper && await helper.ready) {
+    if (helper && await helper.ready && !helper.dead) { // a helper that died: nsenter + nft from then on
       const opened = await helper.open(pid, process.getuid() !== 0);
       if (opened.error) throw new Error(`the sandbox's firewall could not be set: ${opened.error}`);
       this.nsHandle = opened.handle;
