@@ -29,7 +29,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
-  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy'];
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'images', 'imageSource'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /**
@@ -132,7 +132,7 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT, defaultMemory: DEFAULT_MEMORY,
-    unenforcedLimits: false, defaultNetworkPolicy: 'allow',
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow', images: 'host', imageSource: undefined,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -267,7 +267,31 @@ export async function startServer(options = {}) {
     limits?.reaper?.close();
   };
 
+  // images 'run': a create's image.uri is pulled (lib/dev-server/images/) and the sandbox runs on its layers
+  // (runner.js, src/execd/rootfs.c); 'host' (default): the host's root, read-only, whatever the image
+  let images = null;
+  if (!['host', 'run'].includes(opts.images)) fail(new Error(`images must be 'host' or 'run', got ${JSON.stringify(opts.images)}`));
+  if (opts.images === 'run') {
+    if (opts.isolation !== 'bwrap') fail(new Error("images 'run' needs isolation 'bwrap' (the image's root is mounted in the sandbox's namespaces)"));
+    // the layers' owner: for a root server a uid just below the sandboxes' block (idmapped to each sandbox's root),
+    // else the server's own uid (root in the sandbox's user namespace)
+    const owner = hardening ? { uid: opts.sandboxUid - 1, gid: opts.sandboxUid - 1 } : { uid: process.getuid(), gid: process.getgid() };
+    let source = opts.imageSource; // { acquire(ref, { auth, platform, onProgress }) } instead of the store (tests)
+    if (!source) {
+      let mod;
+      try {
+        mod = await import('./images/store.js');
+      } catch (err) {
+        fail(new Error(`images 'run': the image store (lib/dev-server/images/store.js) is not available: ${err.message}`));
+      }
+      source = new mod.ImageStore({ dir: path.join(dataDir, 'images'), owner, log, maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries });
+      await source.open();
+    }
+    images = { source, owner };
+  }
+
   const sandboxes = new Sandboxes({
+    images,
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
@@ -522,6 +546,7 @@ export async function startServer(options = {}) {
     domain,
     baseUrl: `http://${domain}`,
     port,
+    images: images?.source ?? null,
     close() {
       closed ??= (async () => {
         await new Promise((resolve) => {

@@ -1,0 +1,121 @@
+// Sandboxes on container images (images 'run'): the image's layers, read-only and shared, under the sandbox's own
+// writable layer (runner.js, src/execd/rootfs.c). The layers here are made by the test in the unpacked-layer format of
+// lib/dev-server/images/ (a busybox-static layer with a marker file, a second layer over it) and served by a local
+// source with the store's acquire() interface; the registry pull itself is the image store's (img-store) tests.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer } from '../lib/dev-server/index.js';
+import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
+
+const ROOT = process.getuid() === 0;
+const BUSYBOX = ['/bin/busybox', '/usr/bin/busybox'].find((p) => fs.existsSync(p));
+const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
+
+function makeLayers(dir) {
+  const l0 = path.join(dir, 'l0');
+  const l1 = path.join(dir, 'l1');
+  for (const d of ['bin', 'etc', 'tmp', 'root', 'app']) fs.mkdirSync(path.join(l0, d), { recursive: true });
+  fs.copyFileSync(BUSYBOX, path.join(l0, 'bin', 'busybox'));
+  fs.chmodSync(path.join(l0, 'bin', 'busybox'), 0o755);
+  for (const t of ['sh', 'cat', 'ls', 'id', 'echo', 'env', 'pwd', 'touch', 'stat', 'mkdir', 'rm', 'sleep', 'test', 'mount'])
+    fs.symlinkSync('busybox', path.join(l0, 'bin', t));
+  fs.writeFileSync(path.join(l0, 'marker'), 'from the image\n');
+  fs.writeFileSync(path.join(l0, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
+  fs.chmodSync(path.join(l0, 'tmp'), 0o1777);
+  fs.mkdirSync(path.join(l1, 'app'), { recursive: true });
+  fs.writeFileSync(path.join(l1, 'app', 'top'), 'top layer\n');
+  fs.writeFileSync(path.join(l1, 'suid'), '#!/bin/sh\nid -u\n', { mode: 0o4755 });
+  return [l0, l1];
+}
+
+function chownTree(p, uid, gid) {
+  fs.lchownSync(p, uid, gid);
+  if (fs.lstatSync(p).isDirectory()) for (const n of fs.readdirSync(p)) chownTree(path.join(p, n), uid, gid);
+}
+
+describe('images: sandboxes on a container image', function () {
+  this.timeout(60000);
+  let work;
+  let server;
+  let acquired = 0;
+  let released = 0;
+  const made = [];
+  const make = async (opts = {}) => {
+    const s = new OpenSandboxSandbox({ domain: server.domain, image: 'localhost:5000/bar/bb:1', ...opts });
+    made.push(s);
+    await s._start();
+    return s;
+  };
+  const sh = async (s, cmd) => {
+    const r = await s.executeCommand(cmd);
+    assert.equal(r.exitCode, 0, r.stderr);
+    return r.stdout.trim();
+  };
+
+  before(async function () {
+    if (!BUSYBOX) this.skip();
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-'));
+    fs.chmodSync(work, 0o755);
+    const layers = makeLayers(work);
+    if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
+    const source = {
+      async acquire(ref) {
+        if (ref.includes('missing')) throw Object.assign(new Error('404 MANIFEST_UNKNOWN from registry localhost:5000'), { status: 500, code: 'DOCKER::SANDBOX_IMAGE_PULL_FAILED' });
+        acquired++;
+        return { reference: ref, digest: 'sha256:0', layers, config: { Env: ['PATH=/bin', 'FROM_IMAGE=1', 'BOTH=image'], WorkingDir: '/app' }, release: () => released++ };
+      },
+    };
+    server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data') });
+  });
+
+  after(async () => {
+    for (const s of made) await s._destroy().catch(() => {});
+    await server?.close();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it("has the image's files, not the host's, and the image config (Env merged with the create's)", async () => {
+    const s = await make({ env: { BOTH: 'create' } });
+    assert.equal(await sh(s, 'cat /marker'), 'from the image');
+    assert.equal(await sh(s, 'cat /app/top'), 'top layer');
+    const r = await s.executeCommand('test -e /etc/os-release; echo $?');
+    assert.equal(r.stdout.trim(), '1');
+    assert.equal(await sh(s, 'echo $FROM_IMAGE $BOTH $HOME'), '1 create /root');
+    assert.equal(await sh(s, 'id -u'), '0');
+  });
+
+  it('writes go to its own layer: the shared layers and other sandboxes of the image do not see them', async () => {
+    const a = await make();
+    const b = await make();
+    assert.equal(await sh(a, 'echo changed > /marker; echo new > /etc/new; rm /app/top; cat /marker; ls /app'), 'changed');
+    assert.equal(await sh(b, 'cat /marker; test -e /etc/new; echo $?'), 'from the image\n1');
+    assert.equal(await sh(b, 'cat /app/top'), 'top layer');
+    const osfs = new OpenSandboxFilesystem({ sandbox: a, basePath: '/tmp/fs' });
+    await osfs.writeFile('x.txt', 'hello');
+    assert.equal(await osfs.readFile('x.txt', { encoding: 'utf8' }), 'hello');
+    assert.equal(await sh(a, 'cat /tmp/fs/x.txt'), 'hello');
+    const p = await a.processes.spawn('sleep 30');
+    assert.ok((await a.processes.list()).some((x) => x.pid === p.pid));
+    await p.kill();
+  });
+
+  it('no setuid from a layer, no host root, no mount', async () => {
+    const s = await make();
+    const r = await s.executeCommand('mount -t tmpfs none /mnt 2>&1; echo rc=$?');
+    assert.match(r.stdout, /rc=[1-9]/);
+    assert.equal(await sh(s, 'ls /proc/1/root/ | grep -c os-release || true'), '0');
+  });
+
+  it('a failed pull is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the reason', async () => {
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: 'localhost:5000/missing:1' }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    const body = await res.json();
+    assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+    assert.match(body.message, /404 MANIFEST_UNKNOWN from registry localhost:5000/);
+  });
+});
