@@ -6,41 +6,19 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { spawn } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
+import { BUSYBOX, chownTree, layerSource, makeLayers } from './helpers/image-layers.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
 import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
 
 const ROOT = process.getuid() === 0;
-const BUSYBOX = ['/bin/busybox', '/usr/bin/busybox'].find((p) => fs.existsSync(p));
 const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
-
-function makeLayers(dir) {
-  const l0 = path.join(dir, 'l0');
-  const l1 = path.join(dir, 'l1');
-  for (const d of ['bin', 'etc', 'tmp', 'root', 'app']) fs.mkdirSync(path.join(l0, d), { recursive: true });
-  fs.copyFileSync(BUSYBOX, path.join(l0, 'bin', 'busybox'));
-  fs.chmodSync(path.join(l0, 'bin', 'busybox'), 0o755);
-  for (const t of ['sh', 'cat', 'ls', 'id', 'echo', 'env', 'pwd', 'touch', 'stat', 'mkdir', 'rm', 'sleep', 'test', 'mount'])
-    fs.symlinkSync('busybox', path.join(l0, 'bin', t));
-  fs.writeFileSync(path.join(l0, 'marker'), 'from the image\n');
-  fs.writeFileSync(path.join(l0, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
-  fs.chmodSync(path.join(l0, 'tmp'), 0o1777);
-  fs.mkdirSync(path.join(l1, 'app'), { recursive: true });
-  fs.writeFileSync(path.join(l1, 'app', 'top'), 'top layer\n');
-  fs.writeFileSync(path.join(l1, 'suid'), '#!/bin/sh\nid -u\n', { mode: 0o4755 });
-  return [l0, l1];
-}
-
-function chownTree(p, uid, gid) {
-  fs.lchownSync(p, uid, gid);
-  if (fs.lstatSync(p).isDirectory()) for (const n of fs.readdirSync(p)) chownTree(path.join(p, n), uid, gid);
-}
 
 describe('images: sandboxes on a container image', function () {
   this.timeout(60000);
   let work;
   let server;
-  let acquired = 0;
-  let released = 0;
   const made = [];
   const make = async (opts = {}) => {
     const s = new OpenSandboxSandbox({ domain: server.domain, image: 'localhost:5000/bar/bb:1', ...opts });
@@ -60,13 +38,7 @@ describe('images: sandboxes on a container image', function () {
     fs.chmodSync(work, 0o755);
     const layers = makeLayers(work);
     if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
-    const source = {
-      async acquire(ref) {
-        if (ref.includes('missing')) throw Object.assign(new Error('404 MANIFEST_UNKNOWN from registry localhost:5000'), { status: 500, code: 'DOCKER::SANDBOX_IMAGE_PULL_FAILED' });
-        acquired++;
-        return { reference: ref, digest: 'sha256:0', layers, config: { Env: ['PATH=/bin', 'FROM_IMAGE=1', 'BOTH=image'], WorkingDir: '/app' }, release: () => released++ };
-      },
-    };
+    const source = layerSource(layers);
     server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data') });
   });
 
@@ -117,5 +89,31 @@ describe('images: sandboxes on a container image', function () {
     const body = await res.json();
     assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
     assert.match(body.message, /404 MANIFEST_UNKNOWN from registry localhost:5000/);
+  });
+
+  (ROOT ? it : it.skip)('a server run by another user (nobody): the layers owned by it, root in the sandbox, writes its own', async () => {
+    letUserRunCheckout(65534);
+    const dir = fs.mkdtempSync(path.join(work, 'nobody-'));
+    fs.chownSync(dir, 65534, 65534);
+    const child = spawn(process.execPath, [path.resolve('test/helpers/image-layers.js'), dir], { uid: 65534, gid: 65534, stdio: ['pipe', 'pipe', 'inherit'], env: process.env });
+    try {
+      const domain = await new Promise((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (b) => {
+          out += b;
+          if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]).domain);
+        });
+        child.on('exit', (code) => reject(new Error(`server exited ${code}`)));
+      });
+      const s = new OpenSandboxSandbox({ domain, image: 'localhost:5000/bar/bb:1' });
+      made.push(s);
+      await s._start();
+      assert.equal(await sh(s, 'cat /marker; id -u; echo w > /marker; cat /marker'), 'from the image\n0\nw');
+      assert.equal(fs.readFileSync(path.join(dir, 'l0', 'marker'), 'utf8'), 'from the image\n');
+      await s._destroy();
+    } finally {
+      child.stdin.end();
+      await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
+    }
   });
 });
