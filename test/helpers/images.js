@@ -1,0 +1,90 @@
+// Test images for the image store (test/images-store.test.js): tars built by hand (hostile ones included), wrapped
+// into OCI image layouts; a busybox image from busybox-static.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+
+function octal(n, len) { return n.toString(8).padStart(len - 1, '0') + '\0'; }
+
+/** A tar of entries { name, type: 'file'|'dir'|'symlink'|'hardlink'|'char'|'fifo', data, mode, linkname, devmajor, devminor }. */
+export function makeTar(entries) {
+  const out = [];
+  for (const e of entries) {
+    const data = e.type === 'file' || !e.type ? Buffer.from(e.data ?? '') : Buffer.alloc(0);
+    const pax = [];
+    if (Buffer.byteLength(e.name) > 99) pax.push(`path=${e.name}`);
+    if (e.linkname && Buffer.byteLength(e.linkname) > 99) pax.push(`linkpath=${e.linkname}`);
+    if (pax.length) {
+      const body = Buffer.from(pax.map((kv) => { let len = kv.length + 3; len += String(len + String(len).length).length; const s = `${len} ${kv}\n`; return `${Buffer.byteLength(s)} ${kv}\n`; }).join(''));
+      out.push(header({ name: 'PaxHeader', size: body.length, typeflag: 'x', mode: 0o644 }), pad(body));
+    }
+    const typeflag = { file: '0', dir: '5', symlink: '2', hardlink: '1', char: '3', block: '4', fifo: '6' }[e.type ?? 'file'];
+    out.push(header({ name: e.name.slice(0, 99), size: data.length, typeflag, mode: e.mode ?? (e.type === 'dir' ? 0o755 : 0o644), linkname: (e.linkname ?? '').slice(0, 99), devmajor: e.devmajor, devminor: e.devminor }));
+    if (data.length) out.push(pad(data));
+  }
+  out.push(Buffer.alloc(1024));
+  return Buffer.concat(out);
+}
+function pad(b) { const r = b.length % 512; return r ? Buffer.concat([b, Buffer.alloc(512 - r)]) : b; }
+function header({ name, size, typeflag, mode, linkname = '', devmajor = 0, devminor = 0 }) {
+  const h = Buffer.alloc(512);
+  h.write(name, 0, 100);
+  h.write(octal(mode, 8), 100); h.write(octal(0, 8), 108); h.write(octal(0, 8), 116);
+  h.write(octal(size, 12), 124); h.write(octal(1700000000, 12), 136);
+  h.write('        ', 148); h.write(typeflag, 156); h.write(linkname, 157, 100);
+  h.write('ustar\0', 257); h.write('00', 263);
+  h.write(octal(devmajor, 8), 329); h.write(octal(devminor, 8), 337);
+  let sum = 0; for (const b of h) sum += b;
+  h.write(octal(sum, 7) + ' ', 148);
+  return h;
+}
+
+const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
+
+/**
+ * Writes an OCI image layout at `dir` with one image tagged `tag`: layers = [{ tar (Buffer), compression:
+ * 'gzip'|'zstd'|'none' }], config fields { Env, Cmd, WorkingDir }. Returns { digest (manifest), layers: [digest] }.
+ */
+export function writeOciLayout(dir, { tag = 'latest', layers, config = {}, index = true }) {
+  fs.mkdirSync(path.join(dir, 'blobs', 'sha256'), { recursive: true });
+  const put = (buf) => { const h = sha(buf); fs.writeFileSync(path.join(dir, 'blobs', 'sha256', h), buf); return { digest: `sha256:${h}`, size: buf.length }; };
+  const descs = [];
+  const diffIds = [];
+  for (const l of layers) {
+    diffIds.push(`sha256:${sha(l.tar)}`);
+    const c = l.compression ?? 'gzip';
+    const body = c === 'gzip' ? zlib.gzipSync(l.tar, { level: 1 }) : c === 'zstd' ? zlib.zstdCompressSync(l.tar) : l.tar;
+    const mt = { gzip: 'application/vnd.oci.image.layer.v1.tar+gzip', zstd: 'application/vnd.oci.image.layer.v1.tar+zstd', none: 'application/vnd.oci.image.layer.v1.tar' }[c];
+    descs.push({ mediaType: mt, ...put(body) });
+  }
+  const cfg = Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config, rootfs: { type: 'layers', diff_ids: diffIds } }));
+  const manifest = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json', config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...put(cfg) }, layers: descs }));
+  const md = put(manifest);
+  let top = { mediaType: 'application/vnd.oci.image.manifest.v1+json', ...md };
+  if (index) {
+    const arch = { x64: 'amd64', arm64: 'arm64' }[process.arch] ?? process.arch;
+    const idx = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [
+      { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: `sha256:${'0'.repeat(64)}`, size: 10, platform: { os: 'linux', architecture: 'mips64' } },
+      { ...top, platform: { os: 'linux', architecture: arch } }] }));
+    top = { mediaType: 'application/vnd.oci.image.index.v1+json', ...put(idx) };
+  }
+  fs.writeFileSync(path.join(dir, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}');
+  let indexJson = { schemaVersion: 2, manifests: [] };
+  try { indexJson = JSON.parse(fs.readFileSync(path.join(dir, 'index.json'), 'utf8')); } catch {}
+  indexJson.manifests = indexJson.manifests.filter((d) => d.annotations?.['org.opencontainers.image.ref.name'] !== tag);
+  indexJson.manifests.push({ ...top, annotations: { 'org.opencontainers.image.ref.name': tag } });
+  fs.writeFileSync(path.join(dir, 'index.json'), JSON.stringify(indexJson));
+  return { digest: top.digest, manifest: md.digest, layers: descs.map((d) => d.digest) };
+}
+
+/** The layer of a busybox root: /bin/busybox (busybox-static), sh/ls/cat links, /marker. */
+export function busyboxTar() {
+  const bb = fs.readFileSync('/bin/busybox');
+  return makeTar([
+    { name: 'bin/', type: 'dir' }, { name: 'bin/busybox', data: bb, mode: 0o755 },
+    { name: 'bin/sh', type: 'symlink', linkname: 'busybox' }, { name: 'bin/ls', type: 'symlink', linkname: 'busybox' },
+    { name: 'bin/cat', type: 'symlink', linkname: 'busybox' }, { name: 'etc/', type: 'dir' },
+    { name: 'etc/os-release', data: 'NAME=busybox-test\n' }, { name: 'marker', data: 'busybox-image\n' },
+  ]);
+}
