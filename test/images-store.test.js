@@ -8,7 +8,7 @@ import os from 'node:os';
 import crypto from 'node:crypto';
 import path from 'node:path';
 import { ImageStore, ImagePullError, parseReference } from '../lib/dev-server/images/store.js';
-import { makeTar, writeOciLayout, busyboxTar } from './helpers/images.js';
+import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage } from './helpers/images.js';
 
 const OWNER = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
@@ -173,5 +173,71 @@ describe('image store', function () {
     assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/tmp')), []);
     const img = await store.acquire(`oci:${tmp}/oci:big`);
     assert.equal(fs.readdirSync(img.layers[0]).length, 40);
+  });
+
+  it('reads a docker-archive: (docker save) made by skopeo', async () => {
+    writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', config: { Cmd: ['sh'] }, layers: [{ tar: busyboxTar() }, { tar: makeTar([{ name: 'two', data: '2' }]) }] });
+    execFileSync('skopeo', ['copy', '-q', `oci:${tmp}/oci:bb`, `docker-archive:${tmp}/bb.tar:bar/bb:1`], { stdio: 'ignore' });
+    const store = await newStore();
+    const img = await store.acquire(`docker-archive:${tmp}/bb.tar`);
+    assert.equal(img.layers.length, 2);
+    assert.equal(fs.readFileSync(path.join(img.layers[0], 'marker'), 'utf8'), 'busybox-image\n');
+    assert.equal(fs.readFileSync(path.join(img.layers[1], 'two'), 'utf8'), '2');
+    assert.deepEqual(img.config.Cmd, ['sh']);
+  });
+
+  describe('from a registry (docker-registry on loopback)', () => {
+    const registries = {};
+    before(async function () {
+      this.timeout(60000);
+      const layout = fs.mkdtempSync(path.join(os.tmpdir(), 'img-store-layout-'));
+      writeOciLayout(layout, { tag: 'bb', config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }] });
+      try {
+        for (const auth of ['none', 'htpasswd', 'token']) {
+          registries[auth] = await startRegistry({ auth });
+          await pushImage(layout, 'bb', registries[auth], 'bar/bb:1', { creds: auth !== 'none' });
+        }
+      } finally {
+        fs.rmSync(layout, { recursive: true, force: true });
+      }
+    });
+    after(async () => { for (const r of Object.values(registries)) await r.stop(); });
+
+    for (const auth of ['none', 'htpasswd', 'token']) {
+      it(`pulls from a registry with ${auth === 'none' ? 'no auth' : auth === 'htpasswd' ? 'basic auth' : 'bearer tokens'}`, async () => {
+        const r = registries[auth];
+        const lines = [];
+        const progress = [];
+        const store = await newStore({ log: (l) => lines.push(l) });
+        const img = await store.acquire(`${r.host}/bar/bb:1`, { auth: auth === 'none' ? undefined : { username: r.user, password: r.password }, onProgress: (p) => progress.push(p) });
+        assert.equal(img.reference, `${r.host}/bar/bb:1`);
+        assert.equal(fs.readFileSync(path.join(img.layers[0], 'marker'), 'utf8'), 'busybox-image\n');
+        assert.deepEqual(img.config.Env, ['PATH=/bin']);
+        const last = progress.at(-1);
+        assert.equal(last.bytes, last.total);
+        assert.ok(lines.some((l) => l.startsWith(`images: pulling ${r.host}/bar/bb:1`)));
+        assert.ok(!lines.join('\n').includes(r.password));
+        const byDigest = await store.acquire(`${r.host}/bar/bb@${img.digest}`, { auth: auth === 'none' ? undefined : { username: r.user, password: r.password } });
+        assert.deepEqual(byDigest.layers, img.layers);
+      });
+      if (auth !== 'none') {
+        it(`a wrong password (${auth}) is a clear error naming the registry, without the password`, async () => {
+          const r = registries[auth];
+          const store = await newStore();
+          const err = await store.acquire(`${r.host}/bar/bb:1`, { auth: { username: r.user, password: 'wrong-Pa55word' } }).catch((e) => e);
+          assert.ok(err instanceof ImagePullError, String(err));
+          assert.equal(err.status, 500);
+          assert.equal(err.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+          assert.match(err.message, new RegExp(`^pulling ${r.host}/bar/bb:1: 401 Unauthorized from registry ${r.host}`));
+          assert.ok(!err.message.includes('wrong-Pa55word') && !JSON.stringify(err).includes('wrong-Pa55word'));
+          const anon = await store.acquire(`${r.host}/bar/bb:1`).catch((e) => e);
+          assert.match(anon.message, /401 Unauthorized from registry/);
+        });
+      }
+    }
+    it('a missing tag is the registry\'s reason', async () => {
+      const store = await newStore();
+      await assert.rejects(store.acquire(`${registries.none.host}/bar/bb:nope`), (e) => e instanceof ImagePullError && e.message.startsWith(`pulling ${registries.none.host}/bar/bb:nope: 404 Not Found from registry ${registries.none.host}: MANIFEST_UNKNOWN`));
+    });
   });
 });

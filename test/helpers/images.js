@@ -88,3 +88,87 @@ export function busyboxTar() {
     { name: 'etc/os-release', data: 'NAME=busybox-test\n' }, { name: 'marker', data: 'busybox-image\n' },
   ]);
 }
+
+// ---- a real registry: Debian's docker-registry (the CNCF distribution server) on loopback ----
+import { spawn, execFileSync } from 'node:child_process';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+
+async function freePort() {
+  const s = net.createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+const b64url = (b) => Buffer.from(b).toString('base64url');
+
+/**
+ * Starts docker-registry on 127.0.0.1 with auth 'none', 'htpasswd' (user/password) or 'token' (a token service served
+ * here, JWTs signed with a key whose certificate the registry trusts). Resolves to { host, port, user, password,
+ * stop() }.
+ */
+export async function startRegistry({ auth = 'none', user = 'tester', password = 's3cret-pass' } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'test-registry-'));
+  const port = await freePort();
+  let tokenServer = null;
+  let authYaml = '';
+  if (auth === 'htpasswd') {
+    fs.writeFileSync(path.join(dir, 'htpasswd'), execFileSync('htpasswd', ['-Bbn', user, password]));
+    authYaml = `auth:\n  htpasswd:\n    realm: test-registry\n    path: ${dir}/htpasswd\n`;
+  } else if (auth === 'token') {
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${dir}/key.pem`, '-out', `${dir}/cert.pem`, '-days', '2', '-subj', '/CN=test-token-issuer'], { stdio: 'ignore' });
+    const key = crypto.createPrivateKey(fs.readFileSync(`${dir}/key.pem`));
+    const der = new crypto.X509Certificate(fs.readFileSync(`${dir}/cert.pem`)).raw;
+    tokenServer = http.createServer((req, res) => {
+      const u = new URL(req.url, 'http://x');
+      const basic = /^Basic (.+)$/.exec(req.headers.authorization ?? '');
+      const [u1, p1] = basic ? Buffer.from(basic[1], 'base64').toString().split(/:(.*)/s) : [];
+      if (u1 !== user || p1 !== password) { res.writeHead(401, { 'content-type': 'application/json' }); return res.end('{"details":"bad credentials"}'); }
+      const access = u.searchParams.getAll('scope').map((s) => { const [type, name, actions] = s.split(':'); return { type, name, actions: actions.split(',') }; });
+      const now = Math.floor(Date.now() / 1000);
+      const head = b64url(JSON.stringify({ alg: 'RS256', typ: 'JWT', x5c: [der.toString('base64')] }));
+      const claims = b64url(JSON.stringify({ iss: 'test-issuer', sub: user, aud: u.searchParams.get('service'), exp: now + 600, nbf: now - 10, iat: now, jti: crypto.randomUUID(), access }));
+      const sig = b64url(crypto.sign('sha256', Buffer.from(`${head}.${claims}`), key));
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ token: `${head}.${claims}.${sig}`, expires_in: 600 }));
+    });
+    await new Promise((r) => tokenServer.listen(0, '127.0.0.1', r));
+    authYaml = `auth:\n  token:\n    realm: http://127.0.0.1:${tokenServer.address().port}/token\n    service: test-registry\n    issuer: test-issuer\n    rootcertbundle: ${dir}/cert.pem\n`;
+  }
+  fs.writeFileSync(path.join(dir, 'config.yml'), `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\nhttp:\n  addr: 127.0.0.1:${port}\n${authYaml}`);
+  const proc = spawn('docker-registry', ['serve', path.join(dir, 'config.yml')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const exited = new Promise((r) => proc.on('exit', r));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    await exited;
+    if (tokenServer) await new Promise((r) => tokenServer.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + 15000;
+  for (;;) {
+    const ok = await new Promise((resolve) => {
+      const req = http.get(`http://127.0.0.1:${port}/v2/`, (res) => { res.resume(); resolve(true); });
+      req.on('error', () => resolve(false));
+    });
+    if (ok) break;
+    if (proc.exitCode !== null || Date.now() > deadline) { await stop(); throw new Error(`docker-registry did not start: ${stderr.slice(-500)}`); }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { host: `127.0.0.1:${port}`, port, user, password, stop };
+}
+
+/** Pushes the OCI layout image `oci:<dir>:<tag>` to `docker://<host>/<repo>` with skopeo. */
+export async function pushImage(layoutDir, tag, registry, repo, { creds = false } = {}) {
+  const args = ['copy', '-q', '--dest-tls-verify=false', ...(creds ? ['--dest-creds', `${registry.user}:${registry.password}`] : []), `oci:${layoutDir}:${tag}`, `docker://${registry.host}/${repo}`];
+  // asynchronous: the token service of a 'token' registry answers from this process
+  const p = spawn('skopeo', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  const code = await new Promise((r) => p.on('close', r));
+  if (code !== 0) throw new Error(`skopeo copy to ${registry.host}/${repo} failed: ${err.slice(-500)}`);
+}
