@@ -172,3 +172,20 @@ export async function pushImage(layoutDir, tag, registry, repo, { creds = false 
   const code = await new Promise((r) => p.on('close', r));
   if (code !== 0) throw new Error(`skopeo copy to ${registry.host}/${repo} failed: ${err.slice(-500)}`);
 }
+
+/** A tar of the host directory `dir` (its files, directories and symlinks) placed under `prefix` (no leading slash). */
+export function tarOfDir(dir, prefix) {
+  const entries = [];
+  const walk = (abs, rel) => {
+    for (const e of fs.readdirSync(abs, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      const a = path.join(abs, e.name);
+      const r = `${rel}/${e.name}`;
+      if (e.isSymbolicLink()) entries.push({ name: r, type: 'symlink', linkname: fs.readlinkSync(a) });
+      else if (e.isDirectory()) { entries.push({ name: `${r}/`, type: 'dir' }); walk(a, r); }
+      else if (e.isFile()) entries.push({ name: r, data: fs.readFileSync(a), mode: fs.statSync(a).mode & 0o777 });
+    }
+  };
+  entries.push({ name: `${prefix}/`, type: 'dir' });
+  walk(dir, prefix);
+  return makeTar(entries);
+}

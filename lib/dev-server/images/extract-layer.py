@@ -48,6 +48,35 @@ ROOT = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
 os.close(3)
 
 
+dir_cache = {}  # tuple(parts) -> descriptor of a directory opened by open_dir (emptied whenever a directory is removed)
+
+
+def cached_dir(parts):
+    key = tuple(parts)
+    fd = dir_cache.get(key)
+    if fd is None:
+        fd = open_dir(parts, True)
+        if fd is None:
+            return None
+        if len(dir_cache) >= 64:
+            clear_cache()
+        dir_cache[key] = fd
+    return fd
+
+
+def forget(prefix):
+    """Closes the cached descriptors of `prefix` and below (a directory about to be removed)."""
+    n = len(prefix)
+    for key in [k for k in dir_cache if k[:n] == prefix]:
+        os.close(dir_cache.pop(key))
+
+
+def clear_cache():
+    for fd in dir_cache.values():
+        os.close(fd)
+    dir_cache.clear()
+
+
 def open_dir(parts, create):
     """A descriptor of the directory `parts` (from the layer root), never through a symlink; None if a component is a
     symlink or not a directory (or missing and create is False)."""
@@ -96,7 +125,7 @@ def remove_tree(dfd, name):
 
 def main():
     global entries, nbytes
-    tf = tarfile.open(fileobj=sys.stdin.buffer, mode='r|', bufsize=1 << 20)
+    tf = tarfile.open(fileobj=sys.stdin.buffer, mode='r|', bufsize=1 << 16)
     for m in tf:
         entries += 1
         if entries > MAX_ENTRIES:
@@ -110,7 +139,7 @@ def main():
         parent = parts[:-1]
         if m.isdir() and base.startswith('.wh.'):
             raise Refused('directory %r is named as a whiteout' % m.name[:200])
-        pfd = open_dir(parent, True)
+        pfd = cached_dir(parent)
         if pfd is None:
             note('skipped %s: a parent is a symlink or not a directory' % m.name[:200])
             continue
@@ -122,6 +151,7 @@ def main():
                 target = base[4:]
                 if not target or target in ('.', '..'):
                     raise Refused('bad whiteout %r' % m.name[:200])
+                forget(tuple(parent) + (target,))
                 remove_tree(pfd, target)
                 os.mknod(target, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=pfd)
                 continue
@@ -129,6 +159,7 @@ def main():
                 try:
                     st = os.lstat(base, dir_fd=pfd)
                     if not stat.S_ISDIR(st.st_mode):
+                        forget(tuple(parts))
                         remove_tree(pfd, base)
                         os.mkdir(base, 0o700, dir_fd=pfd)
                 except FileNotFoundError:
@@ -159,6 +190,7 @@ def main():
                     note('skipped %s: hardlink target %s is not a regular file' % (m.name[:200], m.linkname[:200]))
                     continue
                 src = (sfd, lparts[-1])
+            forget(tuple(parts))
             remove_tree(pfd, base)
             if m.isreg():
                 fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=pfd)
@@ -191,7 +223,8 @@ def main():
                 finally:
                     os.close(src[0])
         finally:
-            os.close(pfd)
+            pass
+    clear_cache()
     # directories get their modes (without setuid/setgid) and times last, deepest first
     for parts in sorted(dir_modes, key=len, reverse=True):
         mode, mtime = dir_modes[parts]
