@@ -8,6 +8,7 @@ import os from 'node:os';
 import crypto from 'node:crypto';
 import path from 'node:path';
 import { ImageStore, ImagePullError, parseReference } from '../lib/dev-server/images/store.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
 import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage } from './helpers/images.js';
 
 const OWNER = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : undefined;
@@ -99,6 +100,28 @@ describe('image store', function () {
     await assert.rejects(store.acquire(`oci:${tmp}/oci:bb`), (e) => e instanceof ImagePullError && /digest mismatch/.test(e.message) && e.message.includes(layers[0]));
     assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/layers')), []);
     assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/tmp')), []);
+  });
+
+  it('works for a server running as an ordinary user (nobody): its own uid owns the layers', async function () {
+    if (process.getuid() !== 0) this.skip(); // this run is that user already
+    letUserRunCheckout(65534);
+    fs.chownSync(tmp, 65534, 65534);
+    writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', layers: [{ tar: busyboxTar() }, { tar: makeTar([{ name: 'ro/', type: 'dir', mode: 0o555 }, { name: 'ro/f', data: 'f' }, { name: 'd/', type: 'dir' }, { name: 'd/.wh..wh..opq' }, { name: '.wh.marker' }]) }] });
+    execFileSync('chown', ['-R', '65534:65534', path.join(tmp, 'oci')]);
+    const storeUrl = JSON.stringify(new URL('../lib/dev-server/images/store.js', import.meta.url).href);
+    const asNobody = (code) => execFileSync(process.execPath, ['--input-type=module', '-e', `import { ImageStore } from ${storeUrl};\n${code}`],
+      { uid: 65534, gid: 65534, encoding: 'utf8', env: { PATH: process.env.PATH, HOME: tmp } });
+    const dir = JSON.stringify(path.join(tmp, 'store'));
+    const layers = JSON.parse(asNobody(`const s = new ImageStore({ dir: ${dir} }); await s.open();
+      const img = await s.acquire(${JSON.stringify(`oci:${tmp}/oci:bb`)}); console.log(JSON.stringify(img.layers));`));
+    assert.equal(fs.readFileSync(path.join(layers[0], 'marker'), 'utf8'), 'busybox-image\n');
+    assert.equal(fs.statSync(path.join(layers[0], 'bin/busybox')).uid, 65534);
+    assert.ok(fs.lstatSync(path.join(layers[1], 'marker')).isCharacterDevice());
+    assert.equal(fs.statSync(path.join(layers[1], 'ro')).mode & 0o777, 0o555);
+    // evicted by the non-root store, its 0555 directories included
+    const stats = JSON.parse(asNobody(`const s = new ImageStore({ dir: ${dir}, maxImageBytes: 0 }); await s.open(); await s.evict(); console.log(JSON.stringify(s.stats()));`));
+    assert.deepEqual(stats, { bytes: 0, layers: 0, images: [] });
+    assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/layers')), []);
   });
 
   describe('hostile layers', () => {

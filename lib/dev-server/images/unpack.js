@@ -120,7 +120,7 @@ export async function unpackLayer(source, { rootDir, desc, diffId, owner, limit,
   try {
     const head = await peek(source, 4);
     const stages = [source, counter, blob];
-    if (head[0] === 0x1f && head[1] === 0x8b) stages.push(zlib.createGunzip());
+    if (head[0] === 0x1f && head[1] === 0x8b) stages.push(zlib.createGunzip({ chunkSize: 1 << 18 }));
     else if (head.readUInt32LE?.(0) === 0xfd2fb528) stages.push(zstdDecompressor());
     stages.push(tar, child.stdin);
     await pipeline(stages, { signal });
