@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import path from 'node:path';
 import { ImageStore, ImagePullError, parseReference } from '../lib/dev-server/images/store.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
-import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage } from './helpers/images.js';
+import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage, pythonLayout } from './helpers/images.js';
 
 const OWNER = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
@@ -196,6 +196,15 @@ describe('image store', function () {
     assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/tmp')), []);
     const img = await store.acquire(`oci:${tmp}/oci:big`);
     assert.equal(fs.readdirSync(img.layers[0]).length, 40);
+  });
+
+  it('a python3 image (Debian packages, cached between runs) unpacks into a root that runs its python3', async () => {
+    const layout = await pythonLayout();
+    const store = await newStore();
+    const img = await store.acquire(`oci:${layout}:py`);
+    assert.deepEqual(img.config.Cmd, ['python3']);
+    const out = execFileSync('bwrap', ['--unshare-net', '--ro-bind', img.layers[0], '/', '/usr/bin/python3', '-c', 'import sys; print(sys.version.split()[0], open("/marker").read().strip())'], { encoding: 'utf8' });
+    assert.match(out, /^3\.\d+\.\d+ python-image\n$/);
   });
 
   it('reads a docker-archive: (docker save) made by skopeo', async () => {

@@ -189,3 +189,55 @@ export function tarOfDir(dir, prefix) {
   walk(dir, prefix);
   return makeTar(entries);
 }
+
+const CACHE = path.join(process.env.XDG_CACHE_HOME ?? os.tmpdir(), 'mastra-opensandbox-test-images');
+const PYTHON_DEBS = ['python3.11-minimal', 'libpython3.11-minimal', 'libc6', 'zlib1g', 'libexpat1', 'libssl3'];
+
+/**
+ * An OCI layout (tag `py`) of a small root with Debian's python3 (python3.11-minimal and its libraries, unpacked with
+ * dpkg -x from `apt-get download`ed packages) plus busybox, built once and cached under
+ * $XDG_CACHE_HOME|tmpdir/mastra-opensandbox-test-images keyed by the packages' versions. Resolves to the layout's
+ * directory (read it as `oci:<dir>:py`, or push it with pushImage()).
+ */
+export async function pythonLayout() {
+  const run = (cmd, argv, opts = {}) => new Promise((resolve, reject) => {
+    const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], ...opts });
+    let out = ''; let err = '';
+    p.stdout.on('data', (d) => { out += d; }); p.stderr.on('data', (d) => { err += d; });
+    p.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${cmd} ${argv.join(' ')}: ${err.slice(-400)}`))));
+  });
+  const versions = await run('apt-cache', ['policy', ...PYTHON_DEBS]);
+  const key = crypto.createHash('sha256').update(versions.match(/Candidate: .*/g).join() + fs.readFileSync('/bin/busybox').length).digest('hex').slice(0, 16);
+  const layout = path.join(CACHE, `python-${key}`);
+  if (fs.existsSync(path.join(layout, 'index.json'))) return layout;
+  fs.mkdirSync(CACHE, { recursive: true });
+  const work = fs.mkdtempSync(path.join(CACHE, 'build-'));
+  try {
+    await run('apt-get', ['download', ...PYTHON_DEBS], { cwd: work });
+    const root = path.join(work, 'root');
+    fs.mkdirSync(root);
+    for (const deb of fs.readdirSync(work).filter((f) => f.endsWith('.deb'))) await run('dpkg', ['-x', path.join(work, deb), root]);
+    fs.symlinkSync('python3.11', path.join(root, 'usr/bin/python3'));
+    fs.mkdirSync(path.join(root, 'bin'), { recursive: true });
+    fs.copyFileSync('/bin/busybox', path.join(root, 'bin/busybox'));
+    fs.chmodSync(path.join(root, 'bin/busybox'), 0o755);
+    fs.symlinkSync('busybox', path.join(root, 'bin/sh'));
+    fs.writeFileSync(path.join(root, 'marker'), 'python-image\n');
+    const entries = [];
+    const walk = (abs, rel) => {
+      for (const e of fs.readdirSync(abs, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+        const a = path.join(abs, e.name); const r = rel ? `${rel}/${e.name}` : e.name;
+        if (e.isSymbolicLink()) entries.push({ name: r, type: 'symlink', linkname: fs.readlinkSync(a) });
+        else if (e.isDirectory()) { entries.push({ name: `${r}/`, type: 'dir' }); walk(a, r); }
+        else if (e.isFile()) entries.push({ name: r, data: fs.readFileSync(a), mode: fs.statSync(a).mode & 0o777 });
+      }
+    };
+    walk(root, '');
+    const tmpLayout = path.join(work, 'layout');
+    writeOciLayout(tmpLayout, { tag: 'py', layers: [{ tar: makeTar(entries) }], config: { Env: ['PATH=/usr/local/bin:/usr/bin:/bin', 'LANG=C.UTF-8'], Cmd: ['python3'] } });
+    fs.renameSync(tmpLayout, layout);
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  return layout;
+}
