@@ -78,7 +78,9 @@ describe('image store', function () {
     writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', layers: [{ tar: busyboxTar() }] });
     const lines = [];
     const store = await newStore({ log: (l) => lines.push(l) });
-    const imgs = await Promise.all(Array.from({ length: 10 }, () => store.acquire(`oci:${tmp}/oci:bb`)));
+    const seen = Array(10).fill(0);
+    const imgs = await Promise.all(Array.from({ length: 10 }, (_, i) => store.acquire(`oci:${tmp}/oci:bb`, { onProgress: () => { seen[i]++; } })));
+    assert.ok(seen.every((n) => n > 0), `every waiter sees the one pull's progress: ${seen}`);
     assert.equal(lines.filter((l) => l.startsWith('images: pulling')).length, 1);
     assert.equal(new Set(imgs.map((i) => i.layers[0])).size, 1);
     assert.deepEqual(fs.readdirSync(path.join(tmp, 'store/layers')), [path.basename(path.dirname(imgs[0].layers[0]))]);

@@ -156,8 +156,9 @@ export class RegistrySource {
     return { bytes, digest, mediaType: String(res.headers['content-type'] ?? '').split(';')[0] || undefined };
   }
 
-  async manifest(desc) {
-    const isManifest = /manifest|index/.test(desc.mediaType ?? '');
+  /** A manifest (kind 'manifest': the manifests endpoint) or the config (a blob), checked against desc. */
+  async manifest(desc, kind = 'manifest') {
+    const isManifest = kind === 'manifest';
     const res = await this.get(`/v2/${this.ref.repository}/${isManifest ? 'manifests' : 'blobs'}/${desc.digest}`, isManifest ? MANIFEST_ACCEPT : undefined);
     return verifyBytes(await this.readBody(res, MAX_MANIFEST), desc, `${isManifest ? 'manifest' : 'config'} from ${this.name}`);
   }

@@ -73,7 +73,7 @@ export async function resolveImage(source, { platform } = {}) {
   for (let depth = 0; isIndex(m, mediaType); depth++) {
     if (depth > 2) throw new ImagePullError(`${source.name}: image indexes nested too deep`);
     const desc = checkDescriptor(pickPlatform(m, platform, source.name), `index of ${source.name}`);
-    bytes = verifyBytes(await source.manifest(desc), desc, `manifest of ${source.name}`);
+    bytes = verifyBytes(await source.manifest(desc, 'manifest'), desc, `manifest of ${source.name}`);
     digest = desc.digest;
     mediaType = desc.mediaType;
     m = parseJson(bytes, `manifest of ${source.name}`);
@@ -85,7 +85,7 @@ export async function resolveImage(source, { platform } = {}) {
   }
   const cdesc = checkDescriptor(m.config, `config of ${source.name}`);
   if (cdesc.size > MAX_JSON) throw new ImagePullError(`${source.name}: image config larger than ${MAX_JSON} bytes`);
-  const configBytes = verifyBytes(await source.manifest(cdesc), cdesc, `config of ${source.name}`);
+  const configBytes = verifyBytes(await source.manifest(cdesc, 'config'), cdesc, `config of ${source.name}`);
   const config = parseJson(configBytes, `config of ${source.name}`);
   const layers = m.layers.map((d, i) => {
     checkDescriptor(d, `layer ${i} of ${source.name}`);

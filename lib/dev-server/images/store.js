@@ -144,11 +144,12 @@ export class ImageStore {
     if (!rec) {
       let pending = this.inflight.get(key);
       if (!pending) {
-        pending = this.pull(ref, key, opts).finally(() => this.inflight.delete(key));
+        const listeners = new Set();
+        pending = this.pull(ref, key, opts, listeners).finally(() => this.inflight.delete(key));
+        pending.listeners = listeners;
         this.inflight.set(key, pending);
-      } else if (opts.onProgress) {
-        pending.listeners?.add(opts.onProgress);
       }
+      if (opts.onProgress) pending.listeners.add(opts.onProgress); // every waiter of one pull sees its progress
       rec = await (opts.signal ? abortable(pending, opts.signal) : pending);
     }
     this.holds.set(key, (this.holds.get(key) ?? 0) + 1);
@@ -169,10 +170,9 @@ export class ImageStore {
     };
   }
 
-  async pull(ref, key, opts) {
+  async pull(ref, key, opts, listeners) {
     const started = Date.now();
     const source = await this.sourceFor(ref, opts);
-    const listeners = new Set(opts.onProgress ? [opts.onProgress] : []);
     const pins = [];
     try {
       let img;
