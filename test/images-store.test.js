@@ -8,6 +8,7 @@ import os from 'node:os';
 import crypto from 'node:crypto';
 import path from 'node:path';
 import { ImageStore, ImagePullError, parseReference } from '../lib/dev-server/images/store.js';
+import { startServer } from '../lib/dev-server/index.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
 import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage, pythonLayout } from './helpers/images.js';
 
@@ -45,6 +46,13 @@ describe('image store', function () {
     for (const bad of ['', 'Upper/Case', 'a:b:c', `x@sha256:${'z'.repeat(64)}`, 'x@md5:00', 'a//b']) {
       assert.throws(() => r(bad), (e) => e instanceof ImagePullError && e.code === 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
     }
+  });
+
+  it('the server checks its image options (maxImageBytes, insecureRegistries)', async () => {
+    await assert.rejects(startServer({ maxImageBytes: -1 }), /^Error: maxImageBytes must be an integer >= 0$/);
+    await assert.rejects(startServer({ maxImageBytes: 1.5 }), /^Error: maxImageBytes must be an integer >= 0$/);
+    await assert.rejects(startServer({ insecureRegistries: 'reg:5000' }), /^Error: insecureRegistries must be an array of host\[:port\] strings$/);
+    await assert.rejects(startServer({ insecureRegistries: ['http://reg:5000'] }), /^Error: insecureRegistries must be an array/);
   });
 
   it('unpacks an oci: layout (index -> host platform, gzip, zstd, uncompressed) with whiteouts and opaque dirs', async () => {
