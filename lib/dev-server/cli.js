@@ -14,7 +14,7 @@ import { startServer } from './index.js';
 const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --no-api-key] [--allowed-host-path DIR]...
                   [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
-                  [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
+                  [--max-snapshot-bytes N] [--max-image-bytes N] [--insecure-registry HOST[:PORT]]... [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
                   [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
@@ -50,6 +50,8 @@ try {
       'endpoint-headers': { type: 'boolean', default: false },
       'max-sandbox-timeout-seconds': { type: 'string' },
       'max-snapshot-bytes': { type: 'string' },
+      'max-image-bytes': { type: 'string' },
+      'insecure-registry': { type: 'string', multiple: true, default: [] },
       'command-tail-ms': { type: 'string', default: '1000' },
       'pty-exit-race': { type: 'boolean', default: false },
       'signal-forwarding': { type: 'boolean', default: false },
@@ -146,6 +148,8 @@ try {
     endpointHeaders: args['endpoint-headers'],
     maxSandboxTimeoutSeconds: int('max-sandbox-timeout-seconds', args['max-sandbox-timeout-seconds']),
     maxSnapshotBytes: int('max-snapshot-bytes', args['max-snapshot-bytes']),
+    maxImageBytes: int('max-image-bytes', args['max-image-bytes']),
+    insecureRegistries: args['insecure-registry'],
     commandTailMs: int('command-tail-ms', args['command-tail-ms']),
     ptyExitRace: args['pty-exit-race'],
     signalForwarding: args['signal-forwarding'],

@@ -29,7 +29,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
-  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'images', 'imageSource'];
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'maxImageBytes', 'insecureRegistries', 'images', 'imageSource'];
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /**
@@ -154,6 +154,13 @@ export async function startServer(options = {}) {
   }
   if (opts.maxSnapshotBytes !== undefined && (!Number.isInteger(opts.maxSnapshotBytes) || opts.maxSnapshotBytes < 0)) {
     throw new Error('maxSnapshotBytes must be an integer >= 0');
+  }
+  // the image store's options (lib/dev-server/images/store.js): its LRU bound and the registries allowed over plain HTTP
+  if (opts.maxImageBytes !== undefined && (!Number.isInteger(opts.maxImageBytes) || opts.maxImageBytes < 0)) {
+    throw new Error('maxImageBytes must be an integer >= 0');
+  }
+  if (opts.insecureRegistries !== undefined && (!Array.isArray(opts.insecureRegistries) || opts.insecureRegistries.some((r) => typeof r !== 'string' || !/^[A-Za-z0-9.\-\[\]:]+$/.test(r)))) {
+    throw new Error('insecureRegistries must be an array of host[:port] strings');
   }
   if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
@@ -526,6 +533,8 @@ export async function startServer(options = {}) {
     else socket.destroy();
   });
   server.keepAliveTimeout = 30_000;
+  // what the image store is built with (img-run: server.images)
+  server.imageOptions = { maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries ?? [] };
   await new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host, () => {

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +17,39 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* the new mount API's constants (linux/mount.h; the static musl build has no kernel headers); the syscall numbers
+ * are the same on every architecture for these */
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#define SYS_move_mount 429
+#define SYS_fsopen 430
+#define SYS_fsconfig 431
+#define SYS_fsmount 432
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#define OSB_FSOPEN_CLOEXEC 0x1u
+#define OSB_FSCONFIG_SET_FLAG 0u
+#define OSB_FSCONFIG_SET_STRING 1u
+#define OSB_FSCONFIG_CMD_CREATE 6u
+#define OSB_FSMOUNT_CLOEXEC 0x1u
+#define OSB_MOUNT_ATTR_RDONLY 0x1u
+#define OSB_MOUNT_ATTR_NOSUID 0x2u
+#define OSB_MOUNT_ATTR_NODEV 0x4u
+#define OSB_MOUNT_ATTR_IDMAP 0x100000u
+#define OSB_OPEN_TREE_CLONE 0x1u
+#define OSB_MOVE_MOUNT_F_EMPTY_PATH 0x4u
+#ifndef AT_EMPTY_PATH
+#define AT_EMPTY_PATH 0x1000
+#endif
+#ifndef AT_NO_AUTOMOUNT
+#define AT_NO_AUTOMOUNT 0x800
+#endif
+struct osb_mount_attr {
+  unsigned long long attr_set, attr_clr, propagation, userns_fd;
+};
 
 static int parse_ul(const char *s, unsigned long *out) {
   char *end;
@@ -200,31 +232,31 @@ int rootfs_main(int argc, char **argv) {
     if (mount("tmpfs", a.rootfs, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=64k")) FAIL("tmpfs at %s", a.rootfs);
     if (chdir(a.rootfs)) FAIL("chdir %s", a.rootfs);
   }
-  int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+  int fs = (int)syscall(SYS_fsopen, "overlay", OSB_FSOPEN_CLOEXEC);
   if (fs < 0) FAIL("fsopen(overlay)");
   for (size_t i = a.nlayers; i-- > 0;) { /* overlay wants the top layer first */
     const char *lower = a.layers[i];
     if (a.idmap) {
       snprintf(lpath[i], sizeof lpath[i], "%zu", i);
       if (mkdir(lpath[i], 0700)) FAIL("mkdir %s", lpath[i]);
-      int t = (int)syscall(SYS_open_tree, AT_FDCWD, a.layers[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_NO_AUTOMOUNT | AT_SYMLINK_NOFOLLOW);
+      int t = (int)syscall(SYS_open_tree, AT_FDCWD, a.layers[i], OSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_NO_AUTOMOUNT | AT_SYMLINK_NOFOLLOW);
       if (t < 0) FAIL("open_tree %s", a.layers[i]);
-      struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, .userns_fd = (unsigned long long)userns};
+      struct osb_mount_attr attr = {.attr_set = OSB_MOUNT_ATTR_IDMAP | OSB_MOUNT_ATTR_RDONLY | OSB_MOUNT_ATTR_NOSUID | OSB_MOUNT_ATTR_NODEV, .userns_fd = (unsigned long long)userns};
       if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr)) FAIL("idmapping %s", a.layers[i]);
-      if (syscall(SYS_move_mount, t, "", AT_FDCWD, lpath[i], MOVE_MOUNT_F_EMPTY_PATH)) FAIL("mounting layer %s", a.layers[i]);
+      if (syscall(SYS_move_mount, t, "", AT_FDCWD, lpath[i], OSB_MOVE_MOUNT_F_EMPTY_PATH)) FAIL("mounting layer %s", a.layers[i]);
       close(t);
       lower = lpath[i];
     }
-    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir+", lower, 0)) FAIL("overlay lowerdir+ %s", a.layers[i]);
+    if (syscall(SYS_fsconfig, fs, OSB_FSCONFIG_SET_STRING, "lowerdir+", lower, 0)) FAIL("overlay lowerdir+ %s", a.layers[i]);
   }
   if (userns >= 0) close(userns);
-  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir", a.upper, 0)) FAIL("overlay upperdir %s", a.upper);
-  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir", a.work, 0)) FAIL("overlay workdir %s", a.work);
-  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0)) FAIL("overlay userxattr");
-  if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0)) FAIL("creating the overlay");
-  int m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  if (syscall(SYS_fsconfig, fs, OSB_FSCONFIG_SET_STRING, "upperdir", a.upper, 0)) FAIL("overlay upperdir %s", a.upper);
+  if (syscall(SYS_fsconfig, fs, OSB_FSCONFIG_SET_STRING, "workdir", a.work, 0)) FAIL("overlay workdir %s", a.work);
+  if (syscall(SYS_fsconfig, fs, OSB_FSCONFIG_SET_FLAG, "userxattr", NULL, 0)) FAIL("overlay userxattr");
+  if (syscall(SYS_fsconfig, fs, OSB_FSCONFIG_CMD_CREATE, NULL, NULL, 0)) FAIL("creating the overlay");
+  int m = (int)syscall(SYS_fsmount, fs, OSB_FSMOUNT_CLOEXEC, OSB_MOUNT_ATTR_NOSUID | OSB_MOUNT_ATTR_NODEV);
   if (m < 0) FAIL("fsmount");
-  if (syscall(SYS_move_mount, m, "", AT_FDCWD, a.rootfs, MOVE_MOUNT_F_EMPTY_PATH)) FAIL("mounting the overlay at %s", a.rootfs);
+  if (syscall(SYS_move_mount, m, "", AT_FDCWD, a.rootfs, OSB_MOVE_MOUNT_F_EMPTY_PATH)) FAIL("mounting the overlay at %s", a.rootfs);
   close(m);
   close(fs);
   if (chdir("/")) FAIL("chdir /");
