@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
 import { BUSYBOX, chownTree, layerSource, makeLayers } from './helpers/image-layers.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
+import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
 import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
 
 const ROOT = process.getuid() === 0;
@@ -115,5 +116,65 @@ describe('images: sandboxes on a container image', function () {
       child.stdin.end();
       await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
     }
+  });
+});
+
+describe('images: sandboxes on images pulled from a loopback registry (the image store)', function () {
+  this.timeout(60000);
+  let work;
+  let registry;
+  let server;
+  const made = [];
+  const make = async (image, opts = {}) => {
+    const s = new OpenSandboxSandbox({ domain: server.domain, image, ...opts });
+    made.push(s);
+    await s._start();
+    return s;
+  };
+  const sh = async (s, cmd) => {
+    const r = await s.executeCommand(cmd);
+    assert.equal(r.exitCode, 0, r.stderr);
+    return r.stdout.trim();
+  };
+
+  before(async function () {
+    if (!BUSYBOX) this.skip();
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-reg-'));
+    registry = await startRegistry();
+    writeOciLayout(path.join(work, 'oci'), { tag: 'bb', config: { Env: ['PATH=/bin', 'FROM_IMAGE=yes'], WorkingDir: '/' }, layers: [{ tar: busyboxTar() }] });
+    await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/bb:1');
+    await pushImage(await pythonLayout(), 'py', registry, 'bar/py:1');
+    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), log: () => {} });
+  });
+
+  after(async () => {
+    for (const s of made) await s._destroy().catch(() => {});
+    await server?.close();
+    await registry?.stop();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it("a busybox image: the image's /marker and /etc/os-release, not the host's; ten sandboxes store its layers once", async () => {
+    const image = `${registry.host}/bar/bb:1`;
+    const all = await Promise.all(Array.from({ length: 10 }, () => make(image)));
+    for (const s of all) assert.equal(await sh(s, 'cat /marker /etc/os-release; echo $FROM_IMAGE'), 'busybox-image\nNAME=busybox-test\nyes');
+    assert.equal(fs.readdirSync(path.join(work, 'data', 'images', 'layers')).length, 1);
+  });
+
+  it("a python3 image runs python3 -c with the image's python", async () => {
+    const s = await make(`${registry.host}/bar/py:1`);
+    const out = await sh(s, `python3 -c 'import sys; print(sys.version_info[:2], sys.executable)'`);
+    assert.match(out, /^\(3, 11\) \/usr\/bin\/python3/);
+  });
+
+  it('a pull of a missing image is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED naming the registry', async () => {
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: `${registry.host}/bar/none:1` }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    const body = await res.json();
+    assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+    assert.match(body.message, new RegExp(registry.host.replace(/\./g, '\\.')));
   });
 });
