@@ -18,7 +18,7 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
                   [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
-                  [--default-network-policy allow|deny] [--quiet]
+                  [--default-network-policy allow|deny] [--images host|run] [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
@@ -29,7 +29,10 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   A sandbox created without networkPolicy gets network through slirp4netns (as upstream: full network, but never this
   machine's loopback); --default-network-policy deny gives such sandboxes none.
   --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
-  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
+  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.
+  --images run: a create's image is pulled (progress in the log) and the sandbox runs on its layers; host (default):
+  every sandbox runs the host's root, read-only, whatever the image (the clients' default ubuntu:22.04 would otherwise
+  be pulled from Docker Hub).`;
 
 let args;
 try {
@@ -63,6 +66,7 @@ try {
       'unenforced-limits': { type: 'boolean', default: false },
       emulate: { type: 'string' },
       'default-network-policy': { type: 'string', default: 'allow' },
+      images: { type: 'string', default: 'host' },
       'server-version': { type: 'string' },
       'workload-provider': { type: 'string' },
       'emulate-delay': { type: 'string', multiple: true, default: [] },
@@ -161,6 +165,7 @@ try {
     unenforcedLimits: args['unenforced-limits'],
     emulate: args.emulate,
     defaultNetworkPolicy: args['default-network-policy'],
+    images: args.images,
     serverVersion: args['server-version'],
     workloadProvider: args['workload-provider'],
     emulateDelays: delays(args['emulate-delay']),
