@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
 import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
-import { checkExecdBinary } from './execd-binary.js';
+import { checkExecdBinary, execdBinary } from './execd-binary.js';
 import { probeNetwork } from './network.js';
 import { detectCgroups } from './cgroups.js';
 import { Disks, detectDisk } from './disk.js';
@@ -30,6 +30,25 @@ const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
   'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'maxImageBytes', 'insecureRegistries', 'images', 'imageSource'];
+/** Whether ELF executable `file` has no program interpreter (PT_INTERP): statically linked. */
+function isStaticElf(file) {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const h = Buffer.alloc(64);
+    fs.readSync(fd, h, 0, 64, 0);
+    if (h.readUInt32BE(0) !== 0x7f454c46 || h[4] !== 2) return false; // ELF64 only
+    const phoff = Number(h.readBigUInt64LE(0x20));
+    const size = h.readUInt16LE(0x36);
+    const count = h.readUInt16LE(0x38);
+    const ph = Buffer.alloc(size * count);
+    fs.readSync(fd, ph, 0, ph.length, phoff);
+    for (let i = 0; i < count; i++) if (ph.readUInt32LE(i * size) === 3) return false;
+    return true;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /**
@@ -280,6 +299,11 @@ export async function startServer(options = {}) {
   if (!['host', 'run'].includes(opts.images)) fail(new Error(`images must be 'host' or 'run', got ${JSON.stringify(opts.images)}`));
   if (opts.images === 'run') {
     if (opts.isolation !== 'bwrap') fail(new Error("images 'run' needs isolation 'bwrap' (the image's root is mounted in the sandbox's namespaces)"));
+    // the execd copied into the image runs on the image's libraries, not the host's: it must be the static one
+    const execdFile = execdBinary();
+    if (!execdFile || !isStaticElf(execdFile)) {
+      fail(new Error(`images 'run' needs a statically linked osb-execd (it runs inside images, without the host's libraries): ${execdFile ?? 'none'} is not; use the prebuilt one or set MASTRA_OPENSANDBOX_EXECD`));
+    }
     // the layers' owner: for a root server a uid just below the sandboxes' block (idmapped to each sandbox's root),
     // else the server's own uid (root in the sandbox's user namespace)
     const owner = hardening ? { uid: opts.sandboxUid - 1, gid: opts.sandboxUid - 1 } : { uid: process.getuid(), gid: process.getgid() };
