@@ -40,7 +40,7 @@ describe('images: sandboxes on a container image', function () {
     const layers = makeLayers(work);
     if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
     const source = layerSource(layers);
-    server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data') });
+    server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data'), serverVersion: '0.1.13' });
   });
 
   after(async () => {
@@ -79,6 +79,15 @@ describe('images: sandboxes on a container image', function () {
     const r = await s.executeCommand('mount -t tmpfs none /mnt 2>&1; echo rc=$?');
     assert.match(r.stdout, /rc=[1-9]/);
     assert.equal(await sh(s, 'ls /proc/1/root/ | grep -c os-release || true'), '0');
+  });
+
+  it('a snapshot of an image sandbox is refused with 400 SNAPSHOT::NOT_SUPPORTED (not captured wrong)', async () => {
+    const s = await make();
+    const id = (await (await fetch(`${server.baseUrl}/v1/sandboxes`)).json()).items.find((x) => x.image?.uri === 'localhost:5000/bar/bb:1' && x.status.state === 'Running').id;
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes/${id}/snapshots`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const body = await res.text();
+    assert.equal(res.status, 400, body);
+    assert.equal(JSON.parse(body).code, 'SNAPSHOT::NOT_SUPPORTED');
   });
 
   it('a failed pull is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the reason', async () => {
