@@ -218,6 +218,21 @@ describe('image store', function () {
     assert.match(out, /^3\.\d+\.\d+ python-image\n$/);
   });
 
+  it('reads an image umoci built (its layers end without the tar padding)', async () => {
+    fs.mkdirSync(path.join(tmp, 'src'));
+    fs.writeFileSync(path.join(tmp, 'src/hello'), 'hi\n');
+    const l = path.join(tmp, 'umoci');
+    execFileSync('umoci', ['init', '--layout', l]);
+    execFileSync('umoci', ['new', '--image', `${l}:t`]);
+    execFileSync('umoci', ['insert', ...(process.getuid() ? ['--rootless'] : []), '--image', `${l}:t`, path.join(tmp, 'src'), '/data']);
+    execFileSync('umoci', ['config', '--image', `${l}:t`, '--config.env', 'A=b', '--config.workingdir', '/data']);
+    const store = await newStore();
+    const img = await store.acquire(`oci:${l}:t`);
+    assert.equal(fs.readFileSync(path.join(img.layers.at(-1), 'data/hello'), 'utf8'), 'hi\n');
+    assert.equal(img.config.WorkingDir, '/data');
+    assert.ok(img.config.Env.includes('A=b'));
+  });
+
   it('reads a docker-archive: (docker save) made by skopeo', async () => {
     writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', config: { Cmd: ['sh'] }, layers: [{ tar: busyboxTar() }, { tar: makeTar([{ name: 'two', data: '2' }]) }] });
     execFileSync('skopeo', ['copy', '-q', `oci:${tmp}/oci:bb`, `docker-archive:${tmp}/bb.tar:bar/bb:1`], { stdio: 'ignore' });

@@ -169,13 +169,17 @@ def members():
     pending = {}
     while True:
         skip = left + tail  # the current member's unread data and its padding
+        data_left = left
         left = 0
         tail = 0
         while skip:
             n = INP.readinto(memoryview(BUF)[:min(skip, len(BUF))])
             if not n:
+                if skip <= 511 and data_left == 0:
+                    return  # only the last member's padding is missing (umoci 0.4 writes such layers): the end
                 raise Refused('truncated layer')
             skip -= n
+            data_left = max(0, data_left - n)
         block = INP.read(512)
         if not block:
             return
