@@ -68,6 +68,7 @@ describe('image store', function () {
     assert.equal(img.layers.length, 3);
     assert.deepEqual(img.config, { Env: ['A=1'], WorkingDir: '/w', Entrypoint: null, Cmd: ['sh'], User: '' });
     const [l0, l1, l2] = img.layers;
+    for (const l of img.layers) assert.equal(fs.statSync(l).mode & 0o7777, 0o755); // no "./" entry in these tars
     assert.equal(fs.readFileSync(path.join(l0, 'marker'), 'utf8'), 'busybox-image\n');
     assert.equal(fs.readlinkSync(path.join(l0, 'bin/sh')), 'busybox');
     const wh = fs.lstatSync(path.join(l1, 'etc/os-release'));

@@ -20,7 +20,7 @@ notes = []
 skipped = 0
 entries = 0
 nbytes = 0
-dir_modes = {}  # tuple(components) -> (mode, mtime)
+dir_modes = {(): (0o755, None)}  # tuple(components) -> (mode, mtime); the layer's root is 0755 unless the tar says otherwise
 
 
 class Refused(Exception):
