@@ -27,7 +27,7 @@ function digestChecker({ digest, size, what, limit }) {
     transform(chunk, _enc, cb) {
       n += chunk.length;
       if (size != null && n > size) return cb(new LayerError(`${what} is larger than its descriptor's ${size} bytes`));
-      if (limit != null && n > limit.bytes) return cb(new LayerError(limit.message));
+      if (limit != null && (limit.left -= chunk.length) < 0) return cb(new LayerError(limit.message));
       hash.update(chunk);
       cb(null, chunk);
     },
@@ -79,7 +79,7 @@ function bwrapPath() {
 /**
  * Unpacks the blob `source` (a readable stream of the blob as stored: compressed or not) into `rootDir` (an empty
  * directory owned by `owner`). desc: { digest, size } of the blob; diffId: the expected uncompressed digest or null;
- * limit: { bytes, message } bound on the uncompressed bytes; maxEntries; onBytes(n) per compressed chunk.
+ * limit: { left, message } the uncompressed bytes still allowed, shared by the layers of one pull (decremented here); maxEntries; onBytes(n) per compressed chunk.
  * Resolves to { diffId, tarBytes, entries, bytes, skipped, notes }; throws LayerError with the reason.
  */
 export async function unpackLayer(source, { rootDir, desc, diffId, owner, limit, maxEntries, onBytes, signal, what }) {
