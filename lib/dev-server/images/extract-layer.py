@@ -20,7 +20,7 @@ notes = []
 skipped = 0
 entries = 0
 nbytes = 0
-dir_modes = {}  # tuple(components) -> (mode, mtime)
+dir_modes = {(): (0o755, None)}  # tuple(components) -> (mode, mtime); the layer's root is 0755 unless the tar says otherwise
 
 
 class Refused(Exception):
@@ -123,10 +123,129 @@ def remove_tree(dfd, name):
         os.unlink(name, dir_fd=dfd)
 
 
+BUF = bytearray(1 << 20)
+INP = sys.stdin.buffer
+NUL = bytes(512)
+left = 0  # data bytes of the current member not yet read
+tail = 0  # its padding to the next 512-byte block
+
+
+def read_exact(n):
+    b = INP.read(n)
+    if len(b) != n:
+        raise Refused('truncated layer')
+    return b
+
+
+def padded(n):
+    return (n + 511) // 512 * 512
+
+
+def pax_records(buf):
+    recs = {}
+    pos = 0
+    while pos < len(buf) and buf[pos] != 0:
+        sp = buf.find(b' ', pos)
+        if sp < 0:
+            raise Refused('bad pax header')
+        try:
+            length = int(buf[pos:sp])
+        except ValueError:
+            raise Refused('bad pax header')
+        if length <= 0 or pos + length > len(buf):
+            raise Refused('bad pax header')
+        rec = buf[sp + 1:pos + length - 1]
+        k, _, v = rec.partition(b'=')
+        recs[k.decode('utf-8', 'surrogateescape')] = v.decode('utf-8', 'surrogateescape')
+        pos += length
+    return recs
+
+
+def members():
+    """The tar's members (tarfile.TarInfo, pax and GNU long names applied), read straight from stdin: tarfile's own
+    stream reader copies its buffer on every read."""
+    global left, tail
+    glob = {}
+    pending = {}
+    while True:
+        skip = left + tail  # the current member's unread data and its padding
+        data_left = left
+        left = 0
+        tail = 0
+        while skip:
+            n = INP.readinto(memoryview(BUF)[:min(skip, len(BUF))])
+            if not n:
+                if skip <= 511 and data_left == 0:
+                    return  # only the last member's padding is missing (umoci 0.4 writes such layers): the end
+                raise Refused('truncated layer')
+            skip -= n
+            data_left = max(0, data_left - n)
+        block = INP.read(512)
+        if not block:
+            return
+        if len(block) != 512:
+            raise Refused('truncated layer')
+        if block == NUL:
+            return
+        info = tarfile.TarInfo.frombuf(block, 'utf-8', 'surrogateescape')
+        t = info.type
+        if t in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
+            if info.size > (1 << 20):
+                raise Refused('a tar extended header larger than 1 MiB')
+            data = read_exact(padded(info.size))[:info.size]
+            if t == tarfile.GNUTYPE_LONGNAME:
+                pending['path'] = data.rstrip(b'\0').decode('utf-8', 'surrogateescape')
+            elif t == tarfile.GNUTYPE_LONGLINK:
+                pending['linkpath'] = data.rstrip(b'\0').decode('utf-8', 'surrogateescape')
+            elif t == tarfile.XGLTYPE:
+                glob.update(pax_records(data))
+            else:
+                pending.update(pax_records(data))
+            continue
+        if t == tarfile.GNUTYPE_SPARSE:
+            raise Refused('GNU sparse files are not supported')
+        for k, v in list(glob.items()) + list(pending.items()):
+            if k == 'path':
+                info.name = v
+            elif k == 'linkpath':
+                info.linkname = v
+            elif k == 'size':
+                try:
+                    info.size = int(v)
+                except ValueError:
+                    raise Refused('bad pax size')
+            elif k == 'mtime':
+                try:
+                    info.mtime = int(float(v))
+                except ValueError:
+                    pass
+            elif k.startswith('GNU.sparse.'):
+                raise Refused('GNU sparse files are not supported')
+        pending = {}
+        if info.size < 0:
+            raise Refused('bad size')
+        left = info.size  # data (of any type) the caller does not read is skipped
+        tail = padded(info.size) - info.size
+        yield info
+
+
+def copy_data(size, fd):
+    global left
+    mv = memoryview(BUF)
+    while left > 0:
+        n = INP.readinto(mv[:min(left, len(BUF))])
+        if not n:
+            raise Refused('truncated layer')
+        view = mv[:n]
+        while view:
+            w = os.write(fd, view)
+            view = view[w:]
+        left -= n
+
+
 def main():
     global entries, nbytes
-    tf = tarfile.open(fileobj=sys.stdin.buffer, mode='r|', bufsize=1 << 16)
-    for m in tf:
+    for m in members():
         entries += 1
         if entries > MAX_ENTRIES:
             raise Refused('more than %d entries in one layer' % MAX_ENTRIES)
@@ -195,17 +314,7 @@ def main():
             if m.isreg():
                 fd = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=pfd)
                 try:
-                    f = tf.extractfile(m)
-                    left = m.size
-                    while left > 0:
-                        chunk = f.read(min(left, 1 << 20))
-                        if not chunk:
-                            raise Refused('truncated layer')
-                        view = memoryview(chunk)
-                        while view:
-                            n = os.write(fd, view)
-                            view = view[n:]
-                        left -= len(chunk)
+                    copy_data(m.size, fd)
                     nbytes += m.size
                     os.fchmod(fd, m.mode & 0o1777)  # no setuid/setgid
                     os.utime(fd, (m.mtime, m.mtime))
@@ -247,6 +356,6 @@ except Refused as e:
 except tarfile.TarError as e:
     sys.stderr.write('refused: not a valid tar: %s\n' % e)
     sys.exit(3)
-while sys.stdin.buffer.read(1 << 20):  # the tar's padding after its end: the caller checks the whole blob's digest
+while INP.readinto(BUF):  # the tar's padding after its end: the caller checks the whole blob's digest
     pass
 sys.stdout.write(json.dumps({'entries': entries, 'bytes': nbytes, 'skipped': skipped, 'notes': notes}) + '\n')

@@ -185,13 +185,14 @@ export class ImageStore {
       for (const h of hexes) { this.layerPins.set(h, (this.layerPins.get(h) ?? 0) + 1); pins.push(h); }
       const total = img.layers.reduce((n, d) => n + d.size, 0);
       this.log(`images: pulling ${ref.key} (${img.digest}): ${img.layers.length} layers, ${total} bytes`);
-      let budget = this.maxImageBytes ?? DEFAULT_MAX_UNPACKED;
+      const max = this.maxImageBytes ?? DEFAULT_MAX_UNPACKED;
+      // the uncompressed bytes of this image's layers, shared by the layers unpacking at once (a decompression bomb stops here)
+      const budget = { left: max, message: `image ${ref.key} unpacks to more than ${max} bytes (maxImageBytes)` };
       const queue = img.layers.map((d, i) => ({ d, i }));
       const work = async () => {
         for (let item = queue.shift(); item; item = queue.shift()) {
           const { d, i } = item;
-          const bytes = await this.ensureLayer(d, img.diffIds[i], source, { budget, listeners, signal: opts.signal, refKey: ref.key });
-          budget = Math.max(0, budget - bytes);
+          await this.ensureLayer(d, img.diffIds[i], source, { budget, listeners, signal: opts.signal, refKey: ref.key });
         }
       };
       await Promise.all(Array.from({ length: Math.min(PARALLEL_LAYERS, queue.length) }, work));
@@ -246,7 +247,7 @@ export class ImageStore {
       const res = await unpackLayer(stream, {
         rootDir: root, desc, diffId, owner: this.owner, maxEntries: this.maxLayerEntries, signal,
         what: `layer ${desc.digest} of ${refKey}`,
-        limit: { bytes: budget, message: `layer ${desc.digest} of ${refKey} unpacks to more than ${budget} bytes (maxImageBytes)` },
+        limit: budget,
         onBytes: (n) => {
           done += n;
           for (const l of listeners) l({ layer: desc.digest, bytes: done, total: desc.size });

@@ -27,7 +27,7 @@ function digestChecker({ digest, size, what, limit }) {
     transform(chunk, _enc, cb) {
       n += chunk.length;
       if (size != null && n > size) return cb(new LayerError(`${what} is larger than its descriptor's ${size} bytes`));
-      if (limit != null && n > limit.bytes) return cb(new LayerError(limit.message));
+      if (limit != null && (limit.left -= chunk.length) < 0) return cb(new LayerError(limit.message));
       hash.update(chunk);
       cb(null, chunk);
     },
@@ -79,7 +79,7 @@ function bwrapPath() {
 /**
  * Unpacks the blob `source` (a readable stream of the blob as stored: compressed or not) into `rootDir` (an empty
  * directory owned by `owner`). desc: { digest, size } of the blob; diffId: the expected uncompressed digest or null;
- * limit: { bytes, message } bound on the uncompressed bytes; maxEntries; onBytes(n) per compressed chunk.
+ * limit: { left, message } the uncompressed bytes still allowed, shared by the layers of one pull (decremented here); maxEntries; onBytes(n) per compressed chunk.
  * Resolves to { diffId, tarBytes, entries, bytes, skipped, notes }; throws LayerError with the reason.
  */
 export async function unpackLayer(source, { rootDir, desc, diffId, owner, limit, maxEntries, onBytes, signal, what }) {
@@ -113,31 +113,53 @@ export async function unpackLayer(source, { rootDir, desc, diffId, owner, limit,
   signal?.addEventListener('abort', onAbort, { once: true });
   child.stdin.on('error', () => {}); // EPIPE when the extractor refuses early: its reason wins below
 
-  const blob = digestChecker({ digest: desc.digest, size: desc.size, what });
-  const counter = new Transform({ transform(c, _e, cb) { onBytes?.(c.length); cb(null, c); } });
+  // the blob is read here to its end even when unpacking fails (bounded by its descriptor's size), so that a corrupt
+  // blob is reported as a digest mismatch, not as whatever its broken tar made the extractor say
+  const blobHash = crypto.createHash('sha256');
+  let blobBytes = 0;
   const tar = digestChecker({ digest: diffId, size: null, what: `${what} (uncompressed)`, limit });
   let streamError = null;
+  let downstreamError = null;
+  const onAbortSource = () => source.destroy(signal.reason);
+  signal?.addEventListener('abort', onAbortSource, { once: true });
   try {
     const head = await peek(source, 4);
-    const stages = [source, counter, blob];
-    if (head[0] === 0x1f && head[1] === 0x8b) stages.push(zlib.createGunzip({ chunkSize: 1 << 18 }));
-    else if (head.readUInt32LE?.(0) === 0xfd2fb528) stages.push(zstdDecompressor());
+    const stages = [];
+    if (head.length >= 2 && head[0] === 0x1f && head[1] === 0x8b) stages.push(zlib.createGunzip({ chunkSize: 1 << 18 }));
+    else if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) stages.push(zstdDecompressor());
     stages.push(tar, child.stdin);
-    await pipeline(stages, { signal });
+    const entry = stages[0];
+    const downstream = pipeline(stages).catch((e) => { downstreamError = e; });
+    for await (const c of source) {
+      blobBytes += c.length;
+      if (blobBytes > desc.size) throw new LayerError(`${what} is larger than its descriptor's ${desc.size} bytes`);
+      blobHash.update(c);
+      onBytes?.(c.length);
+      if (!downstreamError && !entry.destroyed && !entry.write(c)) {
+        await new Promise((resolve) => { entry.once('drain', resolve); downstream.then(resolve); });
+      }
+    }
+    if (!downstreamError) { entry.end(); await downstream; }
   } catch (e) {
     streamError = e;
-    if (!child.stdin.destroyed) child.stdin.destroy();
   }
+  if (!child.stdin.destroyed && (streamError || downstreamError)) child.stdin.destroy();
   const res = await exited;
   signal?.removeEventListener('abort', onAbort);
+  signal?.removeEventListener('abort', onAbortSource);
   if (signal?.aborted) throw signal.reason ?? new LayerError('aborted');
   if (streamError instanceof LayerError) throw streamError;
+  if (streamError) throw new LayerError(`${what}: ${streamError.message}`);
+  if (blobBytes !== desc.size) throw new LayerError(`${what} has ${blobBytes} bytes, its descriptor says ${desc.size}`);
+  const got = `sha256:${blobHash.digest('hex')}`;
+  if (got !== desc.digest) throw new LayerError(`${what} digest mismatch: got ${got}, expected ${desc.digest}`);
+  if (downstreamError instanceof LayerError) throw downstreamError;
   if (res.code !== 0) {
     const reason = (err.match(/refused: (.*)/)?.[1] ?? err.trim().split('\n').slice(-3).join(' ')) || (res.error?.message ?? `exit ${res.code ?? res.sig}`);
     throw new LayerError(`${what} refused: ${reason}`);
   }
-  if (streamError) throw new LayerError(`${what}: ${streamError.message}`);
-  const sums = blob.check();
+  if (downstreamError) throw new LayerError(`${what}: ${downstreamError.message}`);
+  const sums = { digest: got };
   const t = tar.check();
   let report;
   try { report = JSON.parse(out.trim().split('\n').pop()); } catch { throw new LayerError(`${what}: the extractor gave no report`); }
