@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run bench`: runs scripts/bench.js (commands, create -> first command, idle sandbox memory, templates), then
 // scripts/bench-processes.js (background processes, stdin), scripts/bench-files.js (file I/O) and scripts/bench-lsp.js
-// (language-server diagnostics, side by side with Mastra's LocalSandbox), each against its own local server, then prints one summary table: every ratio and figure next to its target (issue 22's targets; a
+// (language-server diagnostics, side by side with Mastra's LocalSandbox), scripts/bench-images.js (first create with a pull: ImageStore.acquire against skopeo copy) and scripts/bench-image-run.js (create -> first command from a cached image against a bare create), each against its own local server, then prints one summary table: every ratio and figure next to its target (issue 22's targets; a
 // figure is measured, never asserted). --smoke runs every bench at smoke size (a few seconds each: the test command
 // runs this so that no bench breaks unnoticed); the run fails only when a bench fails (wrong bytes, a crash).
 // The load average is printed before and after: absolute times on a shared machine are context, ratios are the figure.
@@ -19,7 +19,7 @@ const loadBefore = load();
 const t0 = Date.now();
 
 const failed = [];
-for (const bench of ['bench.js', 'bench-processes.js', 'bench-files.js', 'bench-lsp.js']) {
+for (const bench of ['bench.js', 'bench-processes.js', 'bench-files.js', 'bench-lsp.js', 'bench-images.js', 'bench-image-run.js']) {
   console.log(`\n=== ${bench}${smoke ? ' --smoke' : ''} (load average ${load()})\n`);
   const r = spawnSync(process.execPath, [path.join(dir, bench), ...(smoke ? ['--smoke'] : [])], {
     stdio: 'inherit',

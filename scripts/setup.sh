@@ -21,8 +21,10 @@ DEB_PACKAGES=(build-essential python3 pkg-config libcurl4-openssl-dev libcjson-d
   dnsmasq-base # test/server-egress.test.js: the upstream resolver the egress rules forward allowed names to
   iproute2 # test/server-egress.test.js: the veth pair and network namespace of the servers the sandboxes reach
   python3-pylsp python3-pyflakes # the Python language server (with pyflakes diagnostics) of test/lsp.test.js
-  busybox-static # test/c/test_wrapper.c: the process wrapper with a minimal image's tools; test/execd-busybox.test.js: a root of busybox alone
-  bash-static) # test/execd-busybox.test.js: that root plus a static bash, for the PTY API (it runs bash, as upstream's)
+  busybox-static # test/c/test_wrapper.c: the process wrapper with a minimal image's tools; test/images-sandbox.test.js: its image layers; test/execd-busybox.test.js: a root of busybox alone
+  bash-static # test/execd-busybox.test.js: that root plus a static bash, for the PTY API (it runs bash, as upstream's)
+  docker-registry skopeo umoci apache2-utils # test/images-store.test.js: a real registry on loopback (htpasswd for basic auth), images pushed with skopeo, one built with umoci (its python3 image: apt-get download + dpkg -x, cached); test/images-sandbox.test.js and scripts/bench-image-run.js: sandboxes on those images
+  zstd) # lib/dev-server/images/unpack.js: zstd layers when Node has no zlib zstd (before 22.15)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

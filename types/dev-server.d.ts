@@ -33,6 +33,10 @@ export interface DevServerOptions {
    * snapshot_runtime_failed). Default: no limit.
    */
   maxSnapshotBytes?: number;
+  /** Bytes the unpacked layers of images may occupy; images no sandbox uses are evicted least recently used first. Default: no limit. */
+  maxImageBytes?: number;
+  /** Registries (`host[:port]`) pulled from over plain HTTP besides loopback ones, as Docker's daemon names them. */
+  insecureRegistries?: string[];
   /** How long execd keeps a /command stream open after its final event. Default 1000 (like the real execd). */
   commandTailMs?: number;
   /** Reproduce the PTY API's exit race. Default false. */

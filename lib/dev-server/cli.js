@@ -14,11 +14,12 @@ import { startServer } from './index.js';
 const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --no-api-key] [--allowed-host-path DIR]...
                   [--isolation bwrap|none] [--insecure] [--data-dir DIR] [--execd-access-token-file FILE]
                   [--execd-endpoint direct|proxy] [--endpoint-headers] [--max-sandbox-timeout-seconds N]
-                  [--max-snapshot-bytes N] [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
+                  [--max-snapshot-bytes N] [--max-image-bytes N] [--insecure-registry HOST[:PORT]]... [--command-tail-ms N] [--pty-exit-race] [--signal-forwarding]
                   [--pty-close-linger] [--cgroup-parent DIR] [--max-pids N] [--disk-limit Q] [--default-memory Q]
                   [--unenforced-limits] [--emulate docker|kubernetes] [--server-version X.Y.Z]
                   [--workload-provider batchsandbox|agent-sandbox] [--emulate-delay NAME=MS]...
-                  [--default-network-policy allow|deny] [--dns-upstream IP[:PORT]] [--quiet]
+                  [--default-network-policy allow|deny] [--dns-upstream IP[:PORT]] [--images host|run]
+                  [--quiet]
   The API key comes from OPENSANDBOX_SERVER_API_KEY or --api-key-file (or --api-key KEY, visible in ps); without
   one a random key is generated and written to a file only you can read. The execd access token comes from
   OPENSANDBOX_EXECD_ACCESS_TOKEN or --execd-access-token-file (or --execd-access-token TOK).
@@ -31,7 +32,10 @@ const USAGE = `usage: dev-server [--port N] [--host H] [--api-key-file FILE | --
   Egress rules (networkPolicy.egress) are enforced through a resolver of the server's, which forwards allowed names
   to --dns-upstream (default: the first nameserver of /etc/resolv.conf).
   --emulate and --server-version answer like that upstream deployment (docs/dev-server.md); --emulate-delay sets one
-  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.`;
+  of its durations (create, ready, endpoint, pause, resume, snapshot) in milliseconds.
+  --images run: a create's image is pulled (progress in the log) and the sandbox runs on its layers; host (default):
+  every sandbox runs the host's root, read-only, whatever the image (the clients' default ubuntu:22.04 would otherwise
+  be pulled from Docker Hub).`;
 
 let args;
 try {
@@ -52,6 +56,8 @@ try {
       'endpoint-headers': { type: 'boolean', default: false },
       'max-sandbox-timeout-seconds': { type: 'string' },
       'max-snapshot-bytes': { type: 'string' },
+      'max-image-bytes': { type: 'string' },
+      'insecure-registry': { type: 'string', multiple: true, default: [] },
       'command-tail-ms': { type: 'string', default: '1000' },
       'pty-exit-race': { type: 'boolean', default: false },
       'signal-forwarding': { type: 'boolean', default: false },
@@ -64,6 +70,7 @@ try {
       emulate: { type: 'string' },
       'default-network-policy': { type: 'string', default: 'allow' },
       'dns-upstream': { type: 'string' },
+      images: { type: 'string', default: 'host' },
       'server-version': { type: 'string' },
       'workload-provider': { type: 'string' },
       'emulate-delay': { type: 'string', multiple: true, default: [] },
@@ -149,6 +156,8 @@ try {
     endpointHeaders: args['endpoint-headers'],
     maxSandboxTimeoutSeconds: int('max-sandbox-timeout-seconds', args['max-sandbox-timeout-seconds']),
     maxSnapshotBytes: int('max-snapshot-bytes', args['max-snapshot-bytes']),
+    maxImageBytes: int('max-image-bytes', args['max-image-bytes']),
+    insecureRegistries: args['insecure-registry'],
     commandTailMs: int('command-tail-ms', args['command-tail-ms']),
     ptyExitRace: args['pty-exit-race'],
     signalForwarding: args['signal-forwarding'],
@@ -161,6 +170,7 @@ try {
     emulate: args.emulate,
     defaultNetworkPolicy: args['default-network-policy'],
     dnsUpstream: args['dns-upstream'],
+    images: args.images,
     serverVersion: args['server-version'],
     workloadProvider: args['workload-provider'],
     emulateDelays: delays(args['emulate-delay']),

@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
 import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
-import { checkExecdBinary } from './execd-binary.js';
+import { checkExecdBinary, execdBinary } from './execd-binary.js';
 import { probeNetwork } from './network.js';
 import { hostNameserver, parseUpstream, EGRESS_PORT, EGRESS_AUTH_HEADER } from './egress.js';
 import { detectCgroups } from './cgroups.js';
@@ -30,7 +30,26 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
-  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'dnsUpstream'];
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'dnsUpstream', 'maxImageBytes', 'insecureRegistries', 'images', 'imageSource'];
+/** Whether ELF executable `file` has no program interpreter (PT_INTERP): statically linked. */
+function isStaticElf(file) {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const h = Buffer.alloc(64);
+    fs.readSync(fd, h, 0, 64, 0);
+    if (h.readUInt32BE(0) !== 0x7f454c46 || h[4] !== 2) return false; // ELF64 only
+    const phoff = Number(h.readBigUInt64LE(0x20));
+    const size = h.readUInt16LE(0x36);
+    const count = h.readUInt16LE(0x38);
+    const ph = Buffer.alloc(size * count);
+    fs.readSync(fd, ph, 0, ph.length, phoff);
+    for (let i = 0; i < count; i++) if (ph.readUInt32LE(i * size) === 3) return false;
+    return true;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 /** Default pids.max of a sandbox (upstream's Docker runtime default pids_limit): execd is ~11 threads, and pids counts threads. */
 const DEFAULT_MAX_PIDS = 4096;
 /**
@@ -133,7 +152,7 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT, defaultMemory: DEFAULT_MEMORY,
-    unenforcedLimits: false, defaultNetworkPolicy: 'allow',
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow', images: 'host', imageSource: undefined,
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -155,6 +174,13 @@ export async function startServer(options = {}) {
   }
   if (opts.maxSnapshotBytes !== undefined && (!Number.isInteger(opts.maxSnapshotBytes) || opts.maxSnapshotBytes < 0)) {
     throw new Error('maxSnapshotBytes must be an integer >= 0');
+  }
+  // the image store's options (lib/dev-server/images/store.js): its LRU bound and the registries allowed over plain HTTP
+  if (opts.maxImageBytes !== undefined && (!Number.isInteger(opts.maxImageBytes) || opts.maxImageBytes < 0)) {
+    throw new Error('maxImageBytes must be an integer >= 0');
+  }
+  if (opts.insecureRegistries !== undefined && (!Array.isArray(opts.insecureRegistries) || opts.insecureRegistries.some((r) => typeof r !== 'string' || !/^[A-Za-z0-9.\-\[\]:]+$/.test(r)))) {
+    throw new Error('insecureRegistries must be an array of host[:port] strings');
   }
   if (typeof opts.log !== 'function' && typeof opts.log !== 'boolean') throw new Error('log must be a function or a boolean');
   if (typeof opts.signalForwarding !== 'boolean') throw new Error('signalForwarding must be a boolean');
@@ -273,7 +299,36 @@ export async function startServer(options = {}) {
     limits?.reaper?.close();
   };
 
+  // images 'run': a create's image.uri is pulled (lib/dev-server/images/) and the sandbox runs on its layers
+  // (runner.js, src/execd/rootfs.c); 'host' (default): the host's root, read-only, whatever the image
+  let images = null;
+  if (!['host', 'run'].includes(opts.images)) fail(new Error(`images must be 'host' or 'run', got ${JSON.stringify(opts.images)}`));
+  if (opts.images === 'run') {
+    if (opts.isolation !== 'bwrap') fail(new Error("images 'run' needs isolation 'bwrap' (the image's root is mounted in the sandbox's namespaces)"));
+    // the execd copied into the image runs on the image's libraries, not the host's: it must be the static one
+    const execdFile = execdBinary();
+    if (!execdFile || !isStaticElf(execdFile)) {
+      fail(new Error(`images 'run' needs a statically linked osb-execd (it runs inside images, without the host's libraries): ${execdFile ?? 'none'} is not; use the prebuilt one or set MASTRA_OPENSANDBOX_EXECD`));
+    }
+    // the layers' owner: for a root server a uid just below the sandboxes' block (idmapped to each sandbox's root),
+    // else the server's own uid (root in the sandbox's user namespace)
+    const owner = hardening ? { uid: opts.sandboxUid - 1, gid: opts.sandboxUid - 1 } : { uid: process.getuid(), gid: process.getgid() };
+    let source = opts.imageSource; // { acquire(ref, { auth, platform, onProgress }) } instead of the store (tests)
+    if (!source) {
+      let mod;
+      try {
+        mod = await import('./images/store.js');
+      } catch (err) {
+        fail(new Error(`images 'run': the image store (lib/dev-server/images/store.js) is not available: ${err.message}`));
+      }
+      source = new mod.ImageStore({ dir: path.join(dataDir, 'images'), owner, log, maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries });
+      await source.open();
+    }
+    images = { source, owner };
+  }
+
   const sandboxes = new Sandboxes({
+    images,
     dataDir, allowedHostPaths: opts.allowedHostPaths, isolation: opts.isolation, bwrap, hardening,
     execdToken: opts.execdAccessToken, commandTailMs: opts.commandTailMs, ptyExitRace: opts.ptyExitRace,
     signalForwarding: opts.signalForwarding, ptyCloseLinger: opts.ptyCloseLinger,
@@ -515,6 +570,8 @@ export async function startServer(options = {}) {
     else socket.destroy();
   });
   server.keepAliveTimeout = 30_000;
+  // what the image store is built with (img-run: server.images)
+  server.imageOptions = { maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries ?? [] };
   await new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host, () => {
@@ -535,6 +592,7 @@ export async function startServer(options = {}) {
     domain,
     baseUrl: `http://${domain}`,
     port,
+    images: images?.source ?? null,
     close() {
       closed ??= (async () => {
         await new Promise((resolve) => {

@@ -19,7 +19,30 @@ const READY_TIMEOUT_MS = 15000;
 const EXIT_TIMEOUT_MS = 5000;
 const SOCKET_DIR_IN_SANDBOX = '/run/execd';
 const SOCKET_NAME = 'execd.sock';
+// where an image sandbox's execd is (upstream's Docker runtime copies its execd to /opt/opensandbox/)
+const IMAGE_EXECD = '/opt/opensandbox/execd';
 const SYSTEM_DIRS = ['/usr', '/bin', '/sbin', '/lib', '/lib64', '/lib32', '/libx32', '/etc'];
+
+/**
+ * The environment of an image sandbox's execd, as upstream's Docker runtime makes a container's: the image's Env
+ * ("K=V" strings), HOME /root and the hostname unless the image sets them, then the create's env (which wins).
+ */
+export function imageEnv(config, defaults, createEnv) {
+  const env = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: '/root', ...defaults };
+  for (const kv of config.Env ?? []) {
+    const i = kv.indexOf('=');
+    if (i > 0) env[kv.slice(0, i)] = kv.slice(i + 1);
+  }
+  return { ...env, ...createEnv };
+}
+
+/** osb-execd --image-root's options (src/execd/rootfs.h) for `image` ({ layers bottom first, owner }) and dirs. */
+function imageRootArgs(dirs, image, identity) {
+  const a = ['--image-root', '--rootfs', dirs.rootfs, '--upper', dirs.upper, '--work', dirs.work];
+  if (identity) a.push('--idmap', `${image.owner.uid}:${image.owner.gid}:${identity.uid}:${identity.gid}`);
+  for (const l of image.layers) a.push('--layer', l);
+  return a;
+}
 
 function alive(pid) {
   try {
@@ -126,6 +149,8 @@ export class SandboxProcess {
       tmp: path.join(spec.dir, 'tmp'),
       home: path.join(spec.dir, 'home'),
       run: path.join(spec.dir, 'run'),
+      // an image sandbox (spec.image): the overlay's writable layer, its work dir and where the overlay is mounted
+      ...(spec.image ? { upper: path.join(spec.dir, 'upper'), work: path.join(spec.dir, 'work'), rootfs: path.join(spec.dir, 'rootfs') } : {}),
     };
     this.runDirFd = null;
     this.sandboxPid = null; // promise of the sandbox's host pid (bwrap's --info-fd) while bwrap runs
@@ -188,6 +213,7 @@ export class SandboxProcess {
     }
     if (!this.spec.hostNetwork) a.push('--unshare-net');
     a.push('--hostname', hostnameOf(this.spec.id));
+    if (this.spec.image) return this.imageOptions(a, passFd, fds);
     for (const d of SYSTEM_DIRS) {
       let st;
       try {
@@ -241,6 +267,27 @@ export class SandboxProcess {
   }
 
   /**
+   * The rest of bwrap's options for a sandbox on a container image: its root is the overlay osb-execd --image-root
+   * mounted at dirs.rootfs (src/execd/rootfs.c), writable (the sandbox's own layer); nothing of the host but /proc,
+   * /dev, execd's socket directory, the static execd at /opt/opensandbox/execd, resolv.conf and the volumes.
+   */
+  imageOptions(a, passFd, fds) {
+    // bwrap (as the sandbox uid) must reach each source
+    const identity = this.spec.identity;
+    if (identity) {
+      for (const p of [this.dirs.rootfs, this.dirs.run, ...(this.spec.resolvConf ? [path.join(this.dir, 'resolv.conf')] : [])]) ensureTraversable(p, identity);
+      ensureTraversable(this.execdFile, identity);
+      if (!modeAllows(fs.statSync(this.execdFile), identity, 0o5)) grantAccess({ path: this.execdFile }, identity, false);
+    }
+    a.push('--bind', this.dirs.rootfs, '/', '--proc', '/proc', '--dev', '/dev');
+    if (this.spec.resolvConf) a.push('--ro-bind', path.join(this.dir, 'resolv.conf'), this.spec.resolvConf.dest);
+    a.push('--bind', this.dirs.run, SOCKET_DIR_IN_SANDBOX, '--ro-bind', this.execdFile, IMAGE_EXECD);
+    for (const b of this.spec.binds) a.push(b.readOnly ? '--ro-bind-fd' : '--bind-fd', passFd(b.fd), b.dest);
+    a.push('--chdir', '/', '--info-fd', String(3 + fds.length), '--block-fd', String(4 + fds.length));
+    return a;
+  }
+
+  /**
    * With attachments to enter (the cgroup) under bwrap: spawns bwrap behind its gate and enters them now, so that this
    * (moving a process into a cgroup waits for the kernel: 4-14 ms measured) overlaps what the caller still does before
    * start() (the sandbox's disk). Nothing of the sandbox runs before start() opens the gate: the gate is sh waiting
@@ -265,7 +312,8 @@ export class SandboxProcess {
     const { nodeDir, execdFile } = runtimeDirs();
     this.execdFile = execdFile;
     const isolated = this.options.isolation !== 'none';
-    const workspace = isolated ? '/workspace' : this.dirs.workspace;
+    const image = isolated ? this.spec.image ?? null : null;
+    const workspace = image ? image.config.WorkingDir || '/' : isolated ? '/workspace' : this.dirs.workspace;
     // without isolation execd binds relative to its working directory (the sandbox's workspace, a sibling of run)
     const socket = isolated ? `${SOCKET_DIR_IN_SANDBOX}/${SOCKET_NAME}` : `../${path.basename(this.dirs.run)}/${SOCKET_NAME}`;
     const execdArgs = ['--socket', socket, '--workspace', workspace, '--command-tail-ms', String(this.options.commandTailMs)];
@@ -278,8 +326,8 @@ export class SandboxProcess {
     if (this.options.signalForwarding) execdArgs.push('--signal-forwarding');
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
     // execd answers every route itself; node is only the javascript code kernel's (started when a context asks for it)
-    const execdArgv = [execdFile, ...execdArgs, '--node', process.execPath, '--code-kernels', CODE_KERNELS];
-    const env = {
+    const execdArgv = image ? [IMAGE_EXECD, ...execdArgs] : [execdFile, ...execdArgs, '--node', process.execPath, '--code-kernels', CODE_KERNELS];
+    const env = image ? imageEnv(image.config, { HOSTNAME: hostnameOf(this.spec.id) }, this.spec.env) : {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,
       TMPDIR: isolated ? '/tmp' : this.dirs.tmp,
@@ -295,12 +343,16 @@ export class SandboxProcess {
     if (isolated) {
       const { fds, owned } = bw;
       infoFd = 3 + fds.length;
-      const argv = ['--args', String(infoFd + 2), '--', ...execdArgv];
-      const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', this.options.bwrap, ...argv]] : [this.options.bwrap, argv];
+      let argv = [this.options.bwrap, '--args', String(infoFd + 2), '--', ...execdArgv];
+      // an image sandbox: osb-execd --image-root mounts its overlay root first, then execs bwrap (as the sandbox uid:
+      // a root server runs it as root, it drops)
+      if (image) argv = [execdFile, ...imageRootArgs(this.dirs, image, identity), '--', ...argv];
+      const asSandboxUid = identity && !image;
+      const [file, fileArgs] = entering.length ? ['/bin/sh', ['-c', 'read -r _ && unset PWD OLDPWD && exec "$@"', 'sh', ...argv]] : [argv[0], argv.slice(1)];
       try {
         child = spawn(file, fileArgs, {
           stdio: [entering.length ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds, 'pipe', 'pipe', 'pipe', ...(tokenFd === null ? [] : ['pipe'])],
-          env, ...(identity ? { uid: identity.uid, gid: identity.gid } : {}),
+          env, ...(asSandboxUid ? { uid: identity.uid, gid: identity.gid } : {}),
         });
       } finally {
         for (const fd of owned) fs.closeSync(fd);
@@ -499,6 +551,8 @@ export class SandboxProcess {
   }
 
   removeDirs() {
+    // overlayfs leaves work/work mode 000: a non-root server could not list it to remove it
+    if (this.dirs.work) try { fs.chmodSync(path.join(this.dirs.work, 'work'), 0o700); } catch { /* none */ }
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }

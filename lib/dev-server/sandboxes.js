@@ -145,19 +145,35 @@ export class Sandboxes {
       timing.push([name, now - last]);
       last = now;
     };
+    // images 'run': the image's layers (pulled once, shared) under the sandbox's own writable layer
+    let image = null;
+    const images = this.options.images;
+    if (images && req.image?.uri) {
+      try {
+        image = await images.source.acquire(req.image.uri, {
+          auth: req.image.auth, platform: req.platform,
+          onProgress: (p) => this.options.log?.(`sandbox ${id}: pulling ${req.image.uri}: layer ${p.layer} ${p.bytes}/${p.total ?? '?'} bytes`),
+        });
+      } catch (err) {
+        // upstream's Docker runtime: 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the registry's reason
+        throw new ApiError(err.status ?? 500, err.code ?? 'DOCKER::SANDBOX_IMAGE_PULL_FAILED', `Failed to pull image ${req.image.uri}: ${err.message}`);
+      }
+      phase('image');
+    }
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
         id, dir: path.join(this.sandboxDir, id), env: req.env, binds, identity,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
         attachments: [cgroup, net?.attachment].filter(Boolean),
+        image: image && { layers: image.layers, config: image.config, owner: images.owner },
       },
       this.options,
     );
     const now = arrived;
     const sb = {
       egress: net?.attachment?.resolver ?? null, // egress rules: the resolver and its /policy API (egress.js)
-      id, proc, identity, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
+      id, proc, identity, imageHandle: image, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
       containerId: crypto.createHash('sha256').update(id).digest('hex'), // Docker's id of the emulated container
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
       image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
@@ -467,6 +483,8 @@ export class Sandboxes {
    */
   async dispose(sb) {
     await sb.proc.kill();
+    sb.imageHandle?.release(); // its layers are no longer mounted
+    sb.imageHandle = null;
     if (sb.identity) this.options.hardening.identities.release(sb.identity); // its processes are gone
     try {
       await sb.disk?.release();

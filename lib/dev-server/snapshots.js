@@ -151,6 +151,10 @@ export class Snapshots {
     if (sb.status.state !== 'Running') {
       throw new ApiError(409, 'SNAPSHOT::INVALID_SOURCE_STATE', 'Snapshot can only be created from a Running sandbox.');
     }
+    if (sb.imageHandle) {
+      // its files are an overlay's upper layer (whiteouts, opaque directories) over the image: not captured yet
+      throw new ApiError(400, 'SNAPSHOT::NOT_SUPPORTED', "Snapshots of a sandbox running on an image (the server's images 'run') are not supported by this local server yet.");
+    }
     const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
     // docker commit keeps the container's labels: sandboxes restored from it inherit the source's metadata
     if (this.profile.snapshotLabels) rec.labels = { ...sb.metadata };

@@ -5,6 +5,7 @@
  *   --workspace DIR, --command-tail-ms N, --pty-exit-race, --signal-forwarding, --pty-close-linger
  *   --code-kernels DIR                    the code interpreter's kernel programs (lib/dev-server/execd/code-*-kernel.*)
  *   --node PATH                           the node the javascript kernel runs on (default: `node` on PATH)
+ * --image-root ...: the step before bubblewrap of an image sandbox (rootfs.h), then execs bubblewrap.
  * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
@@ -19,6 +20,7 @@
 #include <uv.h>
 
 #include "fsedit.h"
+#include "rootfs.h"
 #include "server.h"
 #include "xd.h"
 
@@ -147,6 +149,7 @@ static void size_thread_pool(uv_loop_t *loop) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--image-root") == 0) return rootfs_main(argc, argv); /* rootfs.h */
   const char *socket_path = NULL, *port_s = NULL, *host = "127.0.0.1", *workspace = "/workspace";
   const char *tail_s = "1000", *node_path = NULL, *token_fd_s = NULL, *code_kernels = NULL;
   const char *token = getenv("EXECD_ACCESS_TOKEN");

@@ -1,0 +1,60 @@
+#!/usr/bin/env node
+// Benchmark of image sandboxes (`npm run bench`, sixth part; issue 33): create -> first command result of a sandbox on
+// a cached image (images 'run': the overlay root of src/execd/rootfs.c over the store's layers, pulled once before the
+// runs) against a bare create (the host's root) of a server with images 'host', each against its own local server,
+// alternating. Figure: the medians' difference (target <= 30 ms). --runs N (default 15; --smoke 3).
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { startServer } from '../lib/dev-server/index.js';
+import { OpenSandboxSandbox } from '../lib/index.js';
+import { busyboxTar, pushImage, startRegistry, writeOciLayout } from '../test/helpers/images.js';
+import { now, quantiles, reportFigure } from './lib/bench-util.js';
+
+const { values: args } = parseArgs({ options: { runs: { type: 'string' }, smoke: { type: 'boolean', default: false } } });
+const runs = Number(args.runs ?? (args.smoke ? 3 : 15));
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-image-run-'));
+let registry;
+let imageServer;
+let hostServer;
+const firstCommand = async (domain, image) => {
+  const s = new OpenSandboxSandbox({ domain, ...(image ? { image } : {}) });
+  try {
+    const t = now();
+    await s._start();
+    const r = await s.executeCommand('echo hi');
+    if (r.stdout.trim() !== 'hi') throw new Error(`unexpected ${JSON.stringify(r)}`);
+    return now() - t;
+  } finally {
+    await s._destroy().catch(() => {});
+  }
+};
+try {
+  registry = await startRegistry();
+  writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }] });
+  await pushImage(path.join(tmp, 'oci'), 'bb', registry, 'bench/bb:1');
+  const image = `${registry.host}/bench/bb:1`;
+  imageServer = await startServer({ images: 'run', dataDir: path.join(tmp, 'run') });
+  hostServer = await startServer({ dataDir: path.join(tmp, 'host') });
+  await firstCommand(imageServer.domain, image); // the pull, and a warm-up of each
+  await firstCommand(hostServer.domain);
+  const cached = [];
+  const bare = [];
+  for (let i = 0; i < runs; i++) {
+    cached.push(await firstCommand(imageServer.domain, image));
+    bare.push(await firstCommand(hostServer.domain));
+  }
+  const c = quantiles(cached);
+  const b = quantiles(bare);
+  const fmt = (x) => x.toFixed(1);
+  console.log(`create -> first command, ${runs} runs (load average ${os.loadavg()[0].toFixed(2)})`);
+  console.log(`  cached image (busybox, images 'run')   median ${fmt(c.median)} ms  p95 ${fmt(c.p95)} ms`);
+  console.log(`  bare create (host root, images 'host') median ${fmt(b.median)} ms  p95 ${fmt(b.p95)} ms`);
+  reportFigure('create -> first command from a cached image minus a bare create, median', c.median - b.median, 'ms', '<= 30', `${fmt(c.median)} vs ${fmt(b.median)} ms`);
+} finally {
+  await imageServer?.close();
+  await hostServer?.close();
+  await registry?.stop();
+  fs.rmSync(tmp, { recursive: true, force: true });
+}

@@ -1,0 +1,189 @@
+// Sandboxes on container images (images 'run'): the image's layers, read-only and shared, under the sandbox's own
+// writable layer (runner.js, src/execd/rootfs.c). The layers here are made by the test in the unpacked-layer format of
+// lib/dev-server/images/ (a busybox-static layer with a marker file, a second layer over it) and served by a local
+// source with the store's acquire() interface; the registry pull itself is the image store's (img-store) tests.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { startServer } from '../lib/dev-server/index.js';
+import { BUSYBOX, chownTree, layerSource, makeLayers } from './helpers/image-layers.js';
+import { letUserRunCheckout } from './helpers/other-user.js';
+import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
+import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
+
+const ROOT = process.getuid() === 0;
+const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
+
+describe('images: sandboxes on a container image', function () {
+  this.timeout(60000);
+  let work;
+  let server;
+  const made = [];
+  const make = async (opts = {}) => {
+    const s = new OpenSandboxSandbox({ domain: server.domain, image: 'localhost:5000/bar/bb:1', ...opts });
+    made.push(s);
+    await s._start();
+    return s;
+  };
+  const sh = async (s, cmd) => {
+    const r = await s.executeCommand(cmd);
+    assert.equal(r.exitCode, 0, r.stderr);
+    return r.stdout.trim();
+  };
+
+  before(async function () {
+    if (!BUSYBOX) this.skip();
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-'));
+    fs.chmodSync(work, 0o755);
+    const layers = makeLayers(work);
+    if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
+    const source = layerSource(layers);
+    server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data'), serverVersion: '0.1.13' });
+  });
+
+  after(async () => {
+    for (const s of made) await s._destroy().catch(() => {});
+    await server?.close();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it("has the image's files, not the host's, and the image config (Env merged with the create's)", async () => {
+    const s = await make({ env: { BOTH: 'create' } });
+    assert.equal(await sh(s, 'cat /marker'), 'from the image');
+    assert.equal(await sh(s, 'cat /app/top'), 'top layer');
+    const r = await s.executeCommand('test -e /etc/os-release; echo $?');
+    assert.equal(r.stdout.trim(), '1');
+    assert.equal(await sh(s, 'echo $FROM_IMAGE $BOTH $HOME'), '1 create /root');
+    assert.equal(await sh(s, 'id -u'), '0');
+  });
+
+  it('writes go to its own layer: the shared layers and other sandboxes of the image do not see them', async () => {
+    const a = await make();
+    const b = await make();
+    assert.equal(await sh(a, 'echo changed > /marker; echo new > /etc/new; rm /app/top; cat /marker; ls /app'), 'changed');
+    assert.equal(await sh(b, 'cat /marker; test -e /etc/new; echo $?'), 'from the image\n1');
+    assert.equal(await sh(b, 'cat /app/top'), 'top layer');
+    const osfs = new OpenSandboxFilesystem({ sandbox: a, basePath: '/tmp/fs' });
+    await osfs.writeFile('x.txt', 'hello');
+    assert.equal(await osfs.readFile('x.txt', { encoding: 'utf8' }), 'hello');
+    assert.equal(await sh(a, 'cat /tmp/fs/x.txt'), 'hello');
+    const p = await a.processes.spawn('sleep 30');
+    assert.ok((await a.processes.list()).some((x) => x.pid === p.pid));
+    await p.kill();
+  });
+
+  it('no setuid from a layer, no host root, no mount', async () => {
+    const s = await make();
+    const r = await s.executeCommand('mount -t tmpfs none /mnt 2>&1; echo rc=$?');
+    assert.match(r.stdout, /rc=[1-9]/);
+    assert.equal(await sh(s, 'ls /proc/1/root/ | grep -c os-release || true'), '0');
+  });
+
+  it('a snapshot of an image sandbox is refused with 400 SNAPSHOT::NOT_SUPPORTED (not captured wrong)', async () => {
+    const s = await make();
+    const id = (await (await fetch(`${server.baseUrl}/v1/sandboxes`)).json()).items.find((x) => x.image?.uri === 'localhost:5000/bar/bb:1' && x.status.state === 'Running').id;
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes/${id}/snapshots`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const body = await res.text();
+    assert.equal(res.status, 400, body);
+    assert.equal(JSON.parse(body).code, 'SNAPSHOT::NOT_SUPPORTED');
+  });
+
+  it('a failed pull is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the reason', async () => {
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: 'localhost:5000/missing:1' }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    const body = await res.json();
+    assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+    assert.match(body.message, /404 MANIFEST_UNKNOWN from registry localhost:5000/);
+  });
+
+  (ROOT ? it : it.skip)('a server run by another user (nobody): the layers owned by it, root in the sandbox, writes its own', async () => {
+    letUserRunCheckout(65534);
+    const dir = fs.mkdtempSync(path.join(work, 'nobody-'));
+    fs.chownSync(dir, 65534, 65534);
+    const child = spawn(process.execPath, [path.resolve('test/helpers/image-layers.js'), dir], { uid: 65534, gid: 65534, stdio: ['pipe', 'pipe', 'inherit'], env: process.env });
+    try {
+      const domain = await new Promise((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (b) => {
+          out += b;
+          if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]).domain);
+        });
+        child.on('exit', (code) => reject(new Error(`server exited ${code}`)));
+      });
+      const s = new OpenSandboxSandbox({ domain, image: 'localhost:5000/bar/bb:1' });
+      made.push(s);
+      await s._start();
+      assert.equal(await sh(s, 'cat /marker; id -u; echo w > /marker; cat /marker'), 'from the image\n0\nw');
+      assert.equal(fs.readFileSync(path.join(dir, 'l0', 'marker'), 'utf8'), 'from the image\n');
+      await s._destroy();
+    } finally {
+      child.stdin.end();
+      await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
+    }
+  });
+});
+
+describe('images: sandboxes on images pulled from a loopback registry (the image store)', function () {
+  this.timeout(60000);
+  let work;
+  let registry;
+  let server;
+  const made = [];
+  const make = async (image, opts = {}) => {
+    const s = new OpenSandboxSandbox({ domain: server.domain, image, ...opts });
+    made.push(s);
+    await s._start();
+    return s;
+  };
+  const sh = async (s, cmd) => {
+    const r = await s.executeCommand(cmd);
+    assert.equal(r.exitCode, 0, r.stderr);
+    return r.stdout.trim();
+  };
+
+  before(async function () {
+    if (!BUSYBOX) this.skip();
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-reg-'));
+    registry = await startRegistry();
+    writeOciLayout(path.join(work, 'oci'), { tag: 'bb', config: { Env: ['PATH=/bin', 'FROM_IMAGE=yes'], WorkingDir: '/' }, layers: [{ tar: busyboxTar() }] });
+    await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/bb:1');
+    await pushImage(await pythonLayout(), 'py', registry, 'bar/py:1');
+    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), log: () => {} });
+  });
+
+  after(async () => {
+    for (const s of made) await s._destroy().catch(() => {});
+    await server?.close();
+    await registry?.stop();
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+  });
+
+  it("a busybox image: the image's /marker and /etc/os-release, not the host's; ten sandboxes store its layers once", async () => {
+    const image = `${registry.host}/bar/bb:1`;
+    const all = await Promise.all(Array.from({ length: 10 }, () => make(image)));
+    for (const s of all) assert.equal(await sh(s, 'cat /marker /etc/os-release; echo $FROM_IMAGE'), 'busybox-image\nNAME=busybox-test\nyes');
+    assert.equal(fs.readdirSync(path.join(work, 'data', 'images', 'layers')).length, 1);
+  });
+
+  it("a python3 image runs python3 -c with the image's python", async () => {
+    const s = await make(`${registry.host}/bar/py:1`);
+    const out = await sh(s, `python3 -c 'import sys; print(sys.version_info[:2], sys.executable)'`);
+    assert.match(out, /^\(3, 11\) \/usr\/bin\/python3/);
+  });
+
+  it('a pull of a missing image is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED naming the registry', async () => {
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: `${registry.host}/bar/none:1` }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    const body = await res.json();
+    assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+    assert.match(body.message, new RegExp(registry.host.replace(/\./g, '\\.')));
+  });
+});
