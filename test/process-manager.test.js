@@ -304,6 +304,22 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(await leftovers(), '');
   });
 
+  it('1,000 processes leave no file of ours in /tmp (no guard file: a run started again by execd waits for a go line)', async function () {
+    this.timeout(60000);
+    const ls = async () => (await sandbox.executeCommand('ls -A /tmp; ls -A "${TMPDIR:-/tmp}"')).stdout;
+    const before = await ls();
+    const n = 1000;
+    const batch = 250; // concurrent spawns per batch
+    for (let b = 0; b < n; b += batch) {
+      const rs = await Promise.all(Array.from({ length: batch }, async (_, i) => {
+        const h = await pm.spawn(`exit ${(b + i) % 7}`, i % 10 ? { stdinMode: 'ignore' } : {});
+        return (await h.wait()).exitCode;
+      }));
+      assert.deepEqual(rs, Array.from({ length: batch }, (_, i) => (b + i) % 7));
+    }
+    assert.equal(await ls(), before);
+  });
+
   it('abortSignal at spawn: fired later kills; pre-aborted kills at once', async () => {
     const ac = new AbortController();
     const h = await pm.spawn('echo up; sleep 30', { abortSignal: ac.signal });

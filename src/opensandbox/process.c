@@ -78,6 +78,7 @@ struct osb_proc {
   /* engine-thread state */
   int state, engine_side, cleaning;
   int go_pending;       /* send the go line at "connected" */
+  int ended;            /* the GET before this (re)connection said running:false: the wrapper had ended */
   int connected;
   osb_ws_conn *conn;
   struct ws_link *link; /* the ud of conn */
@@ -211,19 +212,17 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   osb_buf_init(&b);
   int bad = 0;
   bad |= osb_buf_appendf(&b,
-                         "n=%s; f=\"${TMPDIR:-/tmp}/.osb-proc-$n\"\n"
-                         "if [ ! -e \"$f\" ]; then\n"
-                         "  : >\"$f\" 2>/dev/null\n"
-                         "  while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; esac; done\n"
-                         "  printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
+                         "n=%s\n"
+                         "while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                         "printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
                          "%s"
-                         "  (\n",
+                         "(\n",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
    * one more start per process): its stdin first, the wrapper's variables gone, then its cwd (before its environment:
    * "~" is execd's HOME, not one the call sets) and environment. */
-  bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
-                                                : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
+  bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l\n"
+                                                : "  exec <&4 3<&- 4<&-; unset -v n d l\n");
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
     bad |= osb_buf_append_str(&b, "  cd -- ");
     if (strcmp(o->cwd, "~") == 0) {
@@ -245,12 +244,9 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   bad |= shq(&b, o->command);
   bad |= osb_buf_append_str(&b, "\n");
   bad |= osb_buf_appendf(&b,
-                         "  )\n"
-                         "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
-                         "  [ -n \"$d\" ] && { exec 3<&- 4<&-; kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }\n"
-                         "else\n"
-                         "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
-                         "fi\n"
+                         ")\n"
+                         "c=$?\n"
+                         "[ -n \"$d\" ] && { exec 3<&- 4<&-; kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }\n"
                          "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                          "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
                          "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
@@ -464,6 +460,17 @@ static void try_finish(osb_proc *p) {
   uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
 }
 
+/* A wrapper that ended without exit markers (killed while no client was attached): exit -1. */
+static void settle_unseen(osb_proc *p) {
+  send_line(p, "\nOSB-ACK:%s\n");
+  p->error_code = "PROCESS_ENDED_UNSEEN";
+  snprintf(p->error_text, sizeof p->error_text,
+           "the process ended while no client was attached and execd's output has no exit status (it was killed?)");
+  settle(p, -1, 0, 0, p->error_text);
+  p->draining = 1;
+  uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
+}
+
 /* ---------------------------------------------------------------- stdin */
 
 #define STDIN_FRAME_MAX ((size_t)1024 * 1024) /* user bytes per frame: dd's one block */
@@ -664,6 +671,12 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
       if (p->go_pending) {
         p->go_pending = 0;
         send_line(p, "OSB-GO:%s\n");
+      } else if (p->ended && p->state == S_RUNNING && !p->kill_requested && !(p->mk.got_exit && p->mk.got_err)) {
+        /* The wrapper had ended before this connection and its output (the replay, just scanned) has no exit
+         * markers: it was killed. Its status is unknown; the wrapper execd just started again waits for a go line:
+         * the ack ends it, the command never runs twice. */
+        settle_unseen(p);
+        break;
       }
       flush_stdin(p);
       report_started(p);
@@ -802,6 +815,20 @@ static void on_status_done(void *ud, const osb_http_result *res) {
   }
   int ok = res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300;
   int gone = res->error == OSB_HTTP_OK && res->status == 404;
+  if (ok) { /* running:false: connecting starts the wrapper again; it then waits for a go line it never gets */
+    cJSON *j = cJSON_ParseWithLength(res->body, res->body_len);
+    const cJSON *r = j ? cJSON_GetObjectItemCaseSensitive(j, "running") : NULL;
+    p->ended = cJSON_IsFalse(r);
+    cJSON_Delete(j);
+  }
+  if (p->state == S_RUNNING) { /* a reconnect */
+    if (gone) {
+      settle_failed(p, "PROCESS_GONE", "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
+    } else if (!p->conn && !p->kill_requested && !p->draining) {
+      connect_ws(p); /* a failed GET: the upgrade tells (and the reconnect window bounds it) */
+    }
+    return;
+  }
   if (p->state == S_STARTING) { /* reattach */
     if (!ok) {
       osb_error err;
@@ -832,12 +859,13 @@ static void get_status(osb_proc *p) {
   if (!p->req) settle_failed(p, "OUT_OF_MEMORY", "out of memory%s", "");
 }
 
-/* Reconnects go straight to the WebSocket: its upgrade answers 404 when the session is gone and 409 when execd
- * still thinks the old socket holds it (then takeover=1). Connecting is safe whether or not the wrapper still runs:
- * it never runs the command twice (guard file). */
+/* Reconnects ask GET /pty/{id} first (running or not), then open the WebSocket: its upgrade answers 404 when the
+ * session is gone and 409 when execd still thinks the old socket holds it (then takeover=1). Connecting is safe
+ * whether or not the wrapper still runs: a wrapper that execd starts again waits for a go line, which the client
+ * sends only to a session without output (the command never ran); see the connected frame. */
 static void on_retry_timer(uv_timer_t *t) {
   osb_proc *p = t->data;
-  if (p->state == S_RUNNING && !p->conn && !p->kill_requested && !p->draining) connect_ws(p);
+  if (p->state == S_RUNNING && !p->conn && !p->kill_requested && !p->draining && !p->req) get_status(p);
 }
 
 static void reconnect_later(osb_proc *p) {
