@@ -162,6 +162,19 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.stdout, `${createHash('sha256').update(data).digest('hex')}  -\n0\n`);
   });
 
+  it('stdin awaited chunk by chunk (the way users write it: 1 byte, 64 KiB, 4 MiB), binary-exact, then closeStdin', async function () {
+    this.timeout(60000);
+    const pattern = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    for (const [size, total] of [[1, 2048], [65536, 8 * 1048576 + 100], [4 * 1048576, 12 * 1048576 + 1]]) {
+      const data = Buffer.concat([pattern, randomBytes(total - 256)]);
+      const h = await pm.spawn('sha256sum');
+      for (let o = 0; o < data.length; o += size) await h.sendStdin(data.subarray(o, o + size));
+      await h.closeStdin();
+      const r = await h.wait();
+      assert.deepEqual([size, r.exitCode, r.stdout, r.stderr], [size, 0, `${createHash('sha256').update(data).digest('hex')}  -\n`, '']);
+    }
+  });
+
   it("env named like the wrapper's variables (p, f, n, d, l) reaches the command and leaves its stdin alone", async () => {
     const h = await pm.spawn('cat; echo "$p|$f|$n|$d|$l"', { env: { p: '/etc/hostname', f: 'F', n: 'N', d: 'D', l: 'L' } });
     await h.sendStdin('from stdin\n');

@@ -100,6 +100,8 @@ struct osb_proc {
   int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
+  size_t queued;    /* user stdin bytes queued, not yet sent */
+  int unacked;      /* stdin frames sent on this connection whose frame-written marker has not arrived */
   int flush_posted; /* a flush of the stdin queue is posted to the engine */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
@@ -184,15 +186,18 @@ static int is_ident(const char *s) {
  * too). A TERM that arrives just before the shell enters a blocking read(2) is only noted, not acted on, until
  * that read returns: so the header read has a 1 s timeout (partial input is kept, bash saves it on a timeout) and
  * a lost TERM costs at most that second, never a hang. dd's errors (one without iflag=fullblock or status=none)
- * reach the command's stderr. $! of a process substitution needs bash >= 4.4. */
+ * reach the command's stderr. $! of a process substitution needs bash >= 4.4. After each frame the decoder prints a
+ * frame-written marker on stderr (\037OSB-W:<nonce>\037, stripped by the client): the client's flow control keeps
+ * at most STDIN_UNACKED frames unacknowledged and coalesces what is queued meanwhile. */
 #define STDIN_DECODER                                                                                   \
   "  exec 3<&0\n"                                                                                     \
   "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
   "    p=; while :; do IFS= read -r -t 1 l <&3; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
   "      l=$p$l; p=; [ $r -eq 0 ] || exit 0; case $l in\n"                                              \
   "      D0|T0) ;;\n"                                                                                   \
-  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\";;\n"                             \
-  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
+  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\"; printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n" \
+  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;\n"  \
+  "        printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n"                                                          \
   "      E) exit 0;; esac; done )\n"                                                                    \
   "  d=$!\n"
 
@@ -302,8 +307,16 @@ static void try_finish(osb_proc *p);
 static void emit_cb(void *ud, int which, const char *s, size_t n) { emit(ud, which, s, n); }
 
 /* Feeds bytes of one stream through the marker scanner. */
+static void flush_stdin(osb_proc *p);
+
 static void scan(osb_proc *p, int which, const char *data, size_t n) {
+  unsigned long wrote = p->mk.wrote;
   osb_pty_markers_scan(&p->mk, which, data, n, emit_cb, p);
+  if (p->mk.wrote != wrote) { /* stdin frames written into the command's stdin: send more */
+    unsigned long d = p->mk.wrote - wrote;
+    p->unacked = (unsigned long)p->unacked > d ? p->unacked - (int)d : 0;
+    flush_stdin(p);
+  }
   if (p->mk.got_exit && p->mk.got_err) try_finish(p);
 }
 
@@ -343,6 +356,7 @@ static void fail_stdin(osb_proc *p, int all) {
     m = n;
   }
   p->qhead = keep;
+  p->queued = 0;
 }
 
 /* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
@@ -473,7 +487,9 @@ static void settle_unseen(osb_proc *p) {
 
 /* ---------------------------------------------------------------- stdin */
 
-#define STDIN_FRAME_MAX ((size_t)1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_FRAME_MAX ((size_t)4 * 1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_QUEUE_MAX ((size_t)8 * 1024 * 1024) /* a write resolves at once while the queue holds at most this */
+#define STDIN_UNACKED 2                             /* stdin frames in flight before the decoder's written marker */
 #define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
 
 /* Pops the queue's head up to and including last, reporting rc to each piece's done. */
@@ -507,6 +523,7 @@ static void flush_stdin(osb_proc *p) {
       pop_sent(p, m, osb_ws_send(p->conn, 1, m->data, m->n));
       continue;
     }
+    if (m->kind == M_DATA && p->unacked >= STDIN_UNACKED) return; /* the decoder's written marker sends the rest */
     size_t total = 0;
     stdin_msg *last = NULL, *e = m;
     for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
@@ -536,6 +553,8 @@ static void flush_stdin(osb_proc *p) {
       if (end) memcpy(o, "E\n", 2);
       rc = osb_ws_send(p->conn, 1, msg, len);
       free(msg);
+      if (total) p->unacked++;
+      p->queued -= total;
     }
     pop_sent(p, last, rc); /* len == 1: only empty writes, nothing to send */
   }
@@ -596,8 +615,15 @@ static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_p
     tail = &m->next;
     off += k;
   } while (data && off < n);
-  last->done = done;
-  last->ud = ud;
+  /* A write resolves once queued (bytes still queued when the process exits are dropped); only one that finds the
+   * queue over STDIN_QUEUE_MAX waits until it is sent. The end of input resolves when it is sent. */
+  if (data) p->queued += n;
+  if (data && p->queued <= STDIN_QUEUE_MAX) {
+    done(ud, NULL, 0);
+  } else {
+    last->done = done;
+    last->ud = ud;
+  }
   while (head) {
     stdin_msg *nx = head->next;
     head->next = NULL;
@@ -663,6 +689,7 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
     }
     case OSB_PTY_CONNECTED:
       p->connected = 1;
+      p->unacked = 0; /* frames of an earlier connection: acknowledged or lost with it */
       p->connected_at = osb_engine_now(p->e);
       p->received_at_connect = p->received;
       /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
