@@ -175,6 +175,33 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     }
   });
 
+  it("exit, exec, the command's own EXIT trap, set -e, a function's return: the exact status and output, with and without stdin", async () => {
+    // the command runs in the wrapper's shell (its EXIT trap prints the markers) unless it may exec or trap (a subshell)
+    const cases = [
+      ['echo a; exit 3; echo b', 3, 'a\n'],
+      ['exec sh -c "echo viaexec; exit 4"', 4, 'viaexec\n'],
+      ['trap "echo trapped" EXIT; echo body; exit 5', 5, 'body\ntrapped\n'],
+      ['set -e; echo x; false; echo never', 1, 'x\n'],
+      ['f() { return 6; }; echo y; f', 6, 'y\n'],
+      ['cat; echo "read to EOF"', 0, 'in\nread to EOF\n'],
+    ];
+    for (const stdinMode of ['pipe', 'ignore']) {
+      const rs = await Promise.all(cases.map(async ([cmd]) => {
+        const h = await pm.spawn(cmd, stdinMode === 'ignore' ? { stdinMode } : {});
+        if (stdinMode !== 'ignore') {
+          await h.sendStdin('in\n');
+          await h.closeStdin();
+        }
+        return h.wait();
+      }));
+      rs.forEach((r, i) => {
+        const [cmd, code, out] = cases[i];
+        const want = stdinMode === 'ignore' && cmd.startsWith('cat') ? 'read to EOF\n' : out;
+        assert.deepEqual([cmd, stdinMode, r.exitCode, r.stdout, r.stderr], [cmd, stdinMode, code, want, '']);
+      });
+    }
+  });
+
   it("env named like the wrapper's variables (p, f, n, d, l) reaches the command and leaves its stdin alone", async () => {
     const h = await pm.spawn('cat; echo "$p|$f|$n|$d|$l"', { env: { p: '/etc/hostname', f: 'F', n: 'N', d: 'D', l: 'L' } });
     await h.sendStdin('from stdin\n');
