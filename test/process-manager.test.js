@@ -184,6 +184,8 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
       ['set -e; echo x; false; echo never', 1, 'x\n'],
       ['f() { return 6; }; echo y; f', 6, 'y\n'],
       ['cat; echo "read to EOF"', 0, 'in\nread to EOF\n'],
+      ['sleep 0.2 & wait; echo waited', 0, 'waited\n'],
+      ['set -eu; (exit 7)', 7, ''],
     ];
     for (const stdinMode of ['pipe', 'ignore']) {
       const rs = await Promise.all(cases.map(async ([cmd]) => {

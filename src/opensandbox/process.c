@@ -227,10 +227,12 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   /* The command runs in the wrapper's own shell (eval, like bash -c runs it: no fork of its own; a fork of bash is
    * ~3.5 ms of CPU, more than the rest of the wrapper) and an EXIT trap prints the markers and waits for the ack.
    * A command that could replace the shell (exec) or the trap (trap), or run code that could (source, ".", eval),
-   * runs in a subshell of the wrapper instead, as before (a word test on the command string: false positives only
+   * or (with stdin) wait for all children (wait: the decoder is one of the shell's), runs in a subshell of the
+   * wrapper instead, as before (a word test on the command string: false positives only
    * cost the fork). */
   int sub = strstr(o->command, "exec") || strstr(o->command, "trap") || strstr(o->command, "source") ||
-            strstr(o->command, "eval") || dot_command(o->command);
+            strstr(o->command, "eval") || dot_command(o->command) ||
+            (!o->stdin_ignore && strstr(o->command, "wait")); /* a bare wait would wait for the decoder too */
   osb_buf b;
   osb_buf_init(&b);
   int bad = 0;
@@ -249,7 +251,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * pid and that descriptor expanded now, so the command's variables cannot change them */
     bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
     bad |= osb_buf_appendf(&b,
-                           "trap \"c=\\$?; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+                           "trap \"c=\\$?; set +eu; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
                            "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; }; "
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
                            "while IFS= read -r -t %ld l <&$l; do case \\$l in *OSB-ACK:%s) exit 0;; esac; done; exit 0\" EXIT\n"
