@@ -186,6 +186,7 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
       ['cat; echo "read to EOF"', 0, 'in\nread to EOF\n'],
       ['sleep 0.2 & wait; echo waited', 0, 'waited\n'],
       ['set -eu; (exit 7)', 7, ''],
+      ['set -x; echo a; exit 3', 3, 'a\n', '++ echo a\n++ exit 3\n'], // the wrapper's own end is not traced
     ];
     for (const stdinMode of ['pipe', 'ignore']) {
       const rs = await Promise.all(cases.map(async ([cmd]) => {
@@ -197,9 +198,9 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
         return h.wait();
       }));
       rs.forEach((r, i) => {
-        const [cmd, code, out] = cases[i];
+        const [cmd, code, out, err = ''] = cases[i];
         const want = stdinMode === 'ignore' && cmd.startsWith('cat') ? 'read to EOF\n' : out;
-        assert.deepEqual([cmd, stdinMode, r.exitCode, r.stdout, r.stderr], [cmd, stdinMode, code, want, '']);
+        assert.deepEqual([cmd, stdinMode, r.exitCode, r.stdout, r.stderr], [cmd, stdinMode, code, want, err]);
       });
     }
   });

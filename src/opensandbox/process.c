@@ -251,7 +251,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * pid and that descriptor expanded now, so the command's variables cannot change them */
     bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
     bad |= osb_buf_appendf(&b,
-                           "trap \"c=\\$?; set +eu; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
                            "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; }; "
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
                            "while IFS= read -r -t %ld l <&$l; do case \\$l in *OSB-ACK:%s) exit 0;; esac; done; exit 0\" EXIT\n"
