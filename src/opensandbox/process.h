@@ -13,10 +13,12 @@
  *    execd's replay, or is unknown (-1, PROCESS_ENDED_UNSEEN) when GET /pty/{id} said running:false before the
  *    connection and the replay has no markers. Nothing is written in the sandbox's file system.
  * stdin: the user's bytes travel as frames "D<n>\n" + n raw bytes (writes queued together share one frame and one
- *    message, at most 1 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
+ *    message, at most 4 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
  *    wrapper (POSIX sh reads the header line, dd of coreutils or busybox copies the frame) feeds them through a pipe
- *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe, no
- *    round trip.
+ *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe.
+ *    osb_proc_write's done runs once the bytes are queued (only a write finding more than 8 MiB queued waits until
+ *    it is sent; bytes queued at the exit are dropped); at most 2 frames are unacknowledged (the decoder prints a
+ *    frame-written marker on stderr after each), what is queued meanwhile is coalesced into the next frame.
  * The go line also keeps output out of the merged replay buffer until the client is attached. The pid is "<session id>.<nonce>": enough for a new process
  * (after a restart) to reattach, replay from a byte offset, send stdin and kill.
  *
