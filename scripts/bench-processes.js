@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Benchmark of background processes (sandbox.processes), standalone: `node scripts/bench-processes.js`.
 // Rows, against one local OpenSandbox-compatible server and one sandbox:
-//   1. N concurrent background processes (default 500) each printing L lines (default 1000): every line verified,
+//   1. N concurrent background processes (default 500) each printing L lines (default 1000), with stdin and with
+//      stdinMode 'ignore' (what the official client's background commands offer): every line verified,
 //      wall time, JS-thread busy time (event-loop utilisation), process CPU (all threads), the CPU the server's
 //      process tree spent meanwhile (server, execd and the sandbox's processes: on a shared machine the wall time
 //      follows the total CPU, so this column says where the rest of it went) and peak RSS;
@@ -49,9 +50,9 @@ const expected = (i) => Array.from({ length: L }, (_, j) => `p${i}-${j + 1}\n`).
 
 // ---------------------------------------------------------------- ours
 
-async function oursBulk(pm) {
+async function oursBulk(pm, opts = {}) {
   let chunks = 0;
-  const hs = await Promise.all(Array.from({ length: N }, (_, i) => pm.spawn(cmdFor(i), { onStdout: () => { chunks++; } })));
+  const hs = await Promise.all(Array.from({ length: N }, (_, i) => pm.spawn(cmdFor(i), { ...opts, onStdout: () => { chunks++; } })));
   const rs = await Promise.all(hs.map((h) => h.wait()));
   let bad = 0;
   rs.forEach((r, i) => { if (r.exitCode !== 0 || r.stdout !== expected(i)) bad++; });
@@ -192,6 +193,9 @@ async function main() {
     console.log('  client                       lines ok   wall ms  JS-thread busy ms  process CPU ms  server CPU ms   RSS start -> peak MB');
     row('ours (PTY WebSocket, C)', bulk, bulk.value.bad);
     console.log(`  ours: ${bulk.value.chunks} output batches reached JS for ${lines} lines`);
+    // without stdin, like the official client's background commands (and Mastra's background tool)
+    const bulkIgnore = await profile(() => oursBulk(pm, { stdinMode: 'ignore' }), server);
+    row("ours, stdinMode 'ignore'", bulkIgnore, bulkIgnore.value.bad);
     const first = await oursFirstOutput(pm);
     const stdin = await oursStdinRoundTrip(pm);
     const through64 = await oursStdinThroughput(pm, 65536, true);
@@ -199,7 +203,7 @@ async function main() {
     const through = await oursStdinThroughput(pm, 1048576, false);
     const stdinLines = await oursStdinLines(pm);
 
-    let failed = bulk.value.bad !== 0;
+    let failed = bulk.value.bad !== 0 || bulkIgnore.value.bad !== 0;
     let oFirst = null;
     let oBulk = null;
     const sbx = args['no-official'] ? null : await officialSandbox(server.domain, server.apiKey, sandbox.opensandbox.sandboxId);
@@ -224,6 +228,7 @@ async function main() {
     const what = `${N} x ${L} process lines`;
     if (oBulk) {
       reportFigure(`${what} (cpu '${args.cpu}'): wall, ours / official`, bulk.wall / oBulk.wall, 'x', args.cpu === '1' ? '<= 1.0' : '<= 0.6', `${f(bulk.wall)} vs ${f(oBulk.wall)} ms`);
+      reportFigure(`${what} (cpu '${args.cpu}'), stdinMode 'ignore': wall, ours / official`, bulkIgnore.wall / oBulk.wall, 'x', args.cpu === '1' ? '<= 1.0' : '<= 0.6', `${f(bulkIgnore.wall)} vs ${f(oBulk.wall)} ms`);
       reportFigure(`${what}: JS-thread busy, ours / official`, bulk.js / oBulk.js, 'x', '<= 0.2', `${f(bulk.js)} vs ${f(oBulk.js)} ms`);
     }
     reportFigure(`stdin into wc -c, 64 KiB writes each awaited (${STDIN_MB} MB)`, through64.mbps, 'MB/s', '>= 30');
