@@ -32,13 +32,14 @@ function retainedLimit(v) {
 /**
  * The typed error of a process that settled without an exit status (the native errorCode, see
  * src/opensandbox/process.h): session gone -> OpenSandboxNotFoundError, taken over -> OpenSandboxApiError (409),
- * engine shutdown -> OpenSandboxCancelledError, no working connection within the reconnect window (and other
+ * ended unseen without a status -> OpenSandboxApiError, engine shutdown -> OpenSandboxCancelledError, no working connection within the reconnect window (and other
  * connection failures) -> OpenSandboxTransportError.
  */
 function processError(pid, code, text) {
   const details = { operation: `process ${pid}`, code };
   if (code === 'PROCESS_GONE') return new OpenSandboxNotFoundError(text, { ...details, status: 404 });
   if (code === 'PROCESS_TAKEN_OVER') return new OpenSandboxApiError(text, { ...details, status: 409 });
+  if (code === 'PROCESS_ENDED_UNSEEN') return new OpenSandboxApiError(text, details);
   if (code === 'SHUTDOWN') return new OpenSandboxCancelledError(text, details);
   return new OpenSandboxTransportError(text, details);
 }
@@ -179,7 +180,7 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
    * @param {(attempt: () => Promise<any>, opts: { anyTransport?: boolean }) => Promise<any>} [options.recover] runs
    *   spawn/get through the sandbox's dead-sandbox recovery (OpenSandboxSandbox passes its own; see lib/recovery.js)
    * @param {number} [options.ackWaitSeconds] how long an ended process waits for a client to collect its exit status
-   *   (default 600); after that its status is still recoverable by pid (the wrapper's guard file keeps it).
+   *   (default 600); after that its status is still recoverable by pid (from execd's replay, which holds the exit markers).
    */
   constructor({ env, connection, recover, ackWaitSeconds } = {}) {
     super({ env });

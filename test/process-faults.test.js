@@ -286,12 +286,42 @@ describe('OpenSandboxProcessManager under faults', function () {
         const res = await fetch(`http://${ep.endpoint}/pty/${sid}`, { headers: ep.headers });
         return res.status === 200 && (await res.json()).running === false;
       }, { message: 'session ended on execd' });
-      // connecting again makes execd start the session's command again: the wrapper finds its guard file
+      // connecting again makes execd start the session's wrapper again: it waits for a go line it never gets (the
+      // replay has output), the status comes from the replay's markers, and the client's ack ends the new run
       const h = await sb.processes.get(info.pid);
       assert.ok(h);
       const r = await h.wait();
       assert.equal(r.exitCode, 9);
       assert.equal(r.stdout, 'started\ndone\n');
+      const runs = await sb.executeCommand(`cat /tmp/${logicalId}.runs`);
+      assert.equal(runs.stdout, 'ran\n', 'the command ran exactly once');
+    } finally {
+      await sb._destroy();
+    }
+  });
+
+  it('a process whose wrapper was killed with nobody attached: reattach settles -1 (status unknown), never runs it again', async () => {
+    const logicalId = `reattach-killed-${process.pid}-${Date.now()}`;
+    const info = await spawnInChild(server.domain, logicalId, 'selfkill');
+    const sb = new OpenSandboxSandbox({ domain: server.domain, id: logicalId });
+    try {
+      await sb._start();
+      const ep = await sb.opensandbox.endpoint(44772);
+      const sid = info.pid.split('.')[0];
+      const running = async () => {
+        const res = await fetch(`http://${ep.endpoint}/pty/${sid}`, { headers: ep.headers });
+        return res.status === 404 ? false : (await res.json()).running; // 404: the client deleted the session
+      };
+      await waitFor(async () => (await running()) === false, { message: 'session ended on execd' });
+      const h = await sb.processes.get(info.pid);
+      assert.ok(h);
+      const r = await h.wait();
+      assert.equal(r.exitCode, -1);
+      assert.equal(r.error.code, 'PROCESS_ENDED_UNSEEN');
+      assert.match(r.errorText, /no exit status/);
+      assert.ok(r.stdout.startsWith('started\n'), r.stdout);
+      // the run execd started again at the reconnect got the ack instead of a go line and ended
+      await waitFor(async () => (await running()) === false, { message: 'the second run ended' });
       const runs = await sb.executeCommand(`cat /tmp/${logicalId}.runs`);
       assert.equal(runs.stdout, 'ran\n', 'the command ran exactly once');
     } finally {

@@ -162,6 +162,49 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.stdout, `${createHash('sha256').update(data).digest('hex')}  -\n0\n`);
   });
 
+  it('stdin awaited chunk by chunk (the way users write it: 1 byte, 64 KiB, 4 MiB), binary-exact, then closeStdin', async function () {
+    this.timeout(60000);
+    const pattern = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    for (const [size, total] of [[1, 2048], [65536, 8 * 1048576 + 100], [4 * 1048576, 12 * 1048576 + 1]]) {
+      const data = Buffer.concat([pattern, randomBytes(total - 256)]);
+      const h = await pm.spawn('sha256sum');
+      for (let o = 0; o < data.length; o += size) await h.sendStdin(data.subarray(o, o + size));
+      await h.closeStdin();
+      const r = await h.wait();
+      assert.deepEqual([size, r.exitCode, r.stdout, r.stderr], [size, 0, `${createHash('sha256').update(data).digest('hex')}  -\n`, '']);
+    }
+  });
+
+  it("exit, exec, the command's own EXIT trap, set -e, a function's return: the exact status and output, with and without stdin", async () => {
+    // the command runs in the wrapper's shell (its EXIT trap prints the markers) unless it may exec or trap (a subshell)
+    const cases = [
+      ['echo a; exit 3; echo b', 3, 'a\n'],
+      ['exec sh -c "echo viaexec; exit 4"', 4, 'viaexec\n'],
+      ['trap "echo trapped" EXIT; echo body; exit 5', 5, 'body\ntrapped\n'],
+      ['set -e; echo x; false; echo never', 1, 'x\n'],
+      ['f() { return 6; }; echo y; f', 6, 'y\n'],
+      ['cat; echo "read to EOF"', 0, 'in\nread to EOF\n'],
+      ['sleep 0.2 & wait; echo waited', 0, 'waited\n'],
+      ['set -eu; (exit 7)', 7, ''],
+      ['set -x; echo a; exit 3', 3, 'a\n', '++ echo a\n++ exit 3\n'], // the wrapper's own end is not traced
+    ];
+    for (const stdinMode of ['pipe', 'ignore']) {
+      const rs = await Promise.all(cases.map(async ([cmd]) => {
+        const h = await pm.spawn(cmd, stdinMode === 'ignore' ? { stdinMode } : {});
+        if (stdinMode !== 'ignore') {
+          await h.sendStdin('in\n');
+          await h.closeStdin();
+        }
+        return h.wait();
+      }));
+      rs.forEach((r, i) => {
+        const [cmd, code, out, err = ''] = cases[i];
+        const want = stdinMode === 'ignore' && cmd.startsWith('cat') ? 'read to EOF\n' : out;
+        assert.deepEqual([cmd, stdinMode, r.exitCode, r.stdout, r.stderr], [cmd, stdinMode, code, want, err]);
+      });
+    }
+  });
+
   it("env named like the wrapper's variables (p, f, n, d, l) reaches the command and leaves its stdin alone", async () => {
     const h = await pm.spawn('cat; echo "$p|$f|$n|$d|$l"', { env: { p: '/etc/hostname', f: 'F', n: 'N', d: 'D', l: 'L' } });
     await h.sendStdin('from stdin\n');
@@ -302,6 +345,22 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(await killed.kill(), true);
     assert.equal((await timed.wait()).timedOut, true);
     assert.equal(await leftovers(), '');
+  });
+
+  it('1,000 processes leave no file of ours in /tmp (no guard file: a run started again by execd waits for a go line)', async function () {
+    this.timeout(60000);
+    const ls = async () => (await sandbox.executeCommand('ls -A /tmp; ls -A "${TMPDIR:-/tmp}"')).stdout;
+    const before = await ls();
+    const n = 1000;
+    const batch = 250; // concurrent spawns per batch
+    for (let b = 0; b < n; b += batch) {
+      const rs = await Promise.all(Array.from({ length: batch }, async (_, i) => {
+        const h = await pm.spawn(`exit ${(b + i) % 7}`, i % 10 ? { stdinMode: 'ignore' } : {});
+        return (await h.wait()).exitCode;
+      }));
+      assert.deepEqual(rs, Array.from({ length: batch }, (_, i) => (b + i) % 7));
+    }
+    assert.equal(await ls(), before);
   });
 
   it('abortSignal at spawn: fired later kills; pre-aborted kills at once', async () => {

@@ -78,6 +78,7 @@ struct osb_proc {
   /* engine-thread state */
   int state, engine_side, cleaning;
   int go_pending;       /* send the go line at "connected" */
+  int ended;            /* the GET before this (re)connection said running:false: the wrapper had ended */
   int connected;
   osb_ws_conn *conn;
   struct ws_link *link; /* the ud of conn */
@@ -99,6 +100,8 @@ struct osb_proc {
   int start_pending;    /* reattach: on_started waits for the connected frame (the replay comes before it) */
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
+  size_t queued;    /* user stdin bytes queued, not yet sent */
+  int unacked;      /* stdin frames sent on this connection whose frame-written marker has not arrived */
   int flush_posted; /* a flush of the stdin queue is posted to the engine */
   char error_text[512];
   const char *error_code; /* static string: what kind of failure error_text is (see osb_proc_exit) */
@@ -183,17 +186,31 @@ static int is_ident(const char *s) {
  * too). A TERM that arrives just before the shell enters a blocking read(2) is only noted, not acted on, until
  * that read returns: so the header read has a 1 s timeout (partial input is kept, bash saves it on a timeout) and
  * a lost TERM costs at most that second, never a hang. dd's errors (one without iflag=fullblock or status=none)
- * reach the command's stderr. $! of a process substitution needs bash >= 4.4. */
+ * reach the command's stderr. $! of a process substitution needs bash >= 4.4. After each frame the decoder prints a
+ * frame-written marker on stderr (\037OSB-W:<nonce>\037, stripped by the client): the client's flow control keeps
+ * at most STDIN_UNACKED frames unacknowledged and coalesces what is queued meanwhile. */
 #define STDIN_DECODER                                                                                   \
   "  exec 3<&0\n"                                                                                     \
   "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
   "    p=; while :; do IFS= read -r -t 1 l <&3; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
   "      l=$p$l; p=; [ $r -eq 0 ] || exit 0; case $l in\n"                                              \
   "      D0|T0) ;;\n"                                                                                   \
-  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\";;\n"                             \
-  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;;\n" \
+  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\"; printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n" \
+  "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;\n"  \
+  "        printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n"                                                          \
   "      E) exit 0;; esac; done )\n"                                                                    \
   "  d=$!\n"
+
+/* Whether s may run "." (source a script): a "." word where a command starts. */
+static int dot_command(const char *s) {
+  for (const char *q = s; (q = strchr(q, '.')) != NULL; q++) {
+    if (q[1] && q[1] != ' ' && q[1] != '\t') continue;
+    const char *k = q;
+    while (k > s && (k[-1] == ' ' || k[-1] == '\t')) k--;
+    if (k == s || strchr(";&|({\n!", k[-1])) return 1;
+  }
+  return 0;
+}
 
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen) {
   if (!o->command || !*o->command) {
@@ -207,23 +224,41 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
     }
   }
   long ack = o->ack_wait_s > 0 ? o->ack_wait_s : 600;
+  /* The command runs in the wrapper's own shell (eval, like bash -c runs it: no fork of its own; a fork of bash is
+   * ~3.5 ms of CPU, more than the rest of the wrapper) and an EXIT trap prints the markers and waits for the ack.
+   * A command that could replace the shell (exec) or the trap (trap), or run code that could (source, ".", eval),
+   * or (with stdin) wait for all children (wait: the decoder is one of the shell's), runs in a subshell of the
+   * wrapper instead, as before (a word test on the command string: false positives only
+   * cost the fork). */
+  int sub = strstr(o->command, "exec") || strstr(o->command, "trap") || strstr(o->command, "source") ||
+            strstr(o->command, "eval") || dot_command(o->command) ||
+            (!o->stdin_ignore && strstr(o->command, "wait")); /* a bare wait would wait for the decoder too */
   osb_buf b;
   osb_buf_init(&b);
   int bad = 0;
   bad |= osb_buf_appendf(&b,
-                         "n=%s; f=\"${TMPDIR:-/tmp}/.osb-proc-$n\"\n"
-                         "if [ ! -e \"$f\" ]; then\n"
-                         "  : >\"$f\" 2>/dev/null\n"
-                         "  while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; esac; done\n"
-                         "  printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
-                         "%s"
-                         "  (\n",
+                         "n=%s\n"
+                         "while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                         "printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
+                         "%s",
                          nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
-  /* The command runs in this subshell of the wrapper's bash (eval, like bash -c runs it; a bash of its own would cost
-   * one more start per process): its stdin first, the wrapper's variables gone, then its cwd (before its environment:
-   * "~" is execd's HOME, not one the call sets) and environment. */
-  bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n f d l\n"
-                                                : "  exec <&4 3<&- 4<&-; unset -v n f d l\n");
+  if (sub) {
+    bad |= osb_buf_append_str(&b, "(\n");
+    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l\n"
+                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l\n");
+  } else {
+    /* the wrapper's stdin (for the ack) on a descriptor >= 10, the command's stdin on 0; the trap gets the decoder's
+     * pid and that descriptor expanded now, so the command's variables cannot change them */
+    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
+    bad |= osb_buf_appendf(&b,
+                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+                           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; }; "
+                           "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
+                           "while IFS= read -r -t %ld l <&$l; do case \\$l in *OSB-ACK:%s) exit 0;; esac; done; exit 0\" EXIT\n"
+                           "unset -v n d l\n",
+                           nonce, nonce, ack, nonce);
+  }
+  /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
     bad |= osb_buf_append_str(&b, "  cd -- ");
     if (strcmp(o->cwd, "~") == 0) {
@@ -244,18 +279,20 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
   bad |= osb_buf_append_str(&b, "\n");
-  bad |= osb_buf_appendf(&b,
-                         "  )\n"
-                         "  c=$?; echo \"$c\" >\"$f\" 2>/dev/null\n"
-                         "  [ -n \"$d\" ] && { exec 3<&- 4<&-; kill \"$d\" 2>/dev/null; wait \"$d\" 2>/dev/null; }\n"
-                         "else\n"
-                         "  c=$(cat \"$f\" 2>/dev/null); c=${c:--1}\n"
-                         "fi\n"
-                         "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
-                         "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
-                         "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
-                         "exit 0\n",
-                         ack);
+  if (!sub) {
+    bad |= osb_buf_append_str(&b, "exit\n"); /* the trap prints the markers */
+  } else {
+    bad |= osb_buf_appendf(&b,
+                           ")\n"
+                           "c=$?\n"
+                           "[ -n \"$d\" ] && { exec 3<&-; kill \"$d\" 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 l <&4; [ $? -eq 1 ]; do\n"
+                           "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
+                           "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
+                           "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
+                           "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                           "exit 0\n",
+                           ack);
+  }
   if (bad) {
     osb_buf_free(&b);
     snprintf(err, errlen, "out of memory");
@@ -306,8 +343,16 @@ static void try_finish(osb_proc *p);
 static void emit_cb(void *ud, int which, const char *s, size_t n) { emit(ud, which, s, n); }
 
 /* Feeds bytes of one stream through the marker scanner. */
+static void flush_stdin(osb_proc *p);
+
 static void scan(osb_proc *p, int which, const char *data, size_t n) {
+  unsigned long wrote = p->mk.wrote;
   osb_pty_markers_scan(&p->mk, which, data, n, emit_cb, p);
+  if (p->mk.wrote != wrote) { /* stdin frames written into the command's stdin: send more */
+    unsigned long d = p->mk.wrote - wrote;
+    p->unacked = (unsigned long)p->unacked > d ? p->unacked - (int)d : 0;
+    flush_stdin(p);
+  }
   if (p->mk.got_exit && p->mk.got_err) try_finish(p);
 }
 
@@ -347,6 +392,7 @@ static void fail_stdin(osb_proc *p, int all) {
     m = n;
   }
   p->qhead = keep;
+  p->queued = 0;
 }
 
 /* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
@@ -464,9 +510,22 @@ static void try_finish(osb_proc *p) {
   uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
 }
 
+/* A wrapper that ended without exit markers (killed while no client was attached): exit -1. */
+static void settle_unseen(osb_proc *p) {
+  send_line(p, "\nOSB-ACK:%s\n");
+  p->error_code = "PROCESS_ENDED_UNSEEN";
+  snprintf(p->error_text, sizeof p->error_text,
+           "the process ended while no client was attached and execd's output has no exit status (it was killed?)");
+  settle(p, -1, 0, 0, p->error_text);
+  p->draining = 1;
+  uv_timer_start(&p->retry_timer, on_drain_timer, DRAIN_MS, 0);
+}
+
 /* ---------------------------------------------------------------- stdin */
 
-#define STDIN_FRAME_MAX ((size_t)1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_FRAME_MAX ((size_t)4 * 1024 * 1024) /* user bytes per frame: dd's one block */
+#define STDIN_QUEUE_MAX ((size_t)8 * 1024 * 1024) /* a write resolves at once while the queue holds at most this */
+#define STDIN_UNACKED 2                             /* stdin frames in flight before the decoder's written marker */
 #define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
 
 /* Pops the queue's head up to and including last, reporting rc to each piece's done. */
@@ -500,6 +559,7 @@ static void flush_stdin(osb_proc *p) {
       pop_sent(p, m, osb_ws_send(p->conn, 1, m->data, m->n));
       continue;
     }
+    if (m->kind == M_DATA && p->unacked >= STDIN_UNACKED) return; /* the decoder's written marker sends the rest */
     size_t total = 0;
     stdin_msg *last = NULL, *e = m;
     for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
@@ -529,6 +589,8 @@ static void flush_stdin(osb_proc *p) {
       if (end) memcpy(o, "E\n", 2);
       rc = osb_ws_send(p->conn, 1, msg, len);
       free(msg);
+      if (total) p->unacked++;
+      p->queued -= total;
     }
     pop_sent(p, last, rc); /* len == 1: only empty writes, nothing to send */
   }
@@ -589,8 +651,15 @@ static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_p
     tail = &m->next;
     off += k;
   } while (data && off < n);
-  last->done = done;
-  last->ud = ud;
+  /* A write resolves once queued (bytes still queued when the process exits are dropped); only one that finds the
+   * queue over STDIN_QUEUE_MAX waits until it is sent. The end of input resolves when it is sent. */
+  if (data) p->queued += n;
+  if (data && p->queued <= STDIN_QUEUE_MAX) {
+    done(ud, NULL, 0);
+  } else {
+    last->done = done;
+    last->ud = ud;
+  }
   while (head) {
     stdin_msg *nx = head->next;
     head->next = NULL;
@@ -656,6 +725,7 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
     }
     case OSB_PTY_CONNECTED:
       p->connected = 1;
+      p->unacked = 0; /* frames of an earlier connection: acknowledged or lost with it */
       p->connected_at = osb_engine_now(p->e);
       p->received_at_connect = p->received;
       /* A reattach to a wrapper that never produced a byte (its first client died before sending the go line):
@@ -664,6 +734,12 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
       if (p->go_pending) {
         p->go_pending = 0;
         send_line(p, "OSB-GO:%s\n");
+      } else if (p->ended && p->state == S_RUNNING && !p->kill_requested && !(p->mk.got_exit && p->mk.got_err)) {
+        /* The wrapper had ended before this connection and its output (the replay, just scanned) has no exit
+         * markers: it was killed. Its status is unknown; the wrapper execd just started again waits for a go line:
+         * the ack ends it, the command never runs twice. */
+        settle_unseen(p);
+        break;
       }
       flush_stdin(p);
       report_started(p);
@@ -802,6 +878,20 @@ static void on_status_done(void *ud, const osb_http_result *res) {
   }
   int ok = res->error == OSB_HTTP_OK && res->status >= 200 && res->status < 300;
   int gone = res->error == OSB_HTTP_OK && res->status == 404;
+  if (ok) { /* running:false: connecting starts the wrapper again; it then waits for a go line it never gets */
+    cJSON *j = cJSON_ParseWithLength(res->body, res->body_len);
+    const cJSON *r = j ? cJSON_GetObjectItemCaseSensitive(j, "running") : NULL;
+    p->ended = cJSON_IsFalse(r);
+    cJSON_Delete(j);
+  }
+  if (p->state == S_RUNNING) { /* a reconnect */
+    if (gone) {
+      settle_failed(p, "PROCESS_GONE", "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
+    } else if (!p->conn && !p->kill_requested && !p->draining) {
+      connect_ws(p); /* a failed GET: the upgrade tells (and the reconnect window bounds it) */
+    }
+    return;
+  }
   if (p->state == S_STARTING) { /* reattach */
     if (!ok) {
       osb_error err;
@@ -832,12 +922,13 @@ static void get_status(osb_proc *p) {
   if (!p->req) settle_failed(p, "OUT_OF_MEMORY", "out of memory%s", "");
 }
 
-/* Reconnects go straight to the WebSocket: its upgrade answers 404 when the session is gone and 409 when execd
- * still thinks the old socket holds it (then takeover=1). Connecting is safe whether or not the wrapper still runs:
- * it never runs the command twice (guard file). */
+/* Reconnects ask GET /pty/{id} first (running or not), then open the WebSocket: its upgrade answers 404 when the
+ * session is gone and 409 when execd still thinks the old socket holds it (then takeover=1). Connecting is safe
+ * whether or not the wrapper still runs: a wrapper that execd starts again waits for a go line, which the client
+ * sends only to a session without output (the command never ran); see the connected frame. */
 static void on_retry_timer(uv_timer_t *t) {
   osb_proc *p = t->data;
-  if (p->state == S_RUNNING && !p->conn && !p->kill_requested && !p->draining) connect_ws(p);
+  if (p->state == S_RUNNING && !p->conn && !p->kill_requested && !p->draining && !p->req) get_status(p);
 }
 
 static void reconnect_later(osb_proc *p) {

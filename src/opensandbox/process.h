@@ -7,15 +7,19 @@
  *    wrapper prints an end marker with a random nonce on stderr, then one with the exit status on stdout, and waits
  *    (bounded) for an ack line on stdin. The client strips the markers, settles once both arrived (so every byte
  *    written before them has been received), sends the ack, and the session exits only then.
- *  - re-run on reconnect (connecting to an exited session starts the command again): the wrapper keeps a guard
- *    file named after the nonce; a second run finds it and only reprints the recorded exit status.
+ *  - re-run on reconnect (connecting to an exited session starts the command again): the wrapper starts the command
+ *    only on a "go" line, which the client sends to a session without output only (the command never ran). A run
+ *    started again by a reconnect sees the client's ack instead and exits; its status comes from the markers in
+ *    execd's replay, or is unknown (-1, PROCESS_ENDED_UNSEEN) when GET /pty/{id} said running:false before the
+ *    connection and the replay has no markers. Nothing is written in the sandbox's file system.
  * stdin: the user's bytes travel as frames "D<n>\n" + n raw bytes (writes queued together share one frame and one
- *    message, at most 1 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
- *    wrapper (POSIX sh reads the header line, dd of coreutils or busybox copies the frame) feeds them through a FIFO
- *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe, no
- *    round trip.
- * The wrapper waits for a "go" line before starting the user command, so no output can end up in the merged
- * replay buffer before the client is attached. The pid is "<session id>.<nonce>": enough for a new process
+ *    message, at most 4 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
+ *    wrapper (POSIX sh reads the header line, dd of coreutils or busybox copies the frame) feeds them through a pipe
+ *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe.
+ *    osb_proc_write's done runs once the bytes are queued (only a write finding more than 8 MiB queued waits until
+ *    it is sent; bytes queued at the exit are dropped); at most 2 frames are unacknowledged (the decoder prints a
+ *    frame-written marker on stderr after each), what is queued meanwhile is coalesced into the next frame.
+ * The go line also keeps output out of the merged replay buffer until the client is attached. The pid is "<session id>.<nonce>": enough for a new process
  * (after a restart) to reattach, replay from a byte offset, send stdin and kill.
  *
  * Output: stdout (0x01) and stderr (0x02) are kept apart; replayed bytes (0x03, stdout and stderr merged by execd)
@@ -24,7 +28,7 @@
  *
  * The WebSocket is never closed while execd may still write to it (its exit and close frames after an exit, a kill
  * or a timeout): the client waits for execd's close, bounded; the real execd relays the SIGPIPE of a write to a
- * closed socket to its foreground command. A killed process's stdin FIFO is removed through the files API. */
+ * closed socket to its foreground command. */
 #ifndef OSB_PROCESS_H
 #define OSB_PROCESS_H
 #include <stddef.h>

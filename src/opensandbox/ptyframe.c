@@ -67,6 +67,7 @@ void osb_pty_markers_init(osb_pty_markers *m, const char *nonce) {
   snprintf(m->pat_exit, sizeof m->pat_exit, "\x1fOSB-EXIT:%.32s:", nonce);
   snprintf(m->pat_err, sizeof m->pat_err, "\x1fOSB-ERR:%.32s\x1f", nonce);
   snprintf(m->pat_run, sizeof m->pat_run, "\x1fOSB-RUN:%.32s\x1f", nonce);
+  snprintf(m->pat_wrote, sizeof m->pat_wrote, "\x1fOSB-W:%.32s\x1f", nonce);
 }
 
 /* Fixed marker pat at s: 1 whole, 0 proper prefix, -1 no. */
@@ -81,9 +82,10 @@ static int match_fixed(const char *pat, const char *s, size_t n) {
 static int match_marker(const osb_pty_markers *m, const char *s, size_t n, size_t *mlen, int *kind, int *code) {
   size_t xl = strlen(m->pat_exit);
   int r_err = match_fixed(m->pat_err, s, n), r_run = match_fixed(m->pat_run, s, n), r_exit = -1;
-  if (r_err == 1 || r_run == 1) {
-    *kind = r_err == 1 ? OSB_PTY_MARK_ERR : OSB_PTY_MARK_RUN;
-    *mlen = strlen(r_err == 1 ? m->pat_err : m->pat_run);
+  int r_w = match_fixed(m->pat_wrote, s, n);
+  if (r_err == 1 || r_run == 1 || r_w == 1) {
+    *kind = r_err == 1 ? OSB_PTY_MARK_ERR : r_run == 1 ? OSB_PTY_MARK_RUN : OSB_PTY_MARK_WROTE;
+    *mlen = strlen(r_err == 1 ? m->pat_err : r_run == 1 ? m->pat_run : m->pat_wrote);
     return 1;
   }
   if (memcmp(s, m->pat_exit, n < xl ? n : xl) == 0) {
@@ -107,7 +109,7 @@ static int match_marker(const osb_pty_markers *m, const char *s, size_t n, size_
       }
     }
   }
-  return (r_err == 0 || r_run == 0 || r_exit == 0) ? 0 : -1;
+  return (r_err == 0 || r_run == 0 || r_w == 0 || r_exit == 0) ? 0 : -1;
 }
 
 static void record(osb_pty_markers *m, int kind, int code) {
@@ -116,6 +118,8 @@ static void record(osb_pty_markers *m, int kind, int code) {
     m->exit_code = code;
   } else if (kind == OSB_PTY_MARK_ERR) {
     m->got_err = 1;
+  } else if (kind == OSB_PTY_MARK_WROTE) {
+    m->wrote++;
   } else {
     m->got_run = 1;
   }

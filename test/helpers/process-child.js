@@ -1,6 +1,6 @@
 // Child process of test/process-faults.test.js ("processes survive the client"): attaches to (or creates) the
 // sandbox with the given logical id, spawns a background process, prints {"pid"} and exits without stopping
-// anything. argv: <domain> <logical id> [early|ackwait]. "early" exits right after the spawn, before the command is
+// anything. argv: <domain> <logical id> [early|ackwait|selfkill]. "selfkill": the command SIGKILLs its wrapper after the spawner is gone. "early" exits right after the spawn, before the command is
 // started; "ackwait" spawns with ackWaitSeconds 1 a command that ends after this process is gone (so its wrapper
 // gives up waiting for a client and the session ends); otherwise it waits until the command has started.
 import { OpenSandboxSandbox, OpenSandboxProcessManager } from '../../lib/index.js';
@@ -14,6 +14,13 @@ if (mode === 'ackwait') {
   const pm = new OpenSandboxProcessManager({ ackWaitSeconds: 1, connection: () => ({ baseUrl: `http://${ep.endpoint}`, headers: ep.headers }) });
   pm.sandbox = sandbox;
   const h = await pm.spawn(`echo started; sleep 0.5; echo ran >> /tmp/${logicalId}.runs; echo done; exit 9`);
+  await waitFor(() => h.stdout.startsWith('started\n'), { message: 'the command started' });
+  console.log(JSON.stringify({ pid: h.pid }));
+  process.exit(0);
+}
+if (mode === 'selfkill') {
+  // the wrapper (the command's $$) is killed while no client is attached: no exit status is ever printed
+  const h = await sandbox.processes.spawn(`echo ran >> /tmp/${logicalId}.runs; echo started; sleep 0.5; kill -9 $$`);
   await waitFor(() => h.stdout.startsWith('started\n'), { message: 'the command started' });
   console.log(JSON.stringify({ pid: h.pid }));
   process.exit(0);
