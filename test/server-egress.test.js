@@ -307,3 +307,24 @@ async function checkPolicy(c, sb, hostAddr) {
     }
   });
 });
+
+describe('dev-server egress: the nft helper', function () {
+  this.timeout(20000);
+  // regression: a request that failed (a sandbox whose process was already gone) was answered without its id, so
+  // its create waited forever (seen as a 15 s create timeout in server-security's issue-21 race test)
+  (findExecutable('python3') ? it : it.skip)("answers a failed open (the sandbox's process already gone) under the request's id", async () => {
+    const { NftHelper } = await import('../lib/dev-server/network.js');
+    const helper = new NftHelper(findExecutable('python3'));
+    try {
+      assert.equal(await helper.ready, true);
+      const gone = await helper.open(2 ** 22 + 1, false); // above pid_max's ceiling: never a live process
+      assert.match(gone.error, /No such file or directory/);
+      assert.equal(await helper.load(12345, 'flush ruleset\n'), 'unknown namespace handle');
+      const own = await helper.open(process.pid, false); // the helper still answers after the failure
+      assert.equal(typeof own.handle, 'number');
+      assert.equal(await helper.release(own.handle), null);
+    } finally {
+      helper.close();
+    }
+  });
+});

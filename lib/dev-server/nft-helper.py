@@ -99,8 +99,10 @@ def main():
         return '' if status == 0 else f'the helper\'s child ended with status {status}'
 
     for line in sys.stdin:
+        rid = None  # a failed request is answered under its own id: the server's waiter must always hear back
         try:
             req = json.loads(line)
+            rid = req.get('id') if isinstance(req, dict) else None
             if 'open' in req:
                 pid = int(req['open'])
                 net = os.open(f'/proc/{pid}/ns/net', os.O_RDONLY | os.O_CLOEXEC)
@@ -121,7 +123,7 @@ def main():
                 err = run(req)
             ans = {'id': req['id'], 'ok': True} if not err else {'id': req['id'], 'error': err}
         except Exception as e:  # noqa: BLE001
-            ans = {'id': None, 'error': str(e)}
+            ans = {'id': rid, 'error': str(e) or type(e).__name__}
         sys.stdout.write(json.dumps(ans) + '\n')
         sys.stdout.flush()
 
