@@ -153,7 +153,8 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     writeOciLayout(path.join(work, 'oci'), { tag: 'bb', config: { Env: ['PATH=/bin', 'FROM_IMAGE=yes'], WorkingDir: '/' }, layers: [{ tar: busyboxTar() }] });
     await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/bb:1');
     await pushImage(await pythonLayout(), 'py', registry, 'bar/py:1');
-    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), log: () => {} });
+    fs.mkdirSync(path.join(work, 'allowed'));
+    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), allowedHostPaths: [path.join(work, 'allowed')], log: () => {} });
   });
 
   after(async () => {
@@ -185,5 +186,23 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     const body = await res.json();
     assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
     assert.match(body.message, new RegExp(registry.host.replace(/\./g, '\\.')));
+  });
+
+  it("an oci: or docker-archive: image is read only under an allowed host path (400 IMAGE::HOST_PATH_NOT_ALLOWED otherwise)", async () => {
+    const create = (uri) => fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    // the layout exists (made for the pushes) but lies outside the allowed path; a symlink from inside does not help
+    fs.symlinkSync(path.join(work, 'oci'), path.join(work, 'allowed', 'link'));
+    for (const uri of [`oci:${path.join(work, 'oci')}:bb`, `oci:${path.join(work, 'allowed', 'link')}:bb`, 'docker-archive:/etc/passwd', `oci:${path.join(work, 'data')}`]) {
+      const res = await create(uri);
+      assert.equal(res.status, 400, uri);
+      const body = await res.json();
+      assert.equal(body.code, 'IMAGE::HOST_PATH_NOT_ALLOWED', uri);
+    }
+    fs.cpSync(path.join(work, 'oci'), path.join(work, 'allowed', 'oci'), { recursive: true });
+    const s = await make(`oci:${path.join(work, 'allowed', 'oci')}:bb`);
+    assert.equal(await sh(s, 'cat /marker'), 'busybox-image');
   });
 });

@@ -11,6 +11,9 @@ import { newToken } from './security.js';
 import { resolveVolumes } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
+import { parseReference } from './images/reference.js';
+
+const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -150,7 +153,7 @@ export class Sandboxes {
     const images = this.options.images;
     if (images && req.image?.uri) {
       try {
-        image = await images.source.acquire(req.image.uri, {
+        image = await images.source.acquire(this.offlineImagePath(req.image.uri), {
           auth: req.image.auth, platform: req.platform,
           onProgress: (p) => this.options.log?.(`sandbox ${id}: pulling ${req.image.uri}: layer ${p.layer} ${p.bytes}/${p.total ?? '?'} bytes`),
         });
@@ -415,6 +418,37 @@ export class Sandboxes {
   }
 
   /** Kubernetes BatchSandbox resume: Resuming while a new pod is scheduled (`resume` ms), then a fresh execd. */
+  /**
+   * An image from the server's own disk (`oci:<dir>`, `docker-archive:<file>`) is read only under an allowedHostPaths
+   * entry and never inside the data directory, as host volumes are: the path is resolved once (realpath) and that
+   * resolved path is what the store reads. Registry references pass through unchanged.
+   */
+  offlineImagePath(uri) {
+    let ref;
+    try {
+      ref = parseReference(uri);
+    } catch {
+      return uri; // the store reports the bad reference as the pull failure it is
+    }
+    if (ref.transport !== 'oci' && ref.transport !== 'docker-archive') return uri;
+    const requested = ref.transport === 'oci' ? ref.dir : ref.file;
+    const denied = (why) => new ApiError(400, 'IMAGE::HOST_PATH_NOT_ALLOWED', `Image path ${requested} ${why}.`);
+    let real;
+    try {
+      real = fs.realpathSync(requested);
+    } catch {
+      throw denied('does not exist on this server');
+    }
+    const real_ = (p) => { try { return fs.realpathSync(p); } catch { return path.resolve(p); } };
+    const allowed = this.options.allowedHostPaths.map(real_);
+    const data = real_(this.options.dataDir);
+    if (!allowed.some((a) => within(real, a))) {
+      throw denied(`is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}`);
+    }
+    if (within(real, data) || within(data, real)) throw denied("overlaps the server's data directory");
+    return ref.transport === 'oci' ? `oci:${real}${ref.tag !== null ? ':' + ref.tag : ''}` : `docker-archive:${real}`;
+  }
+
   reacquire(sb) {
     this.transition(sb, 'Resuming', 'RESUMING', 'Resuming sandbox');
     sb.phaseTimer = setTimeout(async () => {
