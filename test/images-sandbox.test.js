@@ -16,22 +16,27 @@ import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
 const ROOT = process.getuid() === 0;
 const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
 
+/** A started OpenSandboxSandbox of `image` on `server`, remembered in `made` (each suite's after() destroys them). */
+async function startSandbox(server, made, image, opts) {
+  const s = new OpenSandboxSandbox({ domain: server.domain, image, ...opts });
+  made.push(s);
+  await s._start();
+  return s;
+}
+
+/** `cmd`'s trimmed stdout; a non-zero exit fails the test with its stderr. */
+async function sh(s, cmd) {
+  const r = await s.executeCommand(cmd);
+  assert.equal(r.exitCode, 0, r.stderr);
+  return r.stdout.trim();
+}
+
 describe('images: sandboxes on a container image', function () {
   this.timeout(60000);
   let work;
   let server;
   const made = [];
-  const make = async (opts = {}) => {
-    const s = new OpenSandboxSandbox({ domain: server.domain, image: 'localhost:5000/bar/bb:1', ...opts });
-    made.push(s);
-    await s._start();
-    return s;
-  };
-  const sh = async (s, cmd) => {
-    const r = await s.executeCommand(cmd);
-    assert.equal(r.exitCode, 0, r.stderr);
-    return r.stdout.trim();
-  };
+  const make = (opts = {}) => startSandbox(server, made, 'localhost:5000/bar/bb:1', opts);
 
   before(async function () {
     if (!BUSYBOX) this.skip();
@@ -134,17 +139,7 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
   let registry;
   let server;
   const made = [];
-  const make = async (image, opts = {}) => {
-    const s = new OpenSandboxSandbox({ domain: server.domain, image, ...opts });
-    made.push(s);
-    await s._start();
-    return s;
-  };
-  const sh = async (s, cmd) => {
-    const r = await s.executeCommand(cmd);
-    assert.equal(r.exitCode, 0, r.stderr);
-    return r.stdout.trim();
-  };
+  const make = (image, opts = {}) => startSandbox(server, made, image, opts);
 
   before(async function () {
     if (!BUSYBOX) this.skip();
