@@ -17,7 +17,7 @@ import { OpenSandboxSandbox } from '../lib/index.js';
 import { findExecutable } from '../lib/dev-server/runner.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
-import { letUserRunCheckout } from './helpers/other-user.js';
+import { asNobodyWithTun, letUserRunCheckout } from './helpers/other-user.js';
 
 const ROOT = process.getuid() === 0;
 const TAG = `osbe${process.pid % 100000}`;
@@ -277,12 +277,7 @@ async function checkPolicy(c, sb, hostAddr) {
     fs.chmodSync(work, 0o711);
     letUserRunCheckout(65534);
     const cli = path.resolve('lib/dev-server/cli.js');
-    const asNobody = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, cli, '--port', '0', '--no-api-key', '--quiet', '--data-dir', path.join(dir, 'data'), '--dns-upstream', upstream];
-    // slirp4netns opens /dev/net/tun: where it is not 0666, the server gets a 0666 node in a private mount namespace
-    const tunOpen = (fs.statSync('/dev/net/tun').mode & 0o006) === 0o006;
-    const quote = (a) => `'${a.replace(/'/g, `'\\''`)}'`;
-    const argv = tunOpen ? asNobody : ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
-      `mount -t tmpfs none ${dir} && mknod -m 666 ${dir}/tun c 10 200 && mount --bind ${dir}/tun /dev/net/tun && umount -l ${dir} && exec ${asNobody.map(quote).join(' ')}`];
+    const argv = asNobodyWithTun([process.execPath, cli, '--port', '0', '--no-api-key', '--quiet', '--data-dir', path.join(dir, 'data'), '--dns-upstream', upstream], dir);
     const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => { out += d; });

@@ -13,7 +13,7 @@ import { findBwrap, findExecutable } from '../lib/dev-server/runner.js';
 import { DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SandboxIdentities, UID_BLOCK } from '../lib/dev-server/security.js';
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
-import { letUserRunCheckout } from './helpers/other-user.js';
+import { asNobodyWithTun, letUserRunCheckout } from './helpers/other-user.js';
 
 const ROOT = process.getuid() === 0;
 const NETWORK = { networkPolicy: { defaultAction: 'allow' } };
@@ -458,13 +458,7 @@ for d in sys.argv[1:]:
       process.stdin.resume();
       process.stdin.on('end', () => s.close().then(() => process.exit(0)));`;
     letUserRunCheckout(65534);
-    const asNobody = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, '--input-type=module', '-e', script];
-    // slirp4netns opens /dev/net/tun; it is 0666 on a usual system. Where it is not, the server gets a 0666 node of its
-    // own in a private mount namespace (gone with it) instead of a change to the host's /dev
-    const tunOpen = (fs.statSync('/dev/net/tun').mode & 0o006) === 0o006;
-    const quote = (a) => `'${a.replace(/'/g, `'\\''`)}'`;
-    const argv = tunOpen ? asNobody : ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
-      `mount -t tmpfs none ${dir} && mknod -m 666 ${dir}/tun c 10 200 && mount --bind ${dir}/tun /dev/net/tun && umount -l ${dir} && exec ${asNobody.map(quote).join(' ')}`];
+    const argv = asNobodyWithTun([process.execPath, '--input-type=module', '-e', script], dir);
     const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
