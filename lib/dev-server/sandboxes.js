@@ -8,12 +8,10 @@ import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 import { newToken } from './security.js';
-import { resolveVolumes } from './volumes.js';
+import { resolveVolumes, within } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
 import { parseReference } from './images/reference.js';
-
-const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -417,7 +415,6 @@ export class Sandboxes {
     sb.phaseTimer.unref();
   }
 
-  /** Kubernetes BatchSandbox resume: Resuming while a new pod is scheduled (`resume` ms), then a fresh execd. */
   /**
    * An image from the server's own disk (`oci:<dir>`, `docker-archive:<file>`) is read only under an allowedHostPaths
    * entry and never inside the data directory, as host volumes are: the path is resolved once (realpath) and that
@@ -449,6 +446,7 @@ export class Sandboxes {
     return ref.transport === 'oci' ? `oci:${real}${ref.tag !== null ? ':' + ref.tag : ''}` : `docker-archive:${real}`;
   }
 
+  /** Kubernetes BatchSandbox resume: Resuming while a new pod is scheduled (`resume` ms), then a fresh execd. */
   reacquire(sb) {
     this.transition(sb, 'Resuming', 'RESUMING', 'Resuming sandbox');
     sb.phaseTimer = setTimeout(async () => {

@@ -13,7 +13,8 @@ import { grantAccess, modeAllows, setfacl } from './security.js';
 const O_PATH = 0o10000000;
 const OPEN_NOFOLLOW = O_PATH | fs.constants.O_NOFOLLOW;
 
-const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
+/** Whether path `p` is `dir` or lies below it (both absolute and resolved). */
+export const within = (p, dir) => p === dir || p.startsWith(dir.endsWith('/') ? dir : dir + '/');
 const fdPath = (fd) => `/proc/self/fd/${fd}`;
 
 function closeAll(fds) {
