@@ -14,6 +14,15 @@ import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } fr
 import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
 
 const ROOT = process.getuid() === 0;
+/**
+ * Changes to an image sandbox's files that its writable layer records: a file of the image modified, a new one,
+ * /etc/passwd (of the image) deleted: a whiteout; /app (the top layer's /app/top) removed and made again: an opaque
+ * directory; a symlink to a host path (copied as the link, never followed) and a new directory.
+ */
+const CHANGE_LAYER = `echo changed > /marker; echo new > /etc/new; rm /etc/passwd; rm -rf /app; mkdir /app; echo fresh > /app/fresh;
+  ln -s /etc/shadow /root/link; mkdir -p /root/d; echo deep > /root/d/f`;
+/** [command, its output] showing CHANGE_LAYER's changes (in the sandbox that made them, or one restored from its snapshot). */
+const CHANGED = ['cat /marker /etc/new; test -e /etc/passwd; echo $?; ls -A /app; readlink /root/link; cat /root/d/f', 'changed\nnew\n1\nfresh\n/etc/shadow\ndeep'];
 const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
 
 /** A started OpenSandboxSandbox of `image` on `server`, remembered in `made` (each suite's after() destroys them). */
@@ -37,6 +46,7 @@ describe('images: sandboxes on a container image', function () {
   let server;
   const made = [];
   const make = (opts = {}) => startSandbox(server, made, 'localhost:5000/bar/bb:1', opts);
+  const counts = { acquired: 0, released: 0 }; // the image source's holds
 
   before(async function () {
     if (!BUSYBOX) this.skip();
@@ -44,7 +54,7 @@ describe('images: sandboxes on a container image', function () {
     fs.chmodSync(work, 0o755);
     const layers = makeLayers(work);
     if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
-    const source = layerSource(layers);
+    const source = layerSource(layers, counts);
     server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data'), serverVersion: '0.1.13' });
   });
 
@@ -86,13 +96,26 @@ describe('images: sandboxes on a container image', function () {
     assert.equal(await sh(s, 'ls /proc/1/root/ | grep -c os-release || true'), '0');
   });
 
-  it('a snapshot of an image sandbox is refused with 400 SNAPSHOT::NOT_SUPPORTED (not captured wrong)', async () => {
-    const s = await make();
-    const id = (await (await fetch(`${server.baseUrl}/v1/sandboxes`)).json()).items.find((x) => x.image?.uri === 'localhost:5000/bar/bb:1' && x.status.state === 'Running').id;
-    const res = await fetch(`${server.baseUrl}/v1/sandboxes/${id}/snapshots`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
-    const body = await res.text();
-    assert.equal(res.status, 400, body);
-    assert.equal(JSON.parse(body).code, 'SNAPSHOT::NOT_SUPPORTED');
+  it('a snapshot restores its writable layer over the image: modified, new, deleted (whiteout), opaque dir, symlink', async () => {
+    const src = await make();
+    await sh(src, CHANGE_LAYER);
+    const [check, expected] = CHANGED;
+    const snap = await src.opensandbox.createSnapshot({ wait: true, timeoutMs: 30000 });
+    assert.equal(await sh(src, check), expected); // the source runs on, unchanged
+    const restored = [await make({ snapshotId: snap.id, image: undefined })];
+    // root: every sandbox has a disk; one of another size gets the layer copied file by file instead of the disk image
+    if (ROOT) restored.push(await make({ snapshotId: snap.id, image: undefined, resources: { cpu: '1', memory: '1Gi', 'ephemeral-storage': '64Mi' } }));
+    for (const r of restored) {
+      assert.equal(await sh(r, check), expected);
+      assert.equal(await sh(r, 'cat /app/top 2>&1; echo $FROM_IMAGE'), 'cat: can\'t open \'/app/top\': No such file or directory\n1');
+      assert.equal(await sh(r, 'cat /bin/../marker; ls /tmp'), 'changed'); // the image's own files still there
+    }
+    // the snapshot's record keeps the image by digest; it is held until the snapshot is deleted
+    const rec = JSON.parse(fs.readFileSync(path.join(work, 'data', 'snapshots', snap.id, 'snapshot.json'), 'utf8'));
+    assert.deepEqual(rec.image, { reference: 'localhost:5000/bar/bb:1', digest: 'sha256:0', key: 'localhost:5000/bar/bb:1' });
+    const held = counts.acquired - counts.released;
+    await src.opensandbox.deleteSnapshot(snap.id);
+    assert.equal(counts.acquired - counts.released, held - 1);
   });
 
   it('a failed pull is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the reason', async () => {
@@ -106,7 +129,7 @@ describe('images: sandboxes on a container image', function () {
     assert.match(body.message, /404 MANIFEST_UNKNOWN from registry localhost:5000/);
   });
 
-  (ROOT ? it : it.skip)('a server run by another user (nobody): the layers owned by it, root in the sandbox, writes its own', async () => {
+  (ROOT ? it : it.skip)('a server run by another user (nobody): the layers owned by it, root in the sandbox, writes its own, snapshots restore', async () => {
     letUserRunCheckout(65534);
     const dir = fs.mkdtempSync(path.join(work, 'nobody-'));
     fs.chownSync(dir, 65534, 65534);
@@ -125,7 +148,15 @@ describe('images: sandboxes on a container image', function () {
       await s._start();
       assert.equal(await sh(s, 'cat /marker; id -u; echo w > /marker; cat /marker'), 'from the image\n0\nw');
       assert.equal(fs.readFileSync(path.join(dir, 'l0', 'marker'), 'utf8'), 'from the image\n');
+      // its writable layer copied as the server's user (no disk bound without root): whiteouts and opaque dirs too
+      await sh(s, CHANGE_LAYER);
+      const snap = await s.opensandbox.createSnapshot({ wait: true, timeoutMs: 30000 });
       await s._destroy();
+      const r = new OpenSandboxSandbox({ domain, snapshotId: snap.id });
+      made.push(r);
+      await r._start();
+      assert.equal(await sh(r, CHANGED[0]), CHANGED[1]);
+      await r._destroy();
     } finally {
       child.stdin.end();
       await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));

@@ -146,10 +146,21 @@ export class Sandboxes {
       timing.push([name, now - last]);
       last = now;
     };
-    // images 'run': the image's layers (pulled once, shared) under the sandbox's own writable layer
+    // the snapshot stays until the restore is done; 404/409 as the spec gives them
+    const restore = req.snapshotId ? this.snapshots.acquire(req.snapshotId) : null;
+    // images 'run': the image's layers (pulled once, shared) under the sandbox's own writable layer; a restore of a
+    // snapshot of an image sandbox: that image (by digest, held by the snapshot) under the snapshot's layer
     let image = null;
     const images = this.options.images;
-    if (images && req.image?.uri) {
+    if (restore) {
+      try {
+        image = restore.containerImage();
+      } catch (err) {
+        restore.release();
+        throw err;
+      }
+      if (image) phase('image');
+    } else if (images && req.image?.uri) {
       try {
         image = await images.source.acquire(this.offlineImagePath(req.image.uri), {
           auth: req.image.auth, platform: req.platform,
@@ -182,14 +193,6 @@ export class Sandboxes {
       createdAt: now, containerCreatedAt: Date.now(), exitCode: null, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
-    // the snapshot stays until the restore is done; 404/409 as the spec gives them
-    let restore = null;
-    try {
-      restore = req.snapshotId ? this.snapshots.acquire(req.snapshotId) : null;
-    } catch (err) {
-      await this.dispose(sb);
-      throw err;
-    }
     // bwrap's gate spawned and its cgroup entered while the disk is made (runner.js prepare); a failure surfaces in
     // proc.start() (startProcesses), which kills what it started
     proc.prepare().catch(() => {});
@@ -208,8 +211,10 @@ export class Sandboxes {
     if (restore) {
       try {
         if (sb.disk?.restored) {
-          // what the server, not the sandbox, kept in the source's directory: its execd socket, its resolv.conf
+          // what the server, not the sandbox, kept in the source's directory: its execd socket, its resolv.conf, its
+          // overlay's work dir (image sandboxes)
           fs.rmSync(proc.dirs.run, { recursive: true, force: true });
+          if (proc.dirs.work) fs.rmSync(proc.dirs.work, { recursive: true, force: true });
           fs.rmSync(path.join(proc.dir, 'resolv.conf'), { force: true });
         } else {
           await restore.restoreInto(proc.dirs, identity);

@@ -1,8 +1,10 @@
 // Snapshots of the local server (the spec's Snapshots API): a snapshot is a copy of a sandbox's writable state
-// (/workspace, /tmp, /root) under <dataDir>/snapshots/<id>/data, with its record in <dataDir>/snapshots/<id>/
-// snapshot.json, so snapshots outlive their source sandbox and a server restarted on the same dataDir. Capture
-// stops the sandbox's processes (SIGSTOP) only while the directories are copied (reflinks where the filesystem has
-// them), then lets them continue. States: Creating -> Ready | Failed; Deleting while the data is removed.
+// (/workspace, /tmp, /root; for a sandbox on a container image, its overlay's writable layer with the whiteouts and
+// opaque directories overlayfs keeps there, and the image it runs on, by digest) under <dataDir>/snapshots/<id>/data,
+// with its record in <dataDir>/snapshots/<id>/snapshot.json, so snapshots outlive their source sandbox and a server
+// restarted on the same dataDir. Capture stops the sandbox's processes (SIGSTOP) only while the directories are
+// copied (reflinks where the filesystem has them), then lets them continue. A snapshot holds its image in the image
+// store (no eviction) until it is deleted. States: Creating -> Ready | Failed; Deleting while the data is removed.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -11,6 +13,12 @@ import { ApiError } from './validate.js';
 
 /** The sandbox directories a snapshot holds (names under a sandbox's dir and under a snapshot's data dir). */
 export const SNAPSHOT_DIRS = ['workspace', 'tmp', 'home'];
+/**
+ * What a snapshot of a sandbox on an image holds instead: the overlay's writable layer (runner.js dirs.upper), its
+ * whiteouts (character devices 0/0) and opaque directories (xattr user.overlay.opaque) included: `cp -a` keeps both
+ * and follows no symlink.
+ */
+export const IMAGE_SNAPSHOT_DIRS = ['upper'];
 const RECORD = 'snapshot.json';
 const IMAGE = 'disk.img'; // the sandbox's disk image, when it had a disk bound
 const COPY_TIMEOUT_MS = 10 * 60 * 1000;
@@ -82,6 +90,7 @@ export class Snapshots {
     this.maxBytes = maxBytes;
     this.items = new Map();
     this.captures = new Set(); // capture promises in flight (close() waits for them)
+    this.imageHolds = new Map(); // snapshot id -> its image's hold in the image store (snapshots of image sandboxes)
     fs.mkdirSync(this.dir, { recursive: true });
     this.load();
   }
@@ -107,7 +116,30 @@ export class Snapshots {
         this.transition(rec, 'Failed', 'snapshot_recovery_failed', 'The server stopped while the snapshot was being captured.');
       }
       this.items.set(id, rec);
+      // its image stays in the store while the snapshot exists (the store opened before: nothing evicted meanwhile)
+      if (rec.image && rec.status.state === 'Ready') this.holdImage(rec);
     }
+  }
+
+  /** The server's image source (images 'run': the image store, or a stand-in with its interface), or null. */
+  get imageSource() {
+    return this.sandboxes.options.images?.source ?? null;
+  }
+
+  /**
+   * Holds the image of snapshot record `rec` ({ reference, digest, key }) in the image store until release (remove()
+   * or a failed capture): no LRU eviction takes it while a restore may need it. Logs when the store lost it (its
+   * restores then fail saying so).
+   */
+  holdImage(rec) {
+    const held = this.imageSource?.hold?.(rec.image) ?? null;
+    if (held) this.imageHolds.set(rec.id, held);
+    else this.log?.(`snapshot ${rec.id}: its image ${rec.image.reference} (${rec.image.digest}) is not in this server's image store`);
+  }
+
+  releaseImage(id) {
+    this.imageHolds.get(id)?.release();
+    this.imageHolds.delete(id);
   }
 
   persist(rec) {
@@ -151,11 +183,14 @@ export class Snapshots {
     if (sb.status.state !== 'Running') {
       throw new ApiError(409, 'SNAPSHOT::INVALID_SOURCE_STATE', 'Snapshot can only be created from a Running sandbox.');
     }
-    if (sb.imageHandle) {
-      // its files are an overlay's upper layer (whiteouts, opaque directories) over the image: not captured yet
-      throw new ApiError(400, 'SNAPSHOT::NOT_SUPPORTED', "Snapshots of a sandbox running on an image (the server's images 'run') are not supported by this local server yet.");
-    }
     const rec = { id: crypto.randomUUID(), sandboxId, ...(name !== undefined ? { name } : {}), createdAt: Date.now(), sizeBytes: 0 };
+    // a sandbox on an image: its writable layer, over that image (held from now on, by digest: docker commit's image)
+    if (sb.imageHandle) {
+      const { reference, digest, key } = sb.imageHandle;
+      rec.image = { reference, digest, key };
+      rec.dirs = IMAGE_SNAPSHOT_DIRS;
+      this.holdImage(rec);
+    }
     // docker commit keeps the container's labels: sandboxes restored from it inherit the source's metadata
     if (this.profile.snapshotLabels) rec.labels = { ...sb.metadata };
     this.transition(rec, 'Creating', 'snapshot_accepted', 'Snapshot creation accepted.');
@@ -173,10 +208,12 @@ export class Snapshots {
   async capture(rec, sb) {
     const data = path.join(this.dir, rec.id, 'data');
     const resumeAfter = !sb.proc.paused;
+    const dirs = rec.dirs ?? SNAPSHOT_DIRS;
     try {
+      if (rec.image && !this.imageHolds.has(rec.id)) throw new Error(`its image ${rec.image.reference} is not in the image store`);
       sb.proc.pause(); // consistent copy: nothing in the sandbox writes while it is taken
       if (this.maxBytes !== undefined) {
-        const need = SNAPSHOT_DIRS.reduce((n, d) => n + diskBytes(sb.proc.dirs[d]), 0);
+        const need = dirs.reduce((n, d) => n + diskBytes(sb.proc.dirs[d]), 0);
         // the copies of images made ahead for restores give their room to a capture that needs it
         if (this.bytesUsed() + need > this.maxBytes) await this.disks?.dropSpares();
         const used = this.bytesUsed();
@@ -184,7 +221,7 @@ export class Snapshots {
           throw new Error(`the sandbox's ${need} bytes would exceed the server's snapshot disk limit (${used} of ${this.maxBytes} bytes used)`);
         }
       }
-      for (const d of SNAPSHOT_DIRS) await copyTree(sb.proc.dirs[d], path.join(data, d));
+      for (const d of dirs) await copyTree(sb.proc.dirs[d], path.join(data, d));
       // with a disk bound, also the sandbox's whole image: a restore into a disk of the same size mounts a copy of
       // it instead of copying files one by one (Disks.mount)
       if (sb.disk) {
@@ -195,6 +232,7 @@ export class Snapshots {
       fs.rmSync(data, { recursive: true, force: true });
       fs.rmSync(path.join(this.dir, rec.id, IMAGE), { force: true });
       delete rec.disk;
+      this.releaseImage(rec.id);
       if (this.items.has(rec.id)) this.transition(rec, 'Failed', 'snapshot_runtime_failed', `Capture failed: ${err.message}`);
       this.log?.(`snapshot ${rec.id} of sandbox ${sb.id} failed: ${err.message}`);
       return;
@@ -252,13 +290,16 @@ export class Snapshots {
     }
     await fs.promises.rm(path.join(this.dir, id), { recursive: true, force: true });
     this.items.delete(id);
+    this.releaseImage(id); // the store may evict its image now
   }
 
   /**
-   * For a create with snapshotId: 404 unknown, 409 not Ready. Resolves { image, restoreInto(dirs, owner), release() }:
-   * image is { image, bytes } of the snapshot's disk image (for Disks.mount) or null; restoreInto copies the
-   * snapshot's directories into a new sandbox's dirs ({ workspace, tmp, home } paths), owned by `owner` ({ uid, gid }
-   * or null: as captured). The snapshot cannot be deleted until release().
+   * For a create with snapshotId: 404 unknown, 409 not Ready. Resolves { image, containerImage, restoreInto(dirs,
+   * owner), release() }: image is { image, bytes } of the snapshot's disk image (for Disks.mount) or null;
+   * containerImage() a new hold on the container image the snapshot's sandbox ran on (as the image store's acquire()
+   * gives it; its release() is the caller's), or null: it ran on the host's root; restoreInto copies the snapshot's
+   * directories into a new sandbox's dirs ({ workspace, tmp, home } paths, or { upper } for an image sandbox's), owned
+   * by `owner` ({ uid, gid } or null: as captured). The snapshot cannot be deleted until release().
    */
   acquire(id) {
     const rec = this.items.get(id);
@@ -271,14 +312,30 @@ export class Snapshots {
     let released = false;
     return {
       image: this.imageOf(rec),
+      containerImage: () => (rec.image ? this.holdContainerImage(rec) : null),
       restoreInto: async (dirs, owner = null) => {
-        for (const d of SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
+        for (const d of rec.dirs ?? SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
       },
       release: () => {
         if (!released) rec.restoring--;
         released = true;
       },
     };
+  }
+
+  /**
+   * A new hold on the image snapshot record `rec` was taken on (for a sandbox restored from it); 400 on a server not
+   * running images, 500 when the store no longer has it.
+   */
+  holdContainerImage(rec) {
+    const { reference, digest } = rec.image;
+    const source = this.imageSource;
+    if (!source) {
+      throw new ApiError(400, 'SNAPSHOT::NOT_SUPPORTED', `Snapshot ${rec.id} is of a sandbox on the image ${reference}; this server does not run images (start it with images 'run', --images run).`);
+    }
+    const held = source.hold?.(rec.image) ?? null;
+    if (!held) throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${rec.id}: its image ${reference} (${digest}) is no longer in the server's image store.`);
+    return held;
   }
 
   /** The server's disk bound (disk.js Disks), or null. */

@@ -30,15 +30,27 @@ export function chownTree(p, uid, gid) {
   if (fs.lstatSync(p).isDirectory()) for (const n of fs.readdirSync(p)) chownTree(path.join(p, n), uid, gid);
 }
 
-/** A source with ImageStore.acquire()'s interface: every reference is these layers; one naming "missing" fails as a pull does. */
+/**
+ * A source with ImageStore's acquire() and hold() interface: every reference is these layers (digest sha256:0); one
+ * naming "missing" fails as a pull does.
+ */
 export function layerSource(layers, counts = { acquired: 0, released: 0 }) {
+  const handle = (ref) => {
+    counts.acquired++;
+    let released = false;
+    const release = () => {
+      if (!released) counts.released++;
+      released = true;
+    };
+    return { reference: ref, digest: 'sha256:0', key: ref, layers, config: { Env: ['PATH=/bin', 'FROM_IMAGE=1', 'BOTH=image'], WorkingDir: '/app' }, release };
+  };
   return {
     counts,
     async acquire(ref) {
       if (ref.includes('missing')) throw Object.assign(new Error('404 MANIFEST_UNKNOWN from registry localhost:5000'), { status: 500, code: 'DOCKER::SANDBOX_IMAGE_PULL_FAILED' });
-      counts.acquired++;
-      return { reference: ref, digest: 'sha256:0', layers, config: { Env: ['PATH=/bin', 'FROM_IMAGE=1', 'BOTH=image'], WorkingDir: '/app' }, release: () => counts.released++ };
+      return handle(ref);
     },
+    hold: ({ key, digest }) => (digest === 'sha256:0' ? handle(key) : null),
   };
 }
 

@@ -152,9 +152,27 @@ export class ImageStore {
       if (opts.onProgress) pending.listeners.add(opts.onProgress); // every waiter of one pull sees its progress
       rec = await (opts.signal ? abortable(pending, opts.signal) : pending);
     }
-    this.holds.set(key, (this.holds.get(key) ?? 0) + 1);
+    const handle = this.handle(key, rec);
     rec.lastUsed = Date.now();
     await this.save();
+    await this.evict();
+    return handle;
+  }
+
+  /**
+   * The image stored under `key` (an acquire() handle's key) if it still is `digest`, held until release() like
+   * acquire()'s, without any pull (a snapshot of a sandbox on it keeps it from eviction, and restores onto it); null
+   * when the store no longer has it.
+   */
+  hold({ key, digest }) {
+    const rec = this.images.get(key);
+    if (!rec || rec.digest !== digest) return null;
+    return this.handle(key, rec);
+  }
+
+  /** A hold on image record `rec` (under `key`): { reference, digest, key, layers, config, bytes, release() }. */
+  handle(key, rec) {
+    this.holds.set(key, (this.holds.get(key) ?? 0) + 1);
     let released = false;
     const release = () => {
       if (released) return;
@@ -163,9 +181,8 @@ export class ImageStore {
       if (n > 0) this.holds.set(key, n); else this.holds.delete(key);
       this.evict().catch((e) => this.log(`images: eviction failed: ${e.message}`));
     };
-    await this.evict();
     return {
-      reference: rec.reference, digest: rec.digest, layers: rec.layers.map((h) => this.layerRoot(h)),
+      reference: rec.reference, digest: rec.digest, key, layers: rec.layers.map((h) => this.layerRoot(h)),
       config: structuredClone(rec.config), bytes: rec.bytes, release,
     };
   }
