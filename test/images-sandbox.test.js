@@ -11,7 +11,8 @@ import { startServer } from '../lib/dev-server/index.js';
 import { BUSYBOX, chownTree, layerSource, makeLayers } from './helpers/image-layers.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
 import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
-import { OpenSandboxFilesystem, OpenSandboxSandbox } from '../lib/index.js';
+import { OpenSandboxFilesystem, OpenSandboxSandbox, Template } from '../lib/index.js';
+import { waitFor } from './helpers/poll.js';
 
 const ROOT = process.getuid() === 0;
 /**
@@ -171,16 +172,19 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
   let server;
   const made = [];
   const make = (image, opts = {}) => startSandbox(server, made, image, opts);
+  let serverOptions;
 
   before(async function () {
     if (!BUSYBOX) this.skip();
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-reg-'));
+    serverOptions = { images: 'run', dataDir: path.join(work, 'data'), allowedHostPaths: [path.join(work, 'allowed')], log: () => {} };
     registry = await startRegistry();
     writeOciLayout(path.join(work, 'oci'), { tag: 'bb', config: { Env: ['PATH=/bin', 'FROM_IMAGE=yes'], WorkingDir: '/' }, layers: [{ tar: busyboxTar() }] });
     await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/bb:1');
+    await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/snap:1');
     await pushImage(await pythonLayout(), 'py', registry, 'bar/py:1');
     fs.mkdirSync(path.join(work, 'allowed'));
-    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), allowedHostPaths: [path.join(work, 'allowed')], log: () => {} });
+    server = await startServer(serverOptions);
   });
 
   after(async () => {
@@ -230,5 +234,45 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     fs.cpSync(path.join(work, 'oci'), path.join(work, 'allowed', 'oci'), { recursive: true });
     const s = await make(`oci:${path.join(work, 'allowed', 'oci')}:bb`);
     assert.equal(await sh(s, 'cat /marker'), 'busybox-image');
+  });
+
+  it('a template on an image: built once on it (a file of the image deleted), later starts restore it without a step', async () => {
+    const tpl = Template({ image: `${registry.host}/bar/bb:1` }).runCmd('echo ran >> /count; busybox rm /etc/os-release').withFamily(`img-${process.pid}`);
+    const check = ['cat /count /marker; test -e /etc/os-release; echo $?', 'ran\nbusybox-image\n1'];
+    const started = [];
+    for (let i = 0; i < 2; i++) {
+      const s = new OpenSandboxSandbox({ domain: server.domain, template: tpl });
+      made.push(s);
+      started.push(await s._start());
+      assert.equal(await sh(s, check[0]), check[1]);
+    }
+    const { snapshotId } = started[0].restoredFrom;
+    assert.equal(started[0].templateBuilt, true);
+    assert.deepEqual(started[1], { outcome: 'created', restoredFrom: { kind: 'template', templateId: tpl.templateId, snapshotId } });
+    assert.equal((await fetch(`${server.baseUrl}/v1/snapshots/${snapshotId}`, { method: 'DELETE' })).status, 204); // its image's hold too
+  });
+
+  // last: it restarts the server with an image bound
+  it("a snapshot holds its image in the store by digest: restored after a server restart, no eviction until it is deleted", async () => {
+    const image = `${registry.host}/bar/snap:1`;
+    const src = await make(image);
+    await sh(src, 'echo changed > /marker; echo new > /etc/new; busybox rm /etc/os-release');
+    const check = ['cat /marker /etc/new; test -e /etc/os-release; echo $?; echo $FROM_IMAGE', 'changed\nnew\n1\nyes'];
+    const snap = await src.opensandbox.createSnapshot({ wait: true, timeoutMs: 30000 });
+    await src._destroy();
+    const held = () => server.images.stats().images.find((i) => i.reference === image)?.held;
+    assert.equal(held(), 1); // by the snapshot alone
+    // a restart with an image bound every unheld image exceeds: only the snapshot's image is kept
+    await server.close();
+    server = await startServer({ ...serverOptions, maxImageBytes: 1 });
+    assert.equal(held(), 1);
+    const r = await make(undefined, { snapshotId: snap.id });
+    assert.equal(await sh(r, check[0]), check[1]);
+    await r._destroy(); // its release runs the eviction
+    const left = () => JSON.stringify(server.images.stats().images.map((i) => [i.reference, i.held]));
+    await waitFor(() => left() === JSON.stringify([[image, 1]]), { message: 'the other images evicted, the snapshot\'s kept' });
+    assert.equal((await fetch(`${server.baseUrl}/v1/snapshots/${snap.id}`, { method: 'DELETE' })).status, 204);
+    await waitFor(() => server.images.stats().images.length === 0, { message: 'the image evicted once its snapshot is gone' });
+    assert.deepEqual(fs.readdirSync(path.join(work, 'data', 'images', 'layers')), []);
   });
 });
