@@ -36,12 +36,12 @@ function packages(method, list) {
 
 /**
  * A check run before a package-manager step: the directory it installs into must be writable, else the step fails
- * with a message saying why (on the local dev server the host system is mounted read-only and there are no images).
+ * with a message saying why (the local dev server's default, images 'host', mounts the host system read-only).
  */
 function writableGuard(step, dirExpr) {
   const msg = `${step} needs the image's package manager, but its install directory $d is not writable in this sandbox ` +
-    '(the local dev server runs sandboxes on the host system, mounted read-only, without images). Use a real ' +
-    'OpenSandbox server with an image that has the package manager, or runCmd steps that write under /workspace, /tmp or /root.';
+    "(the local dev server runs sandboxes on the host system, mounted read-only, unless started with images 'run'). Use " +
+    'an image that has the package manager (a real OpenSandbox server, or the local one with images \'run\'), or runCmd steps that write under /workspace, /tmp or /root.';
   return `d=${dirExpr}; if [ ! -w "$d" ]; then echo "${msg}" >&2; exit 100; fi`;
 }
 
