@@ -149,19 +149,26 @@ describe('images: sandboxes on a container image', function () {
       await s._start();
       assert.equal(await sh(s, 'cat /marker; id -u; echo w > /marker; cat /marker'), 'from the image\n0\nw');
       assert.equal(fs.readFileSync(path.join(dir, 'l0', 'marker'), 'utf8'), 'from the image\n');
-      // its writable layer copied as the server's user (no disk bound without root): whiteouts and opaque dirs too
-      await sh(s, CHANGE_LAYER);
+      // its writable layer copied as the server's user (no disk bound without root): whiteouts and opaque dirs too,
+      // and a directory that user cannot read (mode 000)
+      await sh(s, `${CHANGE_LAYER}; mkdir /root/locked; echo kept > /root/locked/f; busybox chmod 000 /root/locked`);
       const snap = await s.opensandbox.createSnapshot({ wait: true, timeoutMs: 30000 });
+      const sbDir = path.join(dir, 'data', 'sb', s.opensandbox.sandboxId);
       await s._destroy();
+      assert.equal(fs.existsSync(sbDir), false); // removed, its mode 000 directory too
       const r = new OpenSandboxSandbox({ domain, snapshotId: snap.id });
       made.push(r);
       await r._start();
       assert.equal(await sh(r, CHANGED[0]), CHANGED[1]);
+      assert.equal(await sh(r, 'busybox stat -c %a /root/locked; busybox chmod 700 /root/locked; cat /root/locked/f'), '0\nkept');
       await r._destroy();
+      assert.equal((await fetch(`http://${domain}/v1/snapshots/${snap.id}`, { method: 'DELETE' })).status, 204);
+      assert.equal(fs.existsSync(path.join(dir, 'data', 'snapshots', snap.id)), false);
     } finally {
       child.stdin.end();
       await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
     }
+    assert.equal(child.exitCode, 0); // its close() removed every sandbox directory
   });
 });
 

@@ -8,7 +8,7 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import { Sandboxes } from './sandboxes.js';
 import { Snapshots } from './snapshots.js';
-import { bindFdProblem, findBwrap, probeBwrap } from './runner.js';
+import { bindFdProblem, findBwrap, probeBwrap, removeTree } from './runner.js';
 import { checkExecdBinary, execdBinary } from './execd-binary.js';
 import { probeNetwork } from './network.js';
 import { hostNameserver, parseUpstream, EGRESS_PORT, EGRESS_AUTH_HEADER } from './egress.js';
@@ -604,8 +604,7 @@ export async function startServer(options = {}) {
         await releaseLimits();
         hardening?.identities?.close();
         network?.helper?.close();
-        if (ownDataDir) fs.rmSync(dataDir, { recursive: true, force: true });
-        else fs.rmSync(path.join(dataDir, 'sb'), { recursive: true, force: true });
+        removeTree(ownDataDir ? dataDir : path.join(dataDir, 'sb'));
       })();
       return closed;
     },

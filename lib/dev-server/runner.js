@@ -551,10 +551,35 @@ export class SandboxProcess {
   }
 
   removeDirs() {
-    // overlayfs leaves work/work mode 000: a non-root server could not list it to remove it
-    if (this.dirs.work) try { fs.chmodSync(path.join(this.dirs.work, 'work'), 0o700); } catch { /* none */ }
-    fs.rmSync(this.dir, { recursive: true, force: true });
+    removeTree(this.dir);
   }
+}
+
+/**
+ * `rm -rf` of p that also removes what its owner cannot list: overlayfs's work/work (mode 000), a directory a sandbox
+ * made mode 000 (a non-root server has no override). On EACCES every directory under p is given mode 0700 first
+ * (lstat: no symlink is followed); only for trees nothing runs in any more (a killed sandbox's, a snapshot's data).
+ */
+export function removeTree(p) {
+  try {
+    fs.rmSync(p, { recursive: true, force: true });
+    return;
+  } catch (err) {
+    if (err.code !== 'EACCES' && err.code !== 'EPERM') throw err;
+  }
+  const open = (d) => {
+    let st;
+    try {
+      st = fs.lstatSync(d);
+    } catch {
+      return;
+    }
+    if (!st.isDirectory()) return;
+    fs.chmodSync(d, 0o700);
+    for (const name of fs.readdirSync(d)) open(path.join(d, name));
+  };
+  open(p);
+  fs.rmSync(p, { recursive: true, force: true });
 }
 
 /** The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22), or null when it is gone. */

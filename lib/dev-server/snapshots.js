@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { execFile } from 'node:child_process';
 import { ApiError } from './validate.js';
+import { findExecutable, removeTree } from './runner.js';
 
 /** The sandbox directories a snapshot holds (names under a sandbox's dir and under a snapshot's data dir). */
 export const SNAPSHOT_DIRS = ['workspace', 'tmp', 'home'];
@@ -41,6 +42,13 @@ function tool(name, args) {
 }
 
 /**
+ * A server that is not root copies as the root of a user namespace of its own mapping only its user (util-linux
+ * `unshare --map-root-user`): a sandbox's files are all that user's, and that root also reads the ones the sandbox made
+ * unreadable to their owner (mode 000), which a plain `cp` fails on. null: root, or no unshare (plain cp).
+ */
+const UNSHARE = process.getuid() !== 0 ? findExecutable('unshare', ['/usr/bin', '/bin']) : null;
+
+/**
  * `cp -a` of the contents of src into dst (created), reflinked when the filesystem can; with `owner` ({ uid, gid }:
  * a restore for a sandbox with a host uid of its own) what was copied becomes the owner's, symlinks themselves
  * included (`chown -R -h`, which follows none: nothing runs in dst yet).
@@ -48,7 +56,8 @@ function tool(name, args) {
 export async function copyTree(src, dst, owner = null) {
   fs.mkdirSync(dst, { recursive: true, mode: 0o755 });
   if (!fs.existsSync(src)) return;
-  await tool('cp', ['-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`]);
+  const cp = ['cp', '-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`];
+  await (UNSHARE ? tool(UNSHARE, ['--map-root-user', '--', ...cp]) : tool(cp[0], cp.slice(1)));
   if (owner) await tool('chown', ['-R', '-h', '--', `${owner.uid}:${owner.gid}`, dst]);
 }
 
@@ -103,16 +112,16 @@ export class Snapshots {
       try {
         rec = JSON.parse(fs.readFileSync(path.join(dir, RECORD), 'utf8'));
       } catch {
-        fs.rmSync(dir, { recursive: true, force: true }); // no complete record: a half-written entry
+        removeTree(dir); // no complete record: a half-written entry
         continue;
       }
       if (rec?.id !== id) continue;
       if (rec.status?.state === 'Deleting') {
-        fs.rmSync(dir, { recursive: true, force: true });
+        removeTree(dir);
         continue;
       }
       if (rec.status?.state === 'Creating') {
-        fs.rmSync(path.join(dir, 'data'), { recursive: true, force: true });
+        removeTree(path.join(dir, 'data'));
         this.transition(rec, 'Failed', 'snapshot_recovery_failed', 'The server stopped while the snapshot was being captured.');
       }
       this.items.set(id, rec);
@@ -229,7 +238,7 @@ export class Snapshots {
         rec.disk = { bytes: sb.disk.bytes };
       }
     } catch (err) {
-      fs.rmSync(data, { recursive: true, force: true });
+      removeTree(data);
       fs.rmSync(path.join(this.dir, rec.id, IMAGE), { force: true });
       delete rec.disk;
       this.releaseImage(rec.id);
@@ -288,7 +297,12 @@ export class Snapshots {
       rec.deleteConflict = true;
       throw new ApiError(409, 'SNAPSHOT::DELETE_CONFLICT', 'snapshot image cannot be deleted due to a conflict');
     }
-    await fs.promises.rm(path.join(this.dir, id), { recursive: true, force: true });
+    const dir = path.join(this.dir, id);
+    // off the event loop; what its owner cannot list (a non-root server, a mode 000 directory) once more as removeTree does
+    await fs.promises.rm(dir, { recursive: true, force: true }).catch((err) => {
+      if (err.code !== 'EACCES' && err.code !== 'EPERM') throw err;
+      removeTree(dir);
+    });
     this.items.delete(id);
     this.releaseImage(id); // the store may evict its image now
   }
