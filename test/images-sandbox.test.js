@@ -273,6 +273,17 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     await src._destroy();
     const held = () => server.images.stats().images.find((i) => i.reference === image)?.held;
     assert.equal(held(), 1); // by the snapshot alone
+    // a server on the same dataDir without images refuses to restore it, saying why
+    await server.close();
+    server = await startServer({ ...serverOptions, images: 'host' });
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ snapshotId: snap.id, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    const body = await res.json();
+    assert.equal(res.status, 400);
+    assert.equal(body.code, 'SNAPSHOT::NOT_SUPPORTED');
+    assert.match(body.message, /this server does not run images \(start it with images 'run', --images run\)/);
     // a restart with an image bound every unheld image exceeds: only the snapshot's image is kept
     await server.close();
     server = await startServer({ ...serverOptions, maxImageBytes: 1 });

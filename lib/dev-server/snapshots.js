@@ -125,8 +125,9 @@ export class Snapshots {
         this.transition(rec, 'Failed', 'snapshot_recovery_failed', 'The server stopped while the snapshot was being captured.');
       }
       this.items.set(id, rec);
-      // its image stays in the store while the snapshot exists (the store opened before: nothing evicted meanwhile)
-      if (rec.image && rec.status.state === 'Ready') this.holdImage(rec);
+      // its image stays in the store while the snapshot exists (the store opened before: nothing evicted meanwhile);
+      // a server not running images has no store (its restores are refused)
+      if (rec.image && rec.status.state === 'Ready' && this.imageSource) this.holdImage(rec);
     }
   }
 
