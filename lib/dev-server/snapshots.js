@@ -44,9 +44,18 @@ function tool(name, args) {
 /**
  * A server that is not root copies as the root of a user namespace of its own mapping only its user (util-linux
  * `unshare --map-root-user`): a sandbox's files are all that user's, and that root also reads the ones the sandbox made
- * unreadable to their owner (mode 000), which a plain `cp` fails on. null: root, or no unshare (plain cp).
+ * unreadable to their owner (mode 000), which a plain `cp` fails on. Resolves the unshare to use, or null: root, no
+ * unshare, or one that cannot make that namespace here (tried once): a plain cp.
  */
-const UNSHARE = process.getuid() !== 0 ? findExecutable('unshare', ['/usr/bin', '/bin']) : null;
+let unshareProbe = null;
+function copyUnshare() {
+  unshareProbe ??= (async () => {
+    const unshare = process.getuid() !== 0 ? findExecutable('unshare', ['/usr/bin', '/bin']) : null;
+    if (!unshare) return null;
+    return tool(unshare, ['--map-root-user', '--', 'true']).then(() => unshare, () => null);
+  })();
+  return unshareProbe;
+}
 
 /**
  * `cp -a` of the contents of src into dst (created), reflinked when the filesystem can; with `owner` ({ uid, gid }:
@@ -57,7 +66,8 @@ export async function copyTree(src, dst, owner = null) {
   fs.mkdirSync(dst, { recursive: true, mode: 0o755 });
   if (!fs.existsSync(src)) return;
   const cp = ['cp', '-a', '--reflink=auto', '--', `${src}/.`, `${dst}/`];
-  await (UNSHARE ? tool(UNSHARE, ['--map-root-user', '--', ...cp]) : tool(cp[0], cp.slice(1)));
+  const unshare = await copyUnshare();
+  await (unshare ? tool(unshare, ['--map-root-user', '--', ...cp]) : tool(cp[0], cp.slice(1)));
   if (owner) await tool('chown', ['-R', '-h', '--', `${owner.uid}:${owner.gid}`, dst]);
 }
 
