@@ -190,7 +190,18 @@ describe('image store', function () {
     assert.deepEqual(store.stats().images.map((i) => i.reference).sort(), [`oci:${tmp}/oci:a`, `oci:${tmp}/oci:c`]);
     assert.ok(fs.existsSync(a.layers[0]) && fs.existsSync(c.layers[0]));
     assert.equal(fs.readdirSync(path.join(tmp, 'store/layers')).length, 2);
+    // hold(): a stored image by key and digest (a snapshot's), never a pull: b is gone, another digest is another image
+    assert.equal(store.hold({ key: b.key, digest: b.digest }), null);
+    assert.equal(store.hold({ key: a.key, digest: c.digest }), null);
+    const held = store.hold({ key: a.key, digest: a.digest });
+    assert.deepEqual([held.digest, held.layers], [a.digest, a.layers]);
     a.release(); c.release();
+    store.maxImageBytes = 1; // c (unheld) goes, a stays while held
+    await store.evict();
+    assert.deepEqual(store.stats().images.map((i) => [i.reference, i.held]), [[`oci:${tmp}/oci:a`, 1]]);
+    held.release();
+    await store.evict();
+    assert.deepEqual(store.stats().images, []);
   });
 
   it('a SIGKILL mid-unpack leaves no half layer in use', async () => {
