@@ -313,7 +313,7 @@ export async function startServer(options = {}) {
     // the layers' owner: for a root server a uid just below the sandboxes' block (idmapped to each sandbox's root),
     // else the server's own uid (root in the sandbox's user namespace)
     const owner = hardening ? { uid: opts.sandboxUid - 1, gid: opts.sandboxUid - 1 } : { uid: process.getuid(), gid: process.getgid() };
-    let source = opts.imageSource; // { acquire(ref, { auth, platform, onProgress }) } instead of the store (tests)
+    let source = opts.imageSource; // { acquire(ref, { auth, platform, onProgress }), hold({ key, digest }) } instead of the store (tests)
     if (!source) {
       let mod;
       try {
