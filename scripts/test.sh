@@ -16,7 +16,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 c_rc=0
-make -s -C test/c check 2>&1 | tee "$log" || c_rc=1
+make -s -j"$(nproc)" -C test/c check 2>&1 | tee "$log" || c_rc=1
 c_pass=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log" | tail -1)
 c_fail=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log" | tail -1)
 

@@ -222,7 +222,7 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
   });
 
   describe("emulate: 'kubernetes'", () => {
-    const delays = { create: 1500, ready: 1500, endpoint: 3500, pause: 2500, resume: 2500 }; // the endpoint lags Running
+    const delays = { create: 800, ready: 800, endpoint: 1800, pause: 1300, resume: 1300 }; // the endpoint lags Running
     let server;
     const sb = sandboxes(() => server);
     before(async function () {

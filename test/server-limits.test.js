@@ -1,5 +1,5 @@
 // The local server's execd stays within bounded memory under careless and hostile clients: a /command stream
-// nobody reads (directly and through the server's proxy route), one 1 GiB output line, 5,000 commands, oversized
+// nobody reads (directly and through the server's proxy route), one 1 GiB output line, 1,500 commands, oversized
 // request bodies and malformed percent-encoding. execd's RSS is read from /proc (the execd process is found in this
 // process's tree: startServer runs in-process) and must stay under RSS_CEILING_MB throughout; the sandbox keeps
 // working afterwards. Bounds: docs/dev-server-execd.md "Limits".
@@ -17,7 +17,7 @@ import { request, parseEvents, endpointHeadersFor } from './helpers/raw.js';
 const RSS_CEILING_MB = 250;
 const MiB = 1024 * 1024;
 /** Commands of the record-retention soak (OSB_SOAK_COMMANDS overrides; it must exceed the 1,000-record bound). */
-const COMMANDS = Number(process.env.OSB_SOAK_COMMANDS) || 5000;
+const COMMANDS = Number(process.env.OSB_SOAK_COMMANDS) || 1500;
 
 function cmdline(pid) {
   try {
