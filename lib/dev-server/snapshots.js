@@ -20,6 +20,8 @@ export const SNAPSHOT_DIRS = ['workspace', 'tmp', 'home'];
  * and follows no symlink.
  */
 export const IMAGE_SNAPSHOT_DIRS = ['upper'];
+/** The directories snapshot record `rec` holds: an image sandbox's writable layer, else the sandbox's own dirs. */
+const dirsOf = (rec) => (rec.image ? IMAGE_SNAPSHOT_DIRS : SNAPSHOT_DIRS);
 const RECORD = 'snapshot.json';
 const IMAGE = 'disk.img'; // the sandbox's disk image, when it had a disk bound
 const COPY_TIMEOUT_MS = 10 * 60 * 1000;
@@ -208,7 +210,6 @@ export class Snapshots {
     if (sb.imageHandle) {
       const { reference, digest, key } = sb.imageHandle;
       rec.image = { reference, digest, key };
-      rec.dirs = IMAGE_SNAPSHOT_DIRS;
       this.holdImage(rec);
     }
     // docker commit keeps the container's labels: sandboxes restored from it inherit the source's metadata
@@ -228,7 +229,7 @@ export class Snapshots {
   async capture(rec, sb) {
     const data = path.join(this.dir, rec.id, 'data');
     const resumeAfter = !sb.proc.paused;
-    const dirs = rec.dirs ?? SNAPSHOT_DIRS;
+    const dirs = dirsOf(rec);
     try {
       if (rec.image && !this.imageHolds.has(rec.id)) throw new Error(`its image ${rec.image.reference} is not in the image store`);
       sb.proc.pause(); // consistent copy: nothing in the sandbox writes while it is taken
@@ -339,7 +340,7 @@ export class Snapshots {
       image: this.imageOf(rec),
       containerImage: () => (rec.image ? this.holdContainerImage(rec) : null),
       restoreInto: async (dirs, owner = null) => {
-        for (const d of rec.dirs ?? SNAPSHOT_DIRS) await copyTree(path.join(data, d), dirs[d], owner);
+        for (const d of dirsOf(rec)) await copyTree(path.join(data, d), dirs[d], owner);
       },
       release: () => {
         if (!released) rec.restoring--;
