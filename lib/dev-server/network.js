@@ -354,14 +354,15 @@ export class SlirpNetwork {
       this.nsHandle = opened.handle;
     }
     const load = (rules) => loadRuleset(this.tools, pid, rules, this.nsHandle ?? null);
+    // the host's addresses are read once: the guard and every later policy update close the same set
+    const host = hostAddresses();
     let egress = null;
     if (this.resolver) {
       egress = { policy: this.resolver.policy, ports: await this.resolver.listen() };
       this.resolver.allowAddresses = (addrs) => load(resolvedElements(addrs));
-      const host = hostAddresses();
       this.resolver.applyPolicy = (policy) => load(policyUpdate(policy, host));
     }
-    const guard = load(guardRuleset(hostAddresses(), egress));
+    const guard = load(guardRuleset(host, egress));
     guard.catch(() => {}); // awaited below
     try {
       await loopbackUp(pid);
