@@ -73,6 +73,26 @@ describe('startServer: the C execd osb-execd must be there and run', function ()
     await refused(/does not run \(exit 3: cannot start\)/);
   });
 
+  it("an execd that fails at a sandbox's start: the create's 500 carries the last of what it wrote, however late it is read", async () => {
+    // the exit event can come before the end of its stderr: 200 KB of noise (more than a pipe holds), then the reason
+    const failing = path.join(work, 'osb-execd-dies');
+    fs.writeFileSync(failing, '#!/bin/sh\n[ "$1" = --version ] && { echo "osb-execd 1"; exit 0; }\n'
+      + 'i=0; while [ $i -lt 2000 ]; do echo "noise line $i: ........................................................................................" >&2; i=$((i+1)); done\n'
+      + 'echo "the reason it died" >&2\nexit 1\n', { mode: 0o755 });
+    setEnv({ MASTRA_OPENSANDBOX_EXECD: failing });
+    const server = await startServer({ dataDir: path.join(work, 'data-dies'), isolation: 'none', log: () => {} });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`http://${server.domain}/v1/sandboxes`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ image: { uri: 'x' }, entrypoint: ['tail', '-f', '/dev/null'], resourceLimits: {} }) });
+        const body = await r.json();
+        assert.equal(r.status, 500, JSON.stringify(body));
+        assert.match(body.message, /execd exited before it was ready .*noise line 1999: \.+\s+the reason it died$/s, body.message);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
   it('the real one passes the check', function () {
     if (!execdBinary()) this.skip(); // the suites that start sandboxes fail loudly without it
     assert.equal(checkExecdBinary(), fs.realpathSync(execdBinary()));

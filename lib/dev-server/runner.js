@@ -44,6 +44,8 @@ function imageRootArgs(dirs, image, identity) {
   return a;
 }
 
+const STDERR_REASON_CHARS = 600;
+
 function alive(pid) {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -396,6 +398,16 @@ export class SandboxProcess {
     return { child, infoFd, fds: bw?.fds ?? [] };
   }
 
+  /**
+   * ": <the end of what execd (or bwrap) wrote to stderr>" for an error message, or "": the end, where a program says
+   * why it stopped (answered messages are cut after their first 1,024 characters).
+   */
+  stderrReason() {
+    const t = this.stderrTail.trim();
+    if (!t) return '';
+    return `: ${t.length > STDERR_REASON_CHARS ? `…${t.slice(-STDERR_REASON_CHARS)}` : t}`;
+  }
+
   /** Starts execd and resolves once it listens on its socket (rejects with its stderr after a deadline). */
   async start() {
     this.phases = [];
@@ -433,7 +445,7 @@ export class SandboxProcess {
       const timer = setTimeout(() => fail(new Error(`execd did not start within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
       const fail = (err) => {
         clearTimeout(timer);
-        reject(Object.assign(new Error(`${err.message}${this.stderrTail ? `: ${this.stderrTail.trim()}` : ''}`), { told: true }));
+        reject(Object.assign(new Error(`${err.message}${this.stderrReason()}`), { told: true }));
       };
       child.stdout.on('data', (b) => {
         if (out === null) return; // ready already; keep draining
@@ -448,12 +460,14 @@ export class SandboxProcess {
           }, (err) => fail(err));
         }
       });
-      this.exitPromise.then(() => {
+      this.exitPromise.then(() => stderrDrained(child)).then(() => {
+        // after its stderr ended: the exit event can come before the last of what it wrote (bwrap's reason)
         if (out !== null) fail(new Error(`execd exited before it was ready (${JSON.stringify(this.exited.error?.message ?? this.exited)})`));
       });
     })).catch(async (err) => {
       await this.kill();
-      if (!err.told && this.stderrTail) err.message += `: ${this.stderrTail.trim()}`;
+      await stderrDrained(child); // the reason bwrap or execd wrote before it exited
+      if (!err.told) err.message += this.stderrReason();
       throw err;
     });
   }
@@ -580,6 +594,24 @@ export function removeTree(p) {
   };
   open(p);
   fs.rmSync(p, { recursive: true, force: true });
+}
+
+/**
+ * Resolves once the child's stderr ended (everything it wrote was read), or after ms: a descendant that inherited
+ * the pipe may keep it open after the child itself exited.
+ */
+function stderrDrained(child, ms = 500) {
+  const err = child.stderr;
+  if (!err || err.readableEnded || err.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    err.once('end', done);
+    err.once('close', done);
+  });
 }
 
 /** The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22), or null when it is gone. */
