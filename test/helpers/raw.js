@@ -29,6 +29,10 @@ export function request(url, { method = 'GET', headers = {}, body, timeoutMs = 1
   return new Promise((resolve, reject) => {
     const t0 = Date.now();
     const payload = body === undefined ? undefined : typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
+    // Node frames no body of a DELETE (or GET) by default: without a length the bytes would follow the request unframed
+    if (payload !== undefined && !Object.keys(headers).some((h) => /^(content-length|transfer-encoding)$/i.test(h))) {
+      headers = { ...headers, 'Content-Length': Buffer.byteLength(payload) };
+    }
     const req = http.request(url, { method, headers, agent: false }, (res) => {
       const chunks = [];
       const bufs = [];
