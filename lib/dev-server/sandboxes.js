@@ -8,7 +8,7 @@ import { ApiError, DISK_LIMIT_KEY, checkMetadata, parseResourceLimits } from './
 import { SandboxProcess, startEntrypoint } from './runner.js';
 import { startRelay } from './relay.js';
 import { newToken } from './security.js';
-import { resolveVolumes, within } from './volumes.js';
+import { hostPathRule, resolveVolumes } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
 import { parseReference } from './images/reference.js';
@@ -441,13 +441,8 @@ export class Sandboxes {
     } catch {
       throw denied('does not exist on this server');
     }
-    const real_ = (p) => { try { return fs.realpathSync(p); } catch { return path.resolve(p); } };
-    const allowed = this.options.allowedHostPaths.map(real_);
-    const data = real_(this.options.dataDir);
-    if (!allowed.some((a) => within(real, a))) {
-      throw denied(`is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}`);
-    }
-    if (within(real, data) || within(data, real)) throw denied("overlaps the server's data directory");
+    const why = hostPathRule(this.options.allowedHostPaths, this.options.dataDir).refusal(real);
+    if (why) throw denied(why);
     return ref.transport === 'oci' ? `oci:${real}${ref.tag !== null ? ':' + ref.tag : ''}` : `docker-archive:${real}`;
   }
 

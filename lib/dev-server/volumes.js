@@ -69,6 +69,29 @@ export function openDirChain(abs, { create = false } = {}) {
 }
 
 /**
+ * Which host paths the server reads or binds for a sandbox (host volumes, offline images): under an allowedHostPaths
+ * entry and not overlapping the data directory, both resolved by realpath. refusal(p) of an absolute, resolved p is
+ * null when allowed, else why not ("is not under an allowed host path", "overlaps the server's data directory").
+ */
+export function hostPathRule(allowedHostPaths, dataDir) {
+  const real = (p) => {
+    try {
+      return fs.realpathSync(p);
+    } catch {
+      return path.resolve(p);
+    }
+  };
+  const allowed = allowedHostPaths.map(real);
+  const data = real(dataDir);
+  const notAllowed = `is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}`;
+  return {
+    notAllowed,
+    refusal: (p) => (!allowed.some((a) => within(p, a)) ? notAllowed
+      : within(p, data) || within(data, p) ? "overlaps the server's data directory" : null),
+  };
+}
+
+/**
  * Resolves a create's volumes into bind mounts [{ fd, dest, readOnly }] (the caller closes each fd once bubblewrap
  * started). Host paths must lie under an allowedHostPaths entry (resolved by realpath) and not overlap the data
  * directory; named volumes live in volumesDir/<claimName>. Every volume's existing part is walked before any
@@ -78,24 +101,15 @@ export function openDirChain(abs, { create = false } = {}) {
  * and the group gets rwx on them.
  */
 export function resolveVolumes(volumes, { allowedHostPaths, volumesDir, dataDir, identity, missingPvcStatus = 404 }) {
-  const allowed = allowedHostPaths.map((p) => {
-    try {
-      return fs.realpathSync(p);
-    } catch {
-      return path.resolve(p);
-    }
-  });
-  const data = fs.realpathSync(dataDir);
+  const hostRule = hostPathRule(allowedHostPaths, dataDir);
   const claims = fs.realpathSync(volumesDir);
   const plans = volumes.map((v) => {
     if (v.host) {
       const requested = path.resolve(v.host.path, v.subPath ?? '');
-      const denied = (why) => new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED',
-        `Host path ${requested} of volume '${v.name}' ${why ?? `is not under an allowed host path${allowed.length ? '' : ' (no host paths are allowed on this server)'}`}.`);
-      const overlaps = (p) => within(p, data) || within(data, p);
-      if (!allowed.some((a) => within(requested, a))) throw denied();
-      if (overlaps(requested)) throw denied("overlaps the server's data directory");
-      return { v, requested, denied, check: (p) => allowed.some((a) => within(p, a)) && !overlaps(p) };
+      const denied = (why) => new ApiError(400, 'VOLUME::HOST_PATH_NOT_ALLOWED', `Host path ${requested} of volume '${v.name}' ${why}.`);
+      const why = hostRule.refusal(requested);
+      if (why) throw denied(why);
+      return { v, requested, denied: (w) => denied(w ?? hostRule.notAllowed), check: (p) => !hostRule.refusal(p) };
     }
     if (v.pvc) {
       const base = path.join(claims, v.pvc.claimName);
