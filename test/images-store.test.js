@@ -10,7 +10,7 @@ import path from 'node:path';
 import { ImageStore, ImagePullError, parseReference } from '../lib/dev-server/images/store.js';
 import { startServer } from '../lib/dev-server/index.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
-import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage, pythonLayout } from './helpers/images.js';
+import { makeTar, writeOciLayout, busyboxTar, startRegistry, pushImage, pythonLayout, nonLoopbackAddress } from './helpers/images.js';
 
 const OWNER = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : undefined;
 
@@ -305,6 +305,60 @@ describe('image store', function () {
         });
       }
     }
+    describe('a registry that is not on loopback', function () {
+      // HTTPS verified against the system's CA store (here: $SSL_CERT_FILE naming the test's CA, as OpenSSL and curl
+      // take it); plain HTTP only for a registry named in insecureRegistries. The registries listen on this machine's
+      // first non-loopback address.
+      const address = nonLoopbackAddress();
+      const remote = {};
+      const savedCertFile = process.env.SSL_CERT_FILE;
+      before(async function () {
+        if (!address) this.skip(); // a machine with loopback alone: nothing to listen on that is not loopback
+        this.timeout(60000);
+        const layout = fs.mkdtempSync(path.join(os.tmpdir(), 'img-store-layout-'));
+        writeOciLayout(layout, { tag: 'bb', config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }] });
+        try {
+          remote.tls = await startRegistry({ address, tls: true });
+          remote.plain = await startRegistry({ address });
+          for (const r of [remote.tls, remote.plain]) await pushImage(layout, 'bb', r, 'bar/bb:1');
+        } finally {
+          fs.rmSync(layout, { recursive: true, force: true });
+        }
+      });
+      afterEach(() => {
+        if (savedCertFile === undefined) delete process.env.SSL_CERT_FILE;
+        else process.env.SSL_CERT_FILE = savedCertFile;
+      });
+      after(async () => { for (const r of Object.values(remote)) await r.stop(); });
+
+      it('refuses a certificate no trusted CA signed: a clear error naming the registry, no fallback to HTTP', async () => {
+        // first: Node keeps the system store it read for the process (with $SSL_CERT_FILE as it was then)
+        delete process.env.SSL_CERT_FILE; // the system's own store: the test's CA is not in it
+        const store = await newStore();
+        const err = await store.acquire(`${remote.tls.host}/bar/bb:1`).catch((e) => e);
+        assert.ok(err instanceof ImagePullError, String(err));
+        assert.equal(err.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
+        assert.equal(err.message, `pulling ${remote.tls.host}/bar/bb:1: unable to verify the first certificate (UNABLE_TO_VERIFY_LEAF_SIGNATURE) from registry ${remote.tls.host}`);
+      });
+
+      it('pulls over HTTPS, the certificate checked against the system CA store', async () => {
+        process.env.SSL_CERT_FILE = remote.tls.ca;
+        const store = await newStore();
+        const img = await store.acquire(`${remote.tls.host}/bar/bb:1`);
+        assert.equal(fs.readFileSync(path.join(img.layers[0], 'marker'), 'utf8'), 'busybox-image\n');
+      });
+
+      it('speaks plain HTTP to it only when it is in insecureRegistries', async () => {
+        const refused = await (await newStore()).acquire(`${remote.plain.host}/bar/bb:1`).catch((e) => e);
+        assert.ok(refused instanceof ImagePullError, String(refused));
+        assert.match(refused.message, new RegExp(`^pulling ${remote.plain.host}/bar/bb:1: no TLS answer \\(wrong version number\\): if the registry speaks plain HTTP, list it in insecureRegistries from registry ${remote.plain.host}$`));
+        const store = new ImageStore({ dir: path.join(tmp, 'store-insecure'), owner: OWNER, insecureRegistries: [remote.plain.host] });
+        await store.open();
+        const img = await store.acquire(`${remote.plain.host}/bar/bb:1`);
+        assert.equal(fs.readFileSync(path.join(img.layers[0], 'marker'), 'utf8'), 'busybox-image\n');
+      });
+    });
+
     it('a missing tag is the registry\'s reason', async () => {
       const store = await newStore();
       await assert.rejects(store.acquire(`${registries.none.host}/bar/bb:nope`), (e) => e instanceof ImagePullError && e.message.startsWith(`pulling ${registries.none.host}/bar/bb:nope: 404 Not Found from registry ${registries.none.host}: MANIFEST_UNKNOWN`));

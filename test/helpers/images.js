@@ -92,6 +92,7 @@ export function busyboxTar() {
 // ---- a real registry: Debian's docker-registry (the CNCF distribution server) on loopback ----
 import { spawn, execFileSync } from 'node:child_process';
 import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import os from 'node:os';
 
@@ -105,14 +106,34 @@ async function freePort() {
 
 const b64url = (b) => Buffer.from(b).toString('base64url');
 
+/** This machine's first IPv4 address that is not loopback, or null. */
+export function nonLoopbackAddress() {
+  return Object.values(os.networkInterfaces()).flat().find((i) => !i.internal && i.family === 'IPv4')?.address ?? null;
+}
+
 /**
- * Starts docker-registry on 127.0.0.1 with auth 'none', 'htpasswd' (user/password) or 'token' (a token service served
- * here, JWTs signed with a key whose certificate the registry trusts). Resolves to { host, port, user, password,
- * stop() }.
+ * A certificate authority made for one test and a server certificate it signed for IP `address`, in dir: ca.pem,
+ * server.pem, server.key.
  */
-export async function startRegistry({ auth = 'none', user = 'tester', password = 's3cret-pass' } = {}) {
+function makeServerCertificate(dir, address) {
+  const ssl = (args) => execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  ssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${dir}/ca.key`, '-out', `${dir}/ca.pem`, '-days', '2', '-subj', '/CN=test registry CA',
+    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+  ssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${dir}/server.key`, '-out', `${dir}/server.pem`, '-days', '2', '-subj', `/CN=${address}`,
+    '-CA', `${dir}/ca.pem`, '-CAkey', `${dir}/ca.key`, '-addext', `subjectAltName=IP:${address}`, '-addext', 'basicConstraints=CA:FALSE']);
+}
+
+/**
+ * Starts docker-registry with auth 'none', 'htpasswd' (user/password) or 'token' (a token service served here, JWTs
+ * signed with a key whose certificate the registry trusts), listening on `address` (127.0.0.1 by default), over HTTPS
+ * with `tls` (a certificate for `address` from a CA made here: `ca` is its PEM file). Resolves to { host, port, user,
+ * password, ca, stop() }.
+ */
+export async function startRegistry({ auth = 'none', user = 'tester', password = 's3cret-pass', address = '127.0.0.1', tls = false } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'test-registry-'));
   const port = await freePort();
+  if (tls) makeServerCertificate(dir, address);
+  const tlsYaml = tls ? `  tls:\n    certificate: ${dir}/server.pem\n    key: ${dir}/server.key\n` : '';
   let tokenServer = null;
   let authYaml = '';
   if (auth === 'htpasswd') {
@@ -138,7 +159,7 @@ export async function startRegistry({ auth = 'none', user = 'tester', password =
     await new Promise((r) => tokenServer.listen(0, '127.0.0.1', r));
     authYaml = `auth:\n  token:\n    realm: http://127.0.0.1:${tokenServer.address().port}/token\n    service: test-registry\n    issuer: test-issuer\n    rootcertbundle: ${dir}/cert.pem\n`;
   }
-  fs.writeFileSync(path.join(dir, 'config.yml'), `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\nhttp:\n  addr: 127.0.0.1:${port}\n${authYaml}`);
+  fs.writeFileSync(path.join(dir, 'config.yml'), `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\nhttp:\n  addr: ${address}:${port}\n${tlsYaml}${authYaml}`);
   const proc = spawn('docker-registry', ['serve', path.join(dir, 'config.yml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -152,14 +173,15 @@ export async function startRegistry({ auth = 'none', user = 'tester', password =
   const deadline = Date.now() + 15000;
   for (;;) {
     const ok = await new Promise((resolve) => {
-      const req = http.get(`http://127.0.0.1:${port}/v2/`, (res) => { res.resume(); resolve(true); });
+      const req = tls ? https.get(`https://${address}:${port}/v2/`, { ca: fs.readFileSync(`${dir}/ca.pem`) }, (res) => { res.resume(); resolve(true); })
+        : http.get(`http://${address}:${port}/v2/`, (res) => { res.resume(); resolve(true); });
       req.on('error', () => resolve(false));
     });
     if (ok) break;
     if (proc.exitCode !== null || Date.now() > deadline) { await stop(); throw new Error(`docker-registry did not start: ${stderr.slice(-500)}`); }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { host: `127.0.0.1:${port}`, port, user, password, stop };
+  return { host: `${address}:${port}`, port, user, password, ca: tls ? `${dir}/ca.pem` : null, stop };
 }
 
 /** Pushes the OCI layout image `oci:<dir>:<tag>` to `docker://<host>/<repo>` with skopeo. */

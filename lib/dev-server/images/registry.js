@@ -10,16 +10,35 @@ import { ImagePullError, registryEndpoint } from './reference.js';
 import { MANIFEST_ACCEPT, sha256, verifyBytes } from './sources.js';
 
 const MAX_MANIFEST = 4 << 20;
-let systemCa = null;
+let systemCa = null; // { file: the SSL_CERT_FILE it was read with, list }
+/**
+ * The certificate authorities a registry's HTTPS certificate must chain to: Node's bundled roots, the operating
+ * system's store and NODE_EXTRA_CA_CERTS (Node >= 22.15), and the system's bundle file — $SSL_CERT_FILE when set (as
+ * OpenSSL, curl and Go's crypto/x509 honour it), else the first of Debian's, Red Hat's and Alpine's locations.
+ */
 function caList() {
-  if (systemCa) return systemCa;
+  const file = process.env.SSL_CERT_FILE || null;
+  if (systemCa?.file === file) return systemCa.list;
   const list = [...tls.rootCertificates];
-  try { if (typeof tls.getCACertificates === 'function') list.push(...tls.getCACertificates('system')); } catch {}
-  for (const f of ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem']) {
+  for (const which of ['system', 'extra']) {
+    try { if (typeof tls.getCACertificates === 'function') list.push(...tls.getCACertificates(which)); } catch {}
+  }
+  for (const f of file ? [file] : ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem']) {
     try { list.push(fs.readFileSync(f, 'utf8')); break; } catch {}
   }
-  systemCa = list;
+  systemCa = { file, list };
   return list;
+}
+
+/** Why a request got no answer, for an error message: Node's message, its code when the message lacks it, and a hint. */
+function transportReason(e, scheme) {
+  // a plain-HTTP registry answers a TLS hello with bytes that are no TLS record (OpenSSL's long message says so)
+  if (scheme === 'https' && /wrong version number/.test(e.message ?? '')) {
+    return 'no TLS answer (wrong version number): if the registry speaks plain HTTP, list it in insecureRegistries';
+  }
+  let why = String(e.message || e.code).split('\n')[0];
+  if (e.code && !why.includes(e.code)) why += ` (${e.code})`;
+  return why;
 }
 
 function isLoopback(host) {
@@ -130,7 +149,7 @@ export class RegistrySource {
         const sameHost = new URL(url).host === this.host;
         if (sameHost && this.authorization) headers.Authorization = this.authorization;
         let res;
-        try { res = await this.request(url, headers); } catch (e) { throw this.fail(`${e.code ?? e.message}`, e); }
+        try { res = await this.request(url, headers); } catch (e) { throw this.fail(transportReason(e, this.scheme), e); }
         if ([301, 302, 303, 307, 308].includes(res.statusCode) && res.headers.location && hops < 5) {
           res.resume();
           url = new URL(res.headers.location, url).href;
