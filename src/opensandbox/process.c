@@ -236,27 +236,40 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   osb_buf b;
   osb_buf_init(&b);
   int bad = 0;
+  /* The go line and the ack have a fixed length (go_len, ack_len): one read -N (bash reads that many bytes in one
+   * read(2); a line read reads a pipe byte by byte) takes them when nothing else came first. Anything else (a line
+   * left by an earlier client, user stdin the decoder did not consume before the ack, an ack where a go line was
+   * expected) falls back to the line loop, the fixed read's last partial line ($p) joined to the next line: the
+   * same lines are matched as by the loop alone. The client's ack is "\nOSB-ACK:<nonce>\n": the fixed read takes
+   * all but its last newline. */
+  size_t go_len = strlen(nonce) + 8, ack_len = strlen(nonce) + 9;
   bad |= osb_buf_appendf(&b,
                          "n=%s\n"
-                         "while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                         "IFS= read -r -t 120 -N %zu l || exit 125\n"
+                         "case $l in \"OSB-GO:$n\n\") ;; *) eval 'p=${l##*\n}\n"
+                         "  while :; do IFS= read -r -t 120 l || exit 125; l=$p$l; p=; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done';; esac\n"
                          "printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
                          "%s",
-                         nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
+                         nonce, go_len, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   if (sub) {
     bad |= osb_buf_append_str(&b, "(\n");
-    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l\n"
-                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l\n");
+    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l p\n"
+                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l p\n");
   } else {
     /* the wrapper's stdin (for the ack) on a descriptor >= 10, the command's stdin on 0; the trap gets the decoder's
      * pid and that descriptor expanded now, so the command's variables cannot change them */
     bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
+    /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
-                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
-                           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; }; "
+                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
-                           "while IFS= read -r -t %ld l <&$l; do case \\$l in *OSB-ACK:%s) exit 0;; esac; done; exit 0\" EXIT\n"
-                           "unset -v n d l\n",
-                           nonce, nonce, ack, nonce);
+                           "IFS= read -r -t %ld -N %zu x <&$l || exit 0; case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
+                           "p=\\${x##*\\$'\\\\n'}; while IFS= read -r -t %ld x <&$l; do case \\$p\\$x in *OSB-ACK:%s) exit 0;; esac; p=; done; exit 0\" EXIT\n"
+                           "unset -v n d l p\n",
+                           o->stdin_ignore ? ""
+                                           : "kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+                                             "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; ",
+                           nonce, nonce, ack, ack_len, nonce, nonce, ack, nonce);
   }
   /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
@@ -289,9 +302,11 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                            "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
                            "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                            "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
-                           "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                           "IFS= read -r -t %ld -N %zu l || exit 0; case $l in \"\nOSB-ACK:$n\"|\"OSB-ACK:$n\n\") exit 0;; esac\n"
+                           "eval 'case $l in *\"OSB-ACK:$n\"|*\"OSB-ACK:$n\n\"*) exit 0;; esac; p=${l##*\n}\n"
+                           "while IFS= read -r -t %ld l; do case $p$l in *\"OSB-ACK:$n\") exit 0;; esac; p=; done'\n"
                            "exit 0\n",
-                           ack);
+                           ack, ack_len, ack);
   }
   if (bad) {
     osb_buf_free(&b);
