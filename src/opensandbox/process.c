@@ -101,6 +101,7 @@ struct osb_proc {
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   size_t queued;    /* user stdin bytes queued, not yet sent */
+  int qwaiting;     /* queued user writes whose done waits for their sending (the queue was over its maximum) */
   int unacked;      /* stdin frames sent on this connection whose frame-written marker has not arrived */
   int flush_posted; /* a flush of the stdin queue is posted to the engine */
   char error_text[512];
@@ -408,6 +409,7 @@ static void fail_stdin(osb_proc *p, int all) {
   }
   p->qhead = keep;
   p->queued = 0;
+  p->qwaiting = 0;
 }
 
 /* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
@@ -541,6 +543,7 @@ static void settle_unseen(osb_proc *p) {
 #define STDIN_FRAME_MAX ((size_t)4 * 1024 * 1024) /* user bytes per frame: dd's one block */
 #define STDIN_QUEUE_MAX ((size_t)8 * 1024 * 1024) /* a write resolves at once while the queue holds at most this */
 #define STDIN_UNACKED 2                             /* stdin frames in flight before the decoder's written marker */
+#define STDIN_SECOND_MIN ((size_t)1024 * 1024)      /* a frame while another is in flight: at least this many bytes */
 #define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
 
 /* Pops the queue's head up to and including last, reporting rc to each piece's done. */
@@ -549,6 +552,7 @@ static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
     stdin_msg *m = p->qhead;
     p->qhead = m->next;
     if (!p->qhead) p->qtail = NULL;
+    if (m->done && m->kind == M_DATA) p->qwaiting--;
     if (m->done) {
       if (rc == 0) m->done(m->ud, NULL, 0);
       else {
@@ -575,6 +579,13 @@ static void flush_stdin(osb_proc *p) {
       continue;
     }
     if (m->kind == M_DATA && p->unacked >= STDIN_UNACKED) return; /* the decoder's written marker sends the rest */
+    /* Each binary frame costs the sandbox a dd process (fork + exec, several ms of its CPU): while a frame is in
+     * flight, a second one goes only when it is big (or ends the input); small writes coalesce until the written
+     * marker instead (awaited 64 KiB writes would otherwise alternate a big frame and a small one). With none in
+     * flight a write goes at once (the round trip of a single write stays as it was); so does one that a writer
+     * waits for (the queue was full when it was written). */
+    if (m->kind == M_DATA && p->unacked >= 1 && p->queued < STDIN_SECOND_MIN && p->qtail->kind != M_END && !p->qwaiting)
+      return;
     size_t total = 0;
     stdin_msg *last = NULL, *e = m;
     for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
@@ -674,6 +685,7 @@ static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_p
   } else {
     last->done = done;
     last->ud = ud;
+    if (data) p->qwaiting++;
   }
   while (head) {
     stdin_msg *nx = head->next;
