@@ -599,7 +599,7 @@ static void flush_stdin(osb_proc *p) {
     char head[32];
     int hn = total ? snprintf(head, sizeof head, "%c%zu\n", text ? 'T' : 'D', total) : 0;
     size_t len = 1 + (size_t)hn + total + (end ? 2 : 0);
-    char *msg = len > 1 ? malloc(len) : NULL;
+    char *msg = len > 1 ? osb_ws_buf_alloc(len) : NULL; /* built in place: the WebSocket takes it uncopied */
     int rc = 0;
     if (len > 1 && !msg) {
       rc = -1;
@@ -613,8 +613,7 @@ static void flush_stdin(osb_proc *p) {
         o += x->n;
       }
       if (end) memcpy(o, "E\n", 2);
-      rc = osb_ws_send(p->conn, 1, msg, len);
-      free(msg);
+      rc = osb_ws_send_buf(p->conn, 1, msg, len);
       if (total) p->unacked++;
       p->queued -= total;
     }
