@@ -4,6 +4,7 @@
 #include "tls_ca.h"
 
 #include <libwebsockets.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -605,13 +606,29 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, con
   return c;
 }
 
-int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n) {
+void *osb_ws_buf_alloc(size_t n) {
   out_msg *m = malloc(sizeof *m + LWS_PRE + n);
-  if (!m) return -1;
+  return m ? m->data + LWS_PRE : NULL;
+}
+
+static out_msg *buf_msg(void *payload) { return (out_msg *)((unsigned char *)payload - LWS_PRE - offsetof(out_msg, data)); }
+
+void osb_ws_buf_free(void *payload) {
+  if (payload) free(buf_msg(payload));
+}
+
+int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n) {
+  void *b = osb_ws_buf_alloc(n);
+  if (!b) return -1;
+  if (n) memcpy(b, p, n);
+  return osb_ws_send_buf(c, binary, b, n);
+}
+
+int osb_ws_send_buf(osb_ws_conn *c, int binary, void *payload, size_t n) {
+  out_msg *m = buf_msg(payload);
   m->next = NULL;
   m->binary = binary;
   m->n = n;
-  if (n) memcpy(m->data + LWS_PRE, p, n);
   osb_ws *w = c->w;
   uv_mutex_lock(&w->mu);
   if (c->detached || c->state == C_GONE || w->stop) {

@@ -38,6 +38,12 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, con
                             size_t nh, const osb_ws_callbacks *cb, void *ud, char *err, size_t errlen);
 /* Queues a message (copied). Returns 0, or -1 when the connection is closed/closing or on OOM. */
 int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n);
+/* A message built in place (no copy of a big payload): osb_ws_buf_alloc returns room for n payload bytes (with the
+ * headroom libwebsockets needs before it), owned by the caller, or NULL on OOM; osb_ws_send_buf queues it, taking it
+ * in every case (freed once sent, or at once on -1: connection closed/closing); osb_ws_buf_free frees one not sent. */
+void *osb_ws_buf_alloc(size_t n);
+int osb_ws_send_buf(osb_ws_conn *c, int binary, void *payload, size_t n);
+void osb_ws_buf_free(void *payload);
 /* Flow control: paused = 1 stops reading from the socket (the peer's sends then back up), 0 resumes. Applies
  * also to a connection still connecting. */
 void osb_ws_pause(osb_ws_conn *c, int paused);

@@ -101,6 +101,7 @@ struct osb_proc {
   int aborting;         /* engine shutdown: close at once */
   int stdin_closed; /* closeStdin was called: the end-of-input frame is queued or sent */
   size_t queued;    /* user stdin bytes queued, not yet sent */
+  int qwaiting;     /* queued user writes whose done waits for their sending (the queue was over its maximum) */
   int unacked;      /* stdin frames sent on this connection whose frame-written marker has not arrived */
   int flush_posted; /* a flush of the stdin queue is posted to the engine */
   char error_text[512];
@@ -236,27 +237,40 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   osb_buf b;
   osb_buf_init(&b);
   int bad = 0;
+  /* The go line and the ack have a fixed length (go_len, ack_len): one read -N (bash reads that many bytes in one
+   * read(2); a line read reads a pipe byte by byte) takes them when nothing else came first. Anything else (a line
+   * left by an earlier client, user stdin the decoder did not consume before the ack, an ack where a go line was
+   * expected) falls back to the line loop, the fixed read's last partial line ($p) joined to the next line: the
+   * same lines are matched as by the loop alone. The client's ack is "\nOSB-ACK:<nonce>\n": the fixed read takes
+   * all but its last newline. */
+  size_t go_len = strlen(nonce) + 8, ack_len = strlen(nonce) + 9;
   bad |= osb_buf_appendf(&b,
                          "n=%s\n"
-                         "while :; do IFS= read -r -t 120 l || exit 125; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                         "IFS= read -r -t 120 -N %zu l || exit 125\n"
+                         "case $l in \"OSB-GO:$n\n\") ;; *) eval 'p=${l##*\n}\n"
+                         "  while :; do IFS= read -r -t 120 l || exit 125; l=$p$l; p=; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done';; esac\n"
                          "printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
                          "%s",
-                         nonce, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
+                         nonce, go_len, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
   if (sub) {
     bad |= osb_buf_append_str(&b, "(\n");
-    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l\n"
-                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l\n");
+    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l p\n"
+                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l p\n");
   } else {
     /* the wrapper's stdin (for the ack) on a descriptor >= 10, the command's stdin on 0; the trap gets the decoder's
      * pid and that descriptor expanded now, so the command's variables cannot change them */
     bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
+    /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
-                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; [ -n '$d' ] && { kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
-                           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; }; "
+                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
-                           "while IFS= read -r -t %ld l <&$l; do case \\$l in *OSB-ACK:%s) exit 0;; esac; done; exit 0\" EXIT\n"
-                           "unset -v n d l\n",
-                           nonce, nonce, ack, nonce);
+                           "IFS= read -r -t %ld -N %zu x <&$l || exit 0; case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
+                           "p=\\${x##*\\$'\\\\n'}; while IFS= read -r -t %ld x <&$l; do case \\$p\\$x in *OSB-ACK:%s) exit 0;; esac; p=; done; exit 0\" EXIT\n"
+                           "unset -v n d l p\n",
+                           o->stdin_ignore ? ""
+                                           : "kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+                                             "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; ",
+                           nonce, nonce, ack, ack_len, nonce, nonce, ack, nonce);
   }
   /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
@@ -289,9 +303,11 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                            "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
                            "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                            "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
-                           "while IFS= read -r -t %ld l; do case $l in *\"OSB-ACK:$n\") exit 0;; esac; done\n"
+                           "IFS= read -r -t %ld -N %zu l || exit 0; case $l in \"\nOSB-ACK:$n\"|\"OSB-ACK:$n\n\") exit 0;; esac\n"
+                           "eval 'case $l in *\"OSB-ACK:$n\"|*\"OSB-ACK:$n\n\"*) exit 0;; esac; p=${l##*\n}\n"
+                           "while IFS= read -r -t %ld l; do case $p$l in *\"OSB-ACK:$n\") exit 0;; esac; p=; done'\n"
                            "exit 0\n",
-                           ack);
+                           ack, ack_len, ack);
   }
   if (bad) {
     osb_buf_free(&b);
@@ -393,6 +409,7 @@ static void fail_stdin(osb_proc *p, int all) {
   }
   p->qhead = keep;
   p->queued = 0;
+  p->qwaiting = 0;
 }
 
 /* A reattach reports started once execd's replay (sent before its connected frame) is handed over, so that the
@@ -526,6 +543,7 @@ static void settle_unseen(osb_proc *p) {
 #define STDIN_FRAME_MAX ((size_t)4 * 1024 * 1024) /* user bytes per frame: dd's one block */
 #define STDIN_QUEUE_MAX ((size_t)8 * 1024 * 1024) /* a write resolves at once while the queue holds at most this */
 #define STDIN_UNACKED 2                             /* stdin frames in flight before the decoder's written marker */
+#define STDIN_SECOND_MIN ((size_t)1024 * 1024)      /* a frame while another is in flight: at least this many bytes */
 #define STDIN_TEXT_MAX ((size_t)4096)          /* up to this, a frame without NUL is read by the shell ("T") */
 
 /* Pops the queue's head up to and including last, reporting rc to each piece's done. */
@@ -534,6 +552,7 @@ static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
     stdin_msg *m = p->qhead;
     p->qhead = m->next;
     if (!p->qhead) p->qtail = NULL;
+    if (m->done && m->kind == M_DATA) p->qwaiting--;
     if (m->done) {
       if (rc == 0) m->done(m->ud, NULL, 0);
       else {
@@ -560,6 +579,13 @@ static void flush_stdin(osb_proc *p) {
       continue;
     }
     if (m->kind == M_DATA && p->unacked >= STDIN_UNACKED) return; /* the decoder's written marker sends the rest */
+    /* Each binary frame costs the sandbox a dd process (fork + exec, several ms of its CPU): while a frame is in
+     * flight, a second one goes only when it is big (or ends the input); small writes coalesce until the written
+     * marker instead (awaited 64 KiB writes would otherwise alternate a big frame and a small one). With none in
+     * flight a write goes at once (the round trip of a single write stays as it was); so does one that a writer
+     * waits for (the queue was full when it was written). */
+    if (m->kind == M_DATA && p->unacked >= 1 && p->queued < STDIN_SECOND_MIN && p->qtail->kind != M_END && !p->qwaiting)
+      return;
     size_t total = 0;
     stdin_msg *last = NULL, *e = m;
     for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
@@ -573,7 +599,7 @@ static void flush_stdin(osb_proc *p) {
     char head[32];
     int hn = total ? snprintf(head, sizeof head, "%c%zu\n", text ? 'T' : 'D', total) : 0;
     size_t len = 1 + (size_t)hn + total + (end ? 2 : 0);
-    char *msg = len > 1 ? malloc(len) : NULL;
+    char *msg = len > 1 ? osb_ws_buf_alloc(len) : NULL; /* built in place: the WebSocket takes it uncopied */
     int rc = 0;
     if (len > 1 && !msg) {
       rc = -1;
@@ -587,8 +613,7 @@ static void flush_stdin(osb_proc *p) {
         o += x->n;
       }
       if (end) memcpy(o, "E\n", 2);
-      rc = osb_ws_send(p->conn, 1, msg, len);
-      free(msg);
+      rc = osb_ws_send_buf(p->conn, 1, msg, len);
       if (total) p->unacked++;
       p->queued -= total;
     }
@@ -659,6 +684,7 @@ static int enqueue_stdin(osb_proc *p, const unsigned char *data, size_t n, osb_p
   } else {
     last->done = done;
     last->ud = ud;
+    if (data) p->qwaiting++;
   }
   while (head) {
     stdin_msg *nx = head->next;

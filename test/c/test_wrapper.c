@@ -57,11 +57,14 @@ typedef struct {
   char dir[64];
 } wrap;
 
-/* Starts shell -c <wrapper of command> in a fresh TMPDIR (also the cwd), PATH = path. */
-static int wrap_start(wrap *w, const char *shell, const char *path, const char *command) {
+/* Starts shell -c <wrapper of command> in a fresh TMPDIR (also the cwd), PATH = path, stdinMode 'ignore' when
+ * ignore; sends go (go_len bytes) first when go is not NULL. */
+static int wrap_spawn(wrap *w, const char *shell, const char *path, const char *command, int ignore, const char *go,
+                      size_t go_len) {
   osb_proc_opts o;
   memset(&o, 0, sizeof o);
   o.command = command;
+  o.stdin_ignore = ignore;
   char err[200];
   snprintf(w->dir, sizeof w->dir, "/tmp/osb-wrapper-XXXXXX");
   if (!mkdtemp(w->dir)) return -1;
@@ -89,7 +92,12 @@ static int wrap_start(wrap *w, const char *shell, const char *path, const char *
   close(out[1]);
   w->in = in[1];
   w->out = out[0];
-  return w->pid > 0 ? write_all(w->in, "OSB-GO:" NONCE "\n", strlen(NONCE) + 8) : -1;
+  if (w->pid <= 0) return -1;
+  return go ? write_all(w->in, go, go_len) : 0;
+}
+
+static int wrap_start(wrap *w, const char *shell, const char *path, const char *command) {
+  return wrap_spawn(w, shell, path, command, 0, "OSB-GO:" NONCE "\n", strlen(NONCE) + 8);
 }
 
 /* Reads the wrapper's stdout until the exit marker (deadline 30 s); the command's status, or -1000. */
@@ -111,9 +119,9 @@ static int wrap_exit_code(wrap *w) {
   }
 }
 
-/* Sends the ack and waits (deadline 30 s) for the wrapper's exit; its status, or -1. */
-static int wrap_finish(wrap *w) {
-  int rc = write_all(w->in, "OSB-ACK:" NONCE "\n", strlen(NONCE) + 9) ? -1 : 0;
+/* Sends ack (ack_len bytes) and waits (deadline 30 s) for the wrapper's exit; its status, or -1. */
+static int wrap_finish_with(wrap *w, const char *ack, size_t ack_len) {
+  int rc = write_all(w->in, ack, ack_len) ? -1 : 0;
   long deadline = ms_now() + 30000;
   int st = 0;
   pid_t r = 0;
@@ -127,6 +135,8 @@ static int wrap_finish(wrap *w) {
   close(w->out);
   return rc == 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static int wrap_finish(wrap *w) { return wrap_finish_with(w, "OSB-ACK:" NONCE "\n", strlen(NONCE) + 9); }
 
 static unsigned char *read_file(const char *dir, const char *name, size_t *n) {
   char path[128];
@@ -221,6 +231,88 @@ static void case_early_exit(const char *shell, const char *path) {
   remove_dir(w.dir);
 }
 
+#define GO "OSB-GO:" NONCE "\n"
+#define ACK "\nOSB-ACK:" NONCE "\n" /* as the client sends it */
+#define OTHER "fedcba9876543210fedcba9876543210"
+
+/* The go line and the ack (read with one fixed-length read when nothing else came first, else line by line, each
+ * line's end matched): the go line alone, after a partial line of an earlier connection, after a line and a go line
+ * of another nonce, in two pieces; the ack as the client sends it, without its leading newline, after other lines,
+ * at the end of a partial line. With and without stdin, the command in the wrapper's shell and in a subshell ("exec"
+ * in its text): the command runs exactly once, its status arrives, the wrapper exits 0 at the ack. */
+static void case_protocol(const char *shell, const char *path) {
+  static const struct {
+    const char *go;
+    const char *ack;
+  } v[] = {
+      {GO, ACK},
+      {"junk" GO, "OSB-ACK:" NONCE "\n"},
+      {"hello\n" "OSB-GO:" OTHER "\n" GO, "garbage\n" ACK},
+      {"OSB-GO:0123456789", "yyyOSB-ACK:" NONCE "\n"}, /* the go line's rest is sent below */
+      {"\n\n\n" GO, "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n" ACK},
+  };
+  static const char *const cmd[] = {"echo ran >> ran; exit 4", "echo ran >> ran; exit 4 # exec"};
+  for (int ignore = 0; ignore < 2; ignore++) {
+    for (size_t c = 0; c < 2; c++) {
+      for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        wrap w;
+        CHECK(wrap_spawn(&w, shell, path, cmd[c], ignore, v[i].go, strlen(v[i].go)) == 0);
+        if (i == 3) CHECK(write_all(w.in, "abcdef0123456789abcdef\n", 23) == 0);
+        int code = wrap_exit_code(&w);
+        CHECK(code == 4);
+        CHECK(wrap_finish_with(&w, v[i].ack, strlen(v[i].ack)) == 0);
+        size_t n = 0;
+        unsigned char *got = read_file(w.dir, "ran", &n);
+        CHECK(got && n == 4 && memcmp(got, "ran\n", 4) == 0);
+        if (code != 4 || !got || n != 4) printf("  %s ignore=%d command %zu variant %zu: exit %d\n", path, ignore, c, i, code);
+        free(got);
+        remove_dir(w.dir);
+      }
+    }
+  }
+}
+
+/* A wrapper started again by execd at a reconnect gets the ack where it waits for the go line (as the client sends
+ * it, and after a partial line): it exits 0 and never runs the command nor prints its start marker. */
+static void case_ack_first(const char *shell, const char *path) {
+  static const char *const acks[] = {ACK, "junk" ACK, "xOSB-ACK:" NONCE "\n"};
+  for (int ignore = 0; ignore < 2; ignore++) {
+    for (size_t i = 0; i < sizeof acks / sizeof *acks; i++) {
+      wrap w;
+      CHECK(wrap_spawn(&w, shell, path, "echo ran >> ran", ignore, NULL, 0) == 0);
+      CHECK(wrap_finish_with(&w, acks[i], strlen(acks[i])) == 0);
+      size_t n = 0;
+      unsigned char *got = read_file(w.dir, "ran", &n);
+      CHECK(!got);
+      free(got);
+      unsigned char *err = read_file(w.dir, "stderr", &n);
+      CHECK(err && n == 0);
+      if (err && n) printf("  %s: stderr %.*s\n", path, (int)n, err);
+      free(err);
+      remove_dir(w.dir);
+    }
+  }
+}
+
+/* With stdinMode 'ignore' the wrapper has no decoder: neither its start nor its EXIT trap mention one. */
+static void test_wrapper_ignore_text(void) {
+  osb_proc_opts o;
+  memset(&o, 0, sizeof o);
+  o.command = "true";
+  char err[200];
+  for (int ignore = 0; ignore < 2; ignore++) {
+    o.stdin_ignore = ignore;
+    char *s = osb_proc_wrapper(&o, NONCE, err, sizeof err);
+    CHECK(s != NULL);
+    if (!s) continue;
+    CHECK((strstr(s, "kill") == NULL) == ignore);
+    CHECK((strstr(s, "dd bs=") == NULL) == ignore);
+    CHECK(strstr(s, "read -r -t 120 -N 40 l") != NULL); /* "OSB-GO:" + 32 + "\n" */
+    CHECK(strstr(s, "-N 41 x") != NULL);                /* "\nOSB-ACK:" + 32, its last newline left */
+    free(s);
+  }
+}
+
 static void each(void (*fn)(const char *, const char *)) {
   char bbpath[128];
   snprintf(bbpath, sizeof bbpath, "%s:/usr/bin:/bin", g_bbdir);
@@ -230,6 +322,8 @@ static void each(void (*fn)(const char *, const char *)) {
 
 static void test_wrapper_stdin_exact(void) { each(case_exact); }
 static void test_wrapper_early_exit(void) { each(case_early_exit); }
+static void test_wrapper_protocol(void) { each(case_protocol); }
+static void test_wrapper_ack_first(void) { each(case_ack_first); }
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
@@ -253,6 +347,9 @@ int main(void) {
   }
   RUN(test_wrapper_stdin_exact);
   RUN(test_wrapper_early_exit);
+  RUN(test_wrapper_protocol);
+  RUN(test_wrapper_ack_first);
+  RUN(test_wrapper_ignore_text);
   t_cur_failed = 0;
   if (*g_bbdir) remove_dir(g_bbdir);
   return t_summary();
