@@ -162,7 +162,7 @@ export class Sandboxes {
       if (image) phase('image');
     } else if (images && req.image?.uri) {
       try {
-        image = await images.source.acquire(this.offlineImagePath(req.image.uri), {
+        image = await images.store.acquire(this.offlineImagePath(req.image.uri), {
           auth: req.image.auth, platform: req.platform,
           onProgress: (p) => this.options.log?.(`sandbox ${id}: pulling ${req.image.uri}: layer ${p.layer} ${p.bytes}/${p.total ?? '?'} bytes`),
         });
