@@ -6,11 +6,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
+import { resolveImageUser } from '../lib/dev-server/images/user.js';
 import { BUSYBOX, writeLayerImage } from './helpers/image-layers.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
-import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
+import { busyboxTar, makeTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
 import { OpenSandboxFilesystem, OpenSandboxSandbox, Template } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 
@@ -273,6 +274,55 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     assert.equal(started[0].templateBuilt, true);
     assert.deepEqual(started[1], { outcome: 'created', restoredFrom: { kind: 'template', templateId: tpl.templateId, snapshotId } });
     assert.equal((await fetch(`${server.baseUrl}/v1/snapshots/${snapshotId}`, { method: 'DELETE' })).status, 204); // its image's hold too
+  });
+
+  it("the image's User as Docker applies it: a name (its uid, gid and HOME from /etc/passwd), uid:group, a uid missing from passwd; a missing name fails the start", async function () {
+    if (!ROOT) this.skip(); // run as root only: a non-root server's nested user namespace is not exercised here
+    const etc = { tar: makeTar([{ name: 'etc/', type: 'dir' }, { name: 'etc/passwd', data: 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001:App:/home/app:/bin/sh\n' },
+      { name: 'etc/group', data: 'root:x:0:\napp:x:1001:\nstaff:x:50:app\n' }, { name: 'home/', type: 'dir' }, { name: 'home/app/', type: 'dir' }]) };
+    const cases = [
+      ['app', '1000 1001 /home/app'],
+      ['app:staff', '1000 50 /home/app'],
+      ['1000:7', '1000 7 /home/app'],
+      ['4242', '4242 0 /'],
+      ['0', '0 0 /root'],
+    ];
+    const layout = path.join(work, 'oci-user');
+    for (const [i, [user]] of [...cases, ['nosuch']].entries()) {
+      writeOciLayout(layout, { tag: `u${i}`, config: { Env: ['PATH=/bin'], User: user }, layers: [{ tar: busyboxTar() }, etc] });
+      await pushImage(layout, `u${i}`, registry, `bar/user:${i}`);
+    }
+    for (const [i, [user, expected]] of cases.entries()) {
+      const s = await make(`${registry.host}/bar/user:${i}`);
+      assert.equal(await sh(s, 'echo $(busybox id -u) $(busybox id -g) $HOME'), expected, user);
+      // its files: written as that user, read back
+      assert.equal(await sh(s, 'echo hi > /mine; cat /mine; busybox stat -c %u /mine'), `hi\n${expected.split(' ')[0]}`, user);
+    }
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: `${registry.host}/bar/user:${cases.length}` }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    assert.deepEqual(await res.json(), { code: 'DOCKER::SANDBOX_START_FAILED', message: 'Failed to start sandbox: unable to find user nosuch: no matching entries in passwd file' });
+  });
+
+  it("the User's lookup never follows a layer's symlink; a whiteout or a non-directory etc in an upper layer hides a lower passwd", async function () {
+    if (!ROOT) this.skip(); // mknod of the whiteout
+    const l = (name) => path.join(work, 'user-layers', name);
+    for (const d of ['low/etc', 'sym/etc', 'wh/etc', 'file']) fs.mkdirSync(l(d), { recursive: true });
+    fs.writeFileSync(l('low/etc/passwd'), 'app:x:7:8::/h:/bin/sh\n');
+    fs.symlinkSync('/etc/passwd', l('sym/etc/passwd')); // the host's file, which has root
+    execFileSync('mknod', [l('wh/etc/passwd'), 'c', '0', '0']);
+    fs.writeFileSync(l('file/etc'), 'not a directory');
+    assert.deepEqual(resolveImageUser([l('low')], 'app'), { uid: 7, gid: 8, home: '/h' });
+    assert.deepEqual(resolveImageUser([l('low')], ''), null);
+    for (const top of ['sym', 'wh', 'file']) {
+      assert.throws(() => resolveImageUser([l('low'), l(top)], 'app'), { message: 'unable to find user app: no matching entries in passwd file' }, top);
+      assert.throws(() => resolveImageUser([l(top)], 'root'), /unable to find user root/, top);
+    }
+    assert.deepEqual(resolveImageUser([l('low'), l('sym')], '12:13'), { uid: 12, gid: 13, home: '/' });
+    assert.throws(() => resolveImageUser([l('low')], 'app:nogroup'), { message: 'unable to find group nogroup: no matching entries in group file' });
+    assert.throws(() => resolveImageUser([l('low')], '99999999999'), /out of range/);
   });
 
   // last: it restarts the server with an image bound

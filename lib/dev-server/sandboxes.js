@@ -12,6 +12,7 @@ import { resolveVolumes, within } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
 import { parseReference } from './images/reference.js';
+import { resolveImageUser } from './images/user.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -181,13 +182,24 @@ export class Sandboxes {
       }
       phase('image');
     }
+    // the image's User as Docker applies it (uid:gid, names from the image's /etc/passwd and /etc/group)
+    let user = null;
+    if (image) {
+      try {
+        user = resolveImageUser(image.layers, image.config?.User);
+      } catch (err) {
+        image.release();
+        restore?.release();
+        throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
+      }
+    }
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
       {
         id, dir: path.join(this.sandboxDir, id), env: req.env, binds, identity,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
         attachments: [cgroup, net?.attachment].filter(Boolean),
-        image: image && { layers: image.layers, config: image.config, owner: images.owner },
+        image: image && { layers: image.layers, config: image.config, owner: images.owner, user },
       },
       this.options,
     );
