@@ -62,6 +62,7 @@ describe('images: a create that pulls, per emulated runtime (Pending while pulli
   let registry;
   let proxy;
   const servers = {};
+  const localLog = []; // the local server's log lines
   const made = [];
   let n = 0;
 
@@ -71,7 +72,8 @@ describe('images: a create that pulls, per emulated runtime (Pending while pulli
     const dir = path.join(work, `oci-${tag}`);
     const { layers } = writeOciLayout(dir, { tag, config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }, { tar: makeTar([{ name: 'which', data: `${tag}\n` }]) }] });
     await pushImage(dir, tag, registry, `pend/img:${tag}`);
-    return { ref: `${proxy.host}/pend/img:${tag}`, tag, layer: layers[1] };
+    const sizes = layers.map((d) => fs.statSync(path.join(dir, 'blobs', 'sha256', d.slice(7))).size);
+    return { ref: `${proxy.host}/pend/img:${tag}`, tag, layer: layers[1], layers, sizes };
   }
   const api = (server, p, init) => fetch(`${server.baseUrl}${p}`, init);
   const createRaw = (server, ref) => api(server, '/v1/sandboxes', {
@@ -88,7 +90,7 @@ describe('images: a create that pulls, per emulated runtime (Pending while pulli
     const base = { images: 'run', log: () => {} };
     servers.kubernetes = await startServer({ ...base, dataDir: path.join(work, 'k8s'), emulate: 'kubernetes', emulateDelays: { create: 0, ready: 0, endpoint: 0, createTimeout: 600000 } });
     servers.docker = await startServer({ ...base, dataDir: path.join(work, 'docker'), emulate: 'docker', emulateDelays: { create: 0 } });
-    servers.local = await startServer({ ...base, dataDir: path.join(work, 'local') });
+    servers.local = await startServer({ ...base, dataDir: path.join(work, 'local'), log: (l) => localLog.push(l) });
   });
 
   after(async () => {
@@ -156,9 +158,10 @@ describe('images: a create that pulls, per emulated runtime (Pending while pulli
   for (const runtime of ['docker', 'local']) {
     it(`${runtime === 'local' ? 'no emulation' : 'docker'}: nothing listed while the image pulls; the create answers Running`, async () => {
       const server = servers[runtime];
-      const { ref, tag, layer } = await newImage();
+      const { ref, tag, layer, layers, sizes } = await newImage();
       const held = proxy.hold(layer);
       let settled = false;
+      const began = Date.now();
       const created = createRaw(server, ref).finally(() => { settled = true; });
       const blob = await held;
       assert.deepEqual(await listed(server, ref), []);
@@ -173,6 +176,13 @@ describe('images: a create that pulls, per emulated runtime (Pending while pulli
       made.push(s);
       await s._start();
       assert.equal((await s.executeCommand('cat /which')).stdout, `${tag}\n`);
+      if (runtime !== 'local') return;
+      // the pull's progress in the log, bounded: one line per layer once done, and between those at most one per 2 s of
+      // pulling (not one per chunk: the busybox layer alone is many)
+      const lines = localLog.filter((l) => l.startsWith(`sandbox ${body.id}: pulling ${ref}: `)).map((l) => l.slice(`sandbox ${body.id}: pulling ${ref}: `.length));
+      const perLayer = lines.filter((l) => l.startsWith('layer '));
+      assert.deepEqual(perLayer.sort(), layers.map((d, i) => `layer ${d.slice(0, 19)} done, ${sizes[i]} bytes`).sort(), lines.join('\n'));
+      assert.ok(lines.length - perLayer.length <= 1 + Math.floor((Date.now() - began) / 2000), lines.join('\n'));
     });
   }
 });

@@ -33,6 +33,33 @@ export function phasesText(timing) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
+const PROGRESS_LOG_MS = 2000;
+
+/**
+ * A pull's progress (the store's onProgress, called per chunk) as server log lines, bounded: one line per layer once
+ * it is complete (or was stored already), and between those at most one every PROGRESS_LOG_MS with the bytes so far.
+ */
+function pullProgressLog(prefix, log) {
+  if (!log) return undefined;
+  const layers = new Map(); // digest -> { bytes, total, done }
+  let last = Date.now();
+  return ({ layer, bytes, total, cached }) => {
+    let l = layers.get(layer);
+    if (!l) layers.set(layer, (l = { bytes: 0, total, done: false }));
+    if (l.done) return;
+    l.bytes = bytes;
+    l.total = total;
+    if (total != null && bytes >= total) {
+      l.done = true;
+      log(`${prefix}: layer ${layer.slice(0, 19)} ${cached ? 'already stored' : `done, ${total} bytes`}`);
+      return;
+    }
+    if (Date.now() - last < PROGRESS_LOG_MS) return;
+    last = Date.now();
+    const all = [...layers.values()];
+    log(`${prefix}: ${all.reduce((n, x) => n + x.bytes, 0)}/${all.reduce((n, x) => n + (x.total ?? 0), 0)} bytes of the ${all.length} layers started`);
+  };
+}
 
 export class Sandboxes {
   /**
@@ -169,7 +196,7 @@ export class Sandboxes {
       try {
         image = await images.store.acquire(this.offlineImagePath(req.image.uri), {
           auth: req.image.auth, platform: req.platform,
-          onProgress: (p) => this.options.log?.(`sandbox ${id}: pulling ${req.image.uri}: layer ${p.layer} ${p.bytes}/${p.total ?? '?'} bytes`),
+          onProgress: pullProgressLog(`sandbox ${id}: pulling ${req.image.uri}`, this.options.log),
         });
       } catch (err) {
         if (pulling) throw await this.pullFailed(pulling, err);
