@@ -1,16 +1,17 @@
 // Sandboxes on container images (images 'run'): the image's layers, read-only and shared, under the sandbox's own
-// writable layer (runner.js, src/execd/rootfs.c). The layers here are made by the test in the unpacked-layer format of
-// lib/dev-server/images/ (a busybox-static layer with a marker file, a second layer over it) and served by a local
-// source with the store's acquire() interface; the registry pull itself is the image store's (img-store) tests.
+// writable layer (runner.js, src/execd/rootfs.c). Every image here is pushed to Debian's docker-registry on loopback
+// and pulled by the server's own image store (lib/dev-server/images/): a two-layer busybox image (a marker file, a
+// setuid-marked file, a second layer over it), then busybox and python3 images through the same store.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { startServer } from '../lib/dev-server/index.js';
-import { BUSYBOX, chownTree, layerSource, makeLayers } from './helpers/image-layers.js';
+import { resolveImageUser } from '../lib/dev-server/images/user.js';
+import { BUSYBOX, writeLayerImage } from './helpers/image-layers.js';
 import { letUserRunCheckout } from './helpers/other-user.js';
-import { busyboxTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
+import { busyboxTar, makeTar, pushImage, pythonLayout, startRegistry, writeOciLayout } from './helpers/images.js';
 import { OpenSandboxFilesystem, OpenSandboxSandbox, Template } from '../lib/index.js';
 import { waitFor } from './helpers/poll.js';
 
@@ -24,7 +25,6 @@ const CHANGE_LAYER = `echo changed > /marker; echo new > /etc/new; rm /etc/passw
   ln -s /etc/shadow /root/link; mkdir -p /root/d; echo deep > /root/d/f`;
 /** [command, its output] showing CHANGE_LAYER's changes (in the sandbox that made them, or one restored from its snapshot). */
 const CHANGED = ['cat /marker /etc/new; test -e /etc/passwd; echo $?; ls -A /app; readlink /root/link; cat /root/d/f', 'changed\nnew\n1\nfresh\n/etc/shadow\ndeep'];
-const OWNER = 999_999_999; // the root server's layer owner (sandboxUid - 1 by default)
 
 /** A started OpenSandboxSandbox of `image` on `server`, remembered in `made` (each suite's after() destroys them). */
 async function startSandbox(server, made, image, opts) {
@@ -44,24 +44,28 @@ async function sh(s, cmd) {
 describe('images: sandboxes on a container image', function () {
   this.timeout(60000);
   let work;
+  let registry;
   let server;
+  let image; // <registry>/bar/bb:1
   const made = [];
-  const make = (opts = {}) => startSandbox(server, made, 'localhost:5000/bar/bb:1', opts);
-  const counts = { acquired: 0, released: 0 }; // the image source's holds
+  const make = (opts = {}) => startSandbox(server, made, image, opts);
+  const held = () => server.images.stats().images.find((i) => i.reference === image)?.held ?? 0;
 
   before(async function () {
     if (!BUSYBOX) this.skip();
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-images-'));
     fs.chmodSync(work, 0o755);
-    const layers = makeLayers(work);
-    if (ROOT) for (const l of layers) chownTree(l, OWNER, OWNER);
-    const source = layerSource(layers, counts);
-    server = await startServer({ images: 'run', imageSource: source, dataDir: path.join(work, 'data'), serverVersion: '0.1.13' });
+    registry = await startRegistry();
+    writeLayerImage(path.join(work, 'oci'));
+    await pushImage(path.join(work, 'oci'), 'bb', registry, 'bar/bb:1');
+    image = `${registry.host}/bar/bb:1`;
+    server = await startServer({ images: 'run', dataDir: path.join(work, 'data'), serverVersion: '0.1.13', log: () => {} });
   });
 
   after(async () => {
     for (const s of made) await s._destroy().catch(() => {});
     await server?.close();
+    await registry?.stop();
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
@@ -92,6 +96,7 @@ describe('images: sandboxes on a container image', function () {
 
   it('no setuid from a layer, no host root, no mount', async () => {
     const s = await make();
+    assert.equal(await sh(s, 'stat -c %a /bin/suid; /bin/suid'), '755\n0'); // 4755 in the layer's tar
     const r = await s.executeCommand('mount -t tmpfs none /mnt 2>&1; echo rc=$?');
     assert.match(r.stdout, /rc=[1-9]/);
     assert.equal(await sh(s, 'ls /proc/1/root/ | grep -c os-release || true'), '0');
@@ -117,21 +122,24 @@ describe('images: sandboxes on a container image', function () {
     assert.equal(await sh(r2, 'cat /marker; test -e /etc/passwd || test -e /etc/new || echo gone; ls -A /app; cat /app/fresh'), 'changed\ngone\nfresh\nagain');
     // the snapshot's record keeps the image by digest; it is held until the snapshot is deleted
     const rec = JSON.parse(fs.readFileSync(path.join(work, 'data', 'snapshots', snap.id, 'snapshot.json'), 'utf8'));
-    assert.deepEqual(rec.image, { reference: 'localhost:5000/bar/bb:1', digest: 'sha256:0', key: 'localhost:5000/bar/bb:1' });
-    const held = counts.acquired - counts.released;
+    const { digest } = server.images.stats().images.find((i) => i.reference === image);
+    assert.match(digest, /^sha256:[a-f0-9]{64}$/);
+    assert.deepEqual(rec.image, { reference: image, digest, key: image });
+    const before = held();
     await src.opensandbox.deleteSnapshot(snap.id);
-    assert.equal(counts.acquired - counts.released, held - 1);
+    assert.equal(held(), before - 1);
   });
 
   it('a failed pull is 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the reason', async () => {
     const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ image: { uri: 'localhost:5000/missing:1' }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+      body: JSON.stringify({ image: { uri: `${registry.host}/missing:1` }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
     });
     assert.equal(res.status, 500);
     const body = await res.json();
     assert.equal(body.code, 'DOCKER::SANDBOX_IMAGE_PULL_FAILED');
-    assert.match(body.message, /404 MANIFEST_UNKNOWN from registry localhost:5000/);
+    // the registry's reason: its status and its error code (docker-registry says MANIFEST_UNKNOWN for a missing repository)
+    assert.equal(body.message, `Failed to pull image ${registry.host}/missing:1: pulling ${registry.host}/missing:1: 404 Not Found from registry ${registry.host}: MANIFEST_UNKNOWN: manifest unknown`);
   });
 
   (ROOT ? it : it.skip)('a server run by another user (nobody): the layers owned by it, root in the sandbox, writes its own, snapshots restore', async () => {
@@ -148,11 +156,16 @@ describe('images: sandboxes on a container image', function () {
         });
         child.on('exit', (code) => reject(new Error(`server exited ${code}`)));
       });
-      const s = new OpenSandboxSandbox({ domain, image: 'localhost:5000/bar/bb:1' });
+      const s = new OpenSandboxSandbox({ domain, image });
       made.push(s);
       await s._start();
       assert.equal(await sh(s, 'cat /marker; id -u; echo w > /marker; cat /marker'), 'from the image\n0\nw');
-      assert.equal(fs.readFileSync(path.join(dir, 'l0', 'marker'), 'utf8'), 'from the image\n');
+      // the layer in its store: owned by nobody, unchanged by the sandbox's write
+      const layersDir = path.join(dir, 'data', 'images', 'layers');
+      const markers = fs.readdirSync(layersDir).map((hex) => path.join(layersDir, hex, 'root', 'marker')).filter((f) => fs.existsSync(f));
+      assert.equal(markers.length, 1);
+      assert.equal(fs.readFileSync(markers[0], 'utf8'), 'from the image\n');
+      assert.equal(fs.statSync(markers[0]).uid, 65534);
       // its writable layer copied as the server's user (no disk bound without root): whiteouts and opaque dirs too,
       // and a directory that user cannot read (mode 000)
       await sh(s, `${CHANGE_LAYER}; mkdir /root/locked; echo kept > /root/locked/f; busybox chmod 000 /root/locked`);
@@ -261,6 +274,55 @@ describe('images: sandboxes on images pulled from a loopback registry (the image
     assert.equal(started[0].templateBuilt, true);
     assert.deepEqual(started[1], { outcome: 'created', restoredFrom: { kind: 'template', templateId: tpl.templateId, snapshotId } });
     assert.equal((await fetch(`${server.baseUrl}/v1/snapshots/${snapshotId}`, { method: 'DELETE' })).status, 204); // its image's hold too
+  });
+
+  it("the image's User as Docker applies it: a name (its uid, gid and HOME from /etc/passwd), uid:group, a uid missing from passwd; a missing name fails the start", async function () {
+    if (!ROOT) this.skip(); // run as root only: a non-root server's nested user namespace is not exercised here
+    const etc = { tar: makeTar([{ name: 'etc/', type: 'dir' }, { name: 'etc/passwd', data: 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001:App:/home/app:/bin/sh\n' },
+      { name: 'etc/group', data: 'root:x:0:\napp:x:1001:\nstaff:x:50:app\n' }, { name: 'home/', type: 'dir' }, { name: 'home/app/', type: 'dir' }]) };
+    const cases = [
+      ['app', '1000 1001 /home/app'],
+      ['app:staff', '1000 50 /home/app'],
+      ['1000:7', '1000 7 /home/app'],
+      ['4242', '4242 0 /'],
+      ['0', '0 0 /root'],
+    ];
+    const layout = path.join(work, 'oci-user');
+    for (const [i, [user]] of [...cases, ['nosuch']].entries()) {
+      writeOciLayout(layout, { tag: `u${i}`, config: { Env: ['PATH=/bin'], User: user }, layers: [{ tar: busyboxTar() }, etc] });
+      await pushImage(layout, `u${i}`, registry, `bar/user:${i}`);
+    }
+    for (const [i, [user, expected]] of cases.entries()) {
+      const s = await make(`${registry.host}/bar/user:${i}`);
+      assert.equal(await sh(s, 'echo $(busybox id -u) $(busybox id -g) $HOME'), expected, user);
+      // its files: written as that user, read back
+      assert.equal(await sh(s, 'echo hi > /mine; cat /mine; busybox stat -c %u /mine'), `hi\n${expected.split(' ')[0]}`, user);
+    }
+    const res = await fetch(`${server.baseUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ image: { uri: `${registry.host}/bar/user:${cases.length}` }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 60, resourceLimits: { cpu: '1', memory: '1Gi' } }),
+    });
+    assert.equal(res.status, 500);
+    assert.deepEqual(await res.json(), { code: 'DOCKER::SANDBOX_START_FAILED', message: 'Failed to start sandbox: unable to find user nosuch: no matching entries in passwd file' });
+  });
+
+  it("the User's lookup never follows a layer's symlink; a whiteout or a non-directory etc in an upper layer hides a lower passwd", async function () {
+    if (!ROOT) this.skip(); // mknod of the whiteout
+    const l = (name) => path.join(work, 'user-layers', name);
+    for (const d of ['low/etc', 'sym/etc', 'wh/etc', 'file']) fs.mkdirSync(l(d), { recursive: true });
+    fs.writeFileSync(l('low/etc/passwd'), 'app:x:7:8::/h:/bin/sh\n');
+    fs.symlinkSync('/etc/passwd', l('sym/etc/passwd')); // the host's file, which has root
+    execFileSync('mknod', [l('wh/etc/passwd'), 'c', '0', '0']);
+    fs.writeFileSync(l('file/etc'), 'not a directory');
+    assert.deepEqual(resolveImageUser([l('low')], 'app'), { uid: 7, gid: 8, home: '/h' });
+    assert.deepEqual(resolveImageUser([l('low')], ''), null);
+    for (const top of ['sym', 'wh', 'file']) {
+      assert.throws(() => resolveImageUser([l('low'), l(top)], 'app'), { message: 'unable to find user app: no matching entries in passwd file' }, top);
+      assert.throws(() => resolveImageUser([l(top)], 'root'), /unable to find user root/, top);
+    }
+    assert.deepEqual(resolveImageUser([l('low'), l('sym')], '12:13'), { uid: 12, gid: 13, home: '/' });
+    assert.throws(() => resolveImageUser([l('low')], 'app:nogroup'), { message: 'unable to find group nogroup: no matching entries in group file' });
+    assert.throws(() => resolveImageUser([l('low')], '99999999999'), /out of range/);
   });
 
   // last: it restarts the server with an image bound

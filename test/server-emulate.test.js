@@ -59,7 +59,7 @@ describe('dev-server emulating upstream deployments', function () {
       await rejects({ emulate: 'kubernetes', workloadProvider: 'pod' }, /^Error: workloadProvider must be one of 'batchsandbox', 'agent-sandbox', got "pod"$/);
     });
     it('refuses unknown and malformed delays', async () => {
-      await rejects({ emulate: 'docker', emulateDelays: { pull: 1 } }, /^Error: emulateDelays\.pull is unknown; known: create, ready, endpoint, pause, resume, snapshot$/);
+      await rejects({ emulate: 'docker', emulateDelays: { pull: 1 } }, /^Error: emulateDelays\.pull is unknown; known: create, ready, endpoint, pause, resume, snapshot, createTimeout$/);
       await rejects({ emulate: 'docker', emulateDelays: { create: -1 } }, /^Error: emulateDelays\.create must be an integer 0\.\.600000 \(milliseconds\), got -1$/);
       await rejects({ emulate: 'docker', emulateDelays: [] }, /^Error: emulateDelays must be an object/);
     });

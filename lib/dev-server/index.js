@@ -30,7 +30,7 @@ import {
 const OPTION_NAMES = ['port', 'host', 'apiKey', 'allowedHostPaths', 'isolation', 'dataDir', 'execdAccessToken', 'execdEndpoint',
   'endpointHeaders', 'maxSandboxTimeoutSeconds', 'maxSnapshotBytes', 'commandTailMs', 'ptyExitRace', 'signalForwarding', 'ptyCloseLinger', 'log',
   'insecure', 'sandboxUid', 'cgroupParent', 'maxPids', 'diskLimit', 'defaultMemory', 'unenforcedLimits', 'emulate', 'serverVersion',
-  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'dnsUpstream', 'maxImageBytes', 'insecureRegistries', 'images', 'imageSource'];
+  'workloadProvider', 'emulateDelays', 'defaultNetworkPolicy', 'dnsUpstream', 'maxImageBytes', 'insecureRegistries', 'images'];
 /** Whether ELF executable `file` has no program interpreter (PT_INTERP): statically linked. */
 function isStaticElf(file) {
   const fd = fs.openSync(file, 'r');
@@ -152,7 +152,7 @@ export async function startServer(options = {}) {
     execdAccessToken: undefined, execdEndpoint: 'direct', endpointHeaders: false, maxSandboxTimeoutSeconds: undefined,
     commandTailMs: 1000, ptyExitRace: false, signalForwarding: false, ptyCloseLinger: false, log: false, insecure: false,
     sandboxUid: DEFAULT_SANDBOX_UID, cgroupParent: undefined, maxPids: DEFAULT_MAX_PIDS, diskLimit: DEFAULT_DISK_LIMIT, defaultMemory: DEFAULT_MEMORY,
-    unenforcedLimits: false, defaultNetworkPolicy: 'allow', images: 'host', imageSource: undefined,
+    unenforcedLimits: false, defaultNetworkPolicy: 'allow', images: 'host',
   };
   for (const [k, v] of Object.entries(options)) if (v !== undefined) opts[k] = v; // undefined = default
   const log = typeof opts.log === 'function' ? opts.log : opts.log === true ? (line) => console.error(`dev-server: ${line}`) : null;
@@ -313,18 +313,15 @@ export async function startServer(options = {}) {
     // the layers' owner: for a root server a uid just below the sandboxes' block (idmapped to each sandbox's root),
     // else the server's own uid (root in the sandbox's user namespace)
     const owner = hardening ? { uid: opts.sandboxUid - 1, gid: opts.sandboxUid - 1 } : { uid: process.getuid(), gid: process.getgid() };
-    let source = opts.imageSource; // { acquire(ref, { auth, platform, onProgress }), hold({ key, digest }) } instead of the store (tests)
-    if (!source) {
-      let mod;
-      try {
-        mod = await import('./images/store.js');
-      } catch (err) {
-        fail(new Error(`images 'run': the image store (lib/dev-server/images/store.js) is not available: ${err.message}`));
-      }
-      source = new mod.ImageStore({ dir: path.join(dataDir, 'images'), owner, log, maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries });
-      await source.open();
+    let mod;
+    try {
+      mod = await import('./images/store.js');
+    } catch (err) {
+      fail(new Error(`images 'run': the image store (lib/dev-server/images/store.js) is not available: ${err.message}`));
     }
-    images = { source, owner };
+    const store = new mod.ImageStore({ dir: path.join(dataDir, 'images'), owner, log, maxImageBytes: opts.maxImageBytes, insecureRegistries: opts.insecureRegistries });
+    await store.open();
+    images = { store, owner };
   }
 
   const sandboxes = new Sandboxes({
@@ -592,7 +589,7 @@ export async function startServer(options = {}) {
     domain,
     baseUrl: `http://${domain}`,
     port,
-    images: images?.source ?? null,
+    images: images?.store ?? null,
     close() {
       closed ??= (async () => {
         await new Promise((resolve) => {

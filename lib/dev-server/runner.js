@@ -211,7 +211,9 @@ export class SandboxProcess {
     if (hardening) {
       // root inside is the unprivileged host uid bwrap runs as; no capabilities, no further user namespaces,
       // the libseccomp filter (bwrap also sets no_new_privs)
-      a.push('--unshare-user', '--uid', '0', '--gid', '0', ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', passFd(fds[0]));
+      // (an image's User: that uid and gid inside instead of root)
+      const user = this.spec.image?.user ?? { uid: 0, gid: 0 };
+      a.push('--unshare-user', '--uid', String(user.uid), '--gid', String(user.gid), ...(this.spec.joinableUserns ? [] : ['--disable-userns']), '--cap-drop', 'ALL', '--seccomp', passFd(fds[0]));
     }
     if (!this.spec.hostNetwork) a.push('--unshare-net');
     a.push('--hostname', hostnameOf(this.spec.id));
@@ -329,7 +331,7 @@ export class SandboxProcess {
     if (this.options.ptyCloseLinger) execdArgs.push('--pty-close-linger');
     // execd answers every route itself; node is only the javascript code kernel's (started when a context asks for it)
     const execdArgv = image ? [IMAGE_EXECD, ...execdArgs] : [execdFile, ...execdArgs, '--node', process.execPath, '--code-kernels', CODE_KERNELS];
-    const env = image ? imageEnv(image.config, { HOSTNAME: hostnameOf(this.spec.id) }, this.spec.env) : {
+    const env = image ? imageEnv(image.config, { HOSTNAME: hostnameOf(this.spec.id), ...(image.user ? { HOME: image.user.home } : {}) }, this.spec.env) : {
       PATH: `${nodeDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
       HOME: isolated ? '/root' : this.dirs.home,
       TMPDIR: isolated ? '/tmp' : this.dirs.tmp,

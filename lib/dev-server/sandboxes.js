@@ -12,6 +12,7 @@ import { hostPathRule, resolveVolumes } from './volumes.js';
 import { sandboxNetwork } from './network.js';
 import { upstreamProfile } from './upstream.js';
 import { parseReference } from './images/reference.js';
+import { resolveImageUser } from './images/user.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -32,6 +33,33 @@ export function phasesText(timing) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
+const PROGRESS_LOG_MS = 2000;
+
+/**
+ * A pull's progress (the store's onProgress, called per chunk) as server log lines, bounded: one line per layer once
+ * it is complete (or was stored already), and between those at most one every PROGRESS_LOG_MS with the bytes so far.
+ */
+function pullProgressLog(prefix, log) {
+  if (!log) return undefined;
+  const layers = new Map(); // digest -> { bytes, total, done }
+  let last = Date.now();
+  return ({ layer, bytes, total, cached }) => {
+    let l = layers.get(layer);
+    if (!l) layers.set(layer, (l = { bytes: 0, total, done: false }));
+    if (l.done) return;
+    l.bytes = bytes;
+    l.total = total;
+    if (total != null && bytes >= total) {
+      l.done = true;
+      log(`${prefix}: layer ${layer.slice(0, 19)} ${cached ? 'already stored' : `done, ${total} bytes`}`);
+      return;
+    }
+    if (Date.now() - last < PROGRESS_LOG_MS) return;
+    last = Date.now();
+    const all = [...layers.values()];
+    log(`${prefix}: ${all.reduce((n, x) => n + x.bytes, 0)}/${all.reduce((n, x) => n + (x.total ?? 0), 0)} bytes of the ${all.length} layers started`);
+  };
+}
 
 export class Sandboxes {
   /**
@@ -131,6 +159,7 @@ export class Sandboxes {
       // bubblewrap holds its own copies of the volumes' descriptors once started (and closes them once mounted)
       for (const b of binds) fs.closeSync(b.fd);
       if (identity && !started) identities.release(identity); // never ran, or disposed (release is idempotent)
+      if (!started && this.items.get(id)?.pulling) this.items.delete(id); // its record listed while it pulled (Kubernetes)
       if (spare && !started) this.options.limits.disks.drop(spare).catch(() => {}); // unless mount() used it
     }
   }
@@ -151,6 +180,7 @@ export class Sandboxes {
     // images 'run': the image's layers (pulled once, shared) under the sandbox's own writable layer; a restore of a
     // snapshot of an image sandbox: that image (by digest, held by the snapshot) under the snapshot's layer
     let image = null;
+    let pulling = null; // Kubernetes: the sandbox's record listed while its image is pulled (listPulling)
     const images = this.options.images;
     if (restore) {
       try {
@@ -161,16 +191,34 @@ export class Sandboxes {
       }
       if (image) phase('image');
     } else if (images && req.image?.uri) {
+      // Kubernetes: the workload exists while its pod pulls the image: listed Pending, the create still waiting
+      pulling = this.profile.createWait === 'ready' ? this.listPulling(req, id, arrived) : null;
       try {
-        image = await images.source.acquire(this.offlineImagePath(req.image.uri), {
+        image = await images.store.acquire(this.offlineImagePath(req.image.uri), {
           auth: req.image.auth, platform: req.platform,
-          onProgress: (p) => this.options.log?.(`sandbox ${id}: pulling ${req.image.uri}: layer ${p.layer} ${p.bytes}/${p.total ?? '?'} bytes`),
+          onProgress: pullProgressLog(`sandbox ${id}: pulling ${req.image.uri}`, this.options.log),
         });
       } catch (err) {
+        if (pulling) throw await this.pullFailed(pulling, err);
         // upstream's Docker runtime: 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED with the registry's reason
         throw new ApiError(err.status ?? 500, err.code ?? 'DOCKER::SANDBOX_IMAGE_PULL_FAILED', `Failed to pull image ${req.image.uri}: ${err.message}`);
       }
+      if (pulling?.deleting || this.closing) {
+        image.release();
+        throw this.profile.notFound(id); // deleted (or the server closed) while it pulled
+      }
       phase('image');
+    }
+    // the image's User as Docker applies it (uid:gid, names from the image's /etc/passwd and /etc/group)
+    let user = null;
+    if (image) {
+      try {
+        user = resolveImageUser(image.layers, image.config?.User);
+      } catch (err) {
+        image.release();
+        restore?.release();
+        throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to start sandbox: ${err.message}`);
+      }
     }
     const cgroup = plan.cgroup && this.options.limits.cgroups.sandbox(id, plan.cgroup);
     const proc = new SandboxProcess(
@@ -178,7 +226,7 @@ export class Sandboxes {
         id, dir: path.join(this.sandboxDir, id), env: req.env, binds, identity,
         hostNetwork: net?.hostNetwork ?? false, resolvConf: net?.resolvConf ?? null, joinableUserns: net?.joinableUserns ?? false,
         attachments: [cgroup, net?.attachment].filter(Boolean),
-        image: image && { layers: image.layers, config: image.config, owner: images.owner },
+        image: image && { layers: image.layers, config: image.config, owner: images.owner, user },
       },
       this.options,
     );
@@ -238,6 +286,14 @@ export class Sandboxes {
       await this.dispose(sb); // closeAll() did not see it yet: its disk must not outlive the server
       throw new ApiError(503, 'GENERAL::UNAVAILABLE', 'The server is shutting down.');
     }
+    if (pulling?.deleting) {
+      await this.dispose(sb); // deleted while its disk was made: the delete answered for the record it saw
+      throw this.profile.notFound(id);
+    }
+    if (pulling) {
+      clearTimeout(pulling.timer);
+      sb.expiresAt = pulling.expiresAt; // a renew while it pulled
+    }
     this.items.set(id, sb);
     try {
       if (this.profile.createWait === 'ready' && delays.create) {
@@ -270,6 +326,50 @@ export class Sandboxes {
     this.options.log?.(`sandbox ${id} created${net ? ` (network: ${net.hostNetwork ? 'the host\'s' : 'slirp4netns'})` : ''} in ${phasesText(timing)}`);
     if (sb.disk?.restored) this.snapshots.keepSpare(req.snapshotId); // its next restore's image copied ahead, off this one's path
     return sb;
+  }
+
+  /**
+   * Kubernetes: the record of a sandbox whose pod pulls its image, listed (Pending: upstream's BatchSandbox phase while
+   * its pod is not ready) until start() replaces it with the sandbox itself. It has no processes: a delete marks it
+   * (start() then ends with 404), its endpoint is the pod without an IP.
+   */
+  listPulling(req, id, arrived) {
+    const rec = {
+      id, proc: null, relay: null, timer: null, deleting: false, pulling: true, endpointAt: 0,
+      image: req.image, snapshotId: null, entrypoint: req.entrypoint, metadata: req.metadata,
+      platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch }, platformRequested: req.platform != null,
+      createdAt: arrived, containerCreatedAt: arrived, exitCode: null, expiresAt: req.timeout == null ? null : arrived + req.timeout * 1000,
+      status: { state: 'Pending', reason: 'BATCHSANDBOX_PENDING', message: 'BatchSandbox is pending allocation', lastTransitionAt: iso(arrived) },
+    };
+    this.items.set(id, rec);
+    return rec;
+  }
+
+  /**
+   * Kubernetes: a pull failed under `rec` (listPulling). Upstream's controller sets the BatchSandbox's phase Failed with
+   * its PodFailed condition (ErrImagePull), the server lists it Failed; its create keeps waiting for Running until
+   * sandbox_create_timeout_seconds (`delays.createTimeout`), then deletes the workload and answers 504
+   * KUBERNETES::POD_READY_TIMEOUT. Here the wait also ends when the sandbox is deleted or the server closes. The
+   * registry's reason (kubelet's event upstream) is in the server log. Resolves to the error the create answers.
+   */
+  async pullFailed(rec, err) {
+    const { id } = rec;
+    this.options.log?.(`sandbox ${id}: pulling ${rec.image.uri} failed (ErrImagePull): ${err.message}`);
+    if (!rec.deleting) this.transition(rec, 'Failed', 'FAILED', `1/1 observed pods failed; primary reason=ErrImagePull; sample pod=${id}-0`);
+    const began = rec.createdAt;
+    await new Promise((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, began + this.profile.delays.createTimeout - Date.now()));
+      timer.unref();
+      rec.onDelete = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      if (rec.deleting || this.closing) rec.onDelete();
+    });
+    if (this.items.get(id) === rec) this.items.delete(id);
+    rec.deleting = true;
+    return new ApiError(504, 'KUBERNETES::POD_READY_TIMEOUT',
+      `Timeout waiting for sandbox ${id} to be Running with IP. Elapsed: ${((Date.now() - began) / 1000).toFixed(1)}s, Last state: Failed`);
   }
 
   /**
@@ -505,6 +605,7 @@ export class Sandboxes {
     sb.deleting = true;
     clearTimeout(sb.timer);
     clearTimeout(sb.phaseTimer);
+    if (sb.pulling) return sb.onDelete?.(); // its image still pulling (Kubernetes): start() ends it
     await sb.relay?.close();
     await this.dispose(sb);
   }

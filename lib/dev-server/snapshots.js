@@ -139,13 +139,13 @@ export class Snapshots {
       this.items.set(id, rec);
       // its image stays in the store while the snapshot exists (the store opened before: nothing evicted meanwhile);
       // a server not running images has no store (its restores are refused)
-      if (rec.image && rec.status.state === 'Ready' && this.imageSource) this.holdImage(rec);
+      if (rec.image && rec.status.state === 'Ready' && this.imageStore) this.holdImage(rec);
     }
   }
 
-  /** The server's image source (images 'run': the image store, or a stand-in with its interface), or null. */
-  get imageSource() {
-    return this.sandboxes.options.images?.source ?? null;
+  /** The server's image store (images 'run'), or null. */
+  get imageStore() {
+    return this.sandboxes.options.images?.store ?? null;
   }
 
   /**
@@ -154,7 +154,7 @@ export class Snapshots {
    * restores then fail saying so).
    */
   holdImage(rec) {
-    const held = this.imageSource?.hold?.(rec.image) ?? null;
+    const held = this.imageStore?.hold(rec.image) ?? null;
     if (held) this.imageHolds.set(rec.id, held);
     else this.log?.(`snapshot ${rec.id}: its image ${rec.image.reference} (${rec.image.digest}) is not in this server's image store`);
   }
@@ -355,11 +355,11 @@ export class Snapshots {
    */
   holdContainerImage(rec) {
     const { reference, digest } = rec.image;
-    const source = this.imageSource;
-    if (!source) {
+    const store = this.imageStore;
+    if (!store) {
       throw new ApiError(400, 'SNAPSHOT::NOT_SUPPORTED', `Snapshot ${rec.id} is of a sandbox on the image ${reference}; this server does not run images (start it with images 'run', --images run).`);
     }
-    const held = source.hold?.(rec.image) ?? null;
+    const held = store.hold(rec.image);
     if (!held) throw new ApiError(500, 'DOCKER::SANDBOX_START_FAILED', `Failed to restore snapshot ${rec.id}: its image ${reference} (${digest}) is no longer in the server's image store.`);
     return held;
   }

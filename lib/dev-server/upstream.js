@@ -15,18 +15,19 @@ export const LATEST_VERSION = '0.1.14';
 /** The version that brought the Snapshots API and BatchSandbox pause/resume on Kubernetes. */
 export const SNAPSHOTS_SINCE = '0.1.13';
 /** Durations (ms) the emulation takes; `emulateDelays` overrides any of them. */
-export const DELAY_NAMES = ['create', 'ready', 'endpoint', 'pause', 'resume', 'snapshot'];
+export const DELAY_NAMES = ['create', 'ready', 'endpoint', 'pause', 'resume', 'snapshot', 'createTimeout'];
 
 const DEFAULT_DELAYS = {
   // the local server answers as fast as it can
-  local: { create: 0, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 0 },
+  local: { create: 0, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 0, createTimeout: 0 },
   // Docker: the create answers once the (local) image is pulled and the container runs (0.5-1 s recorded);
   // pause/unpause are immediate; `docker commit` of a snapshot takes 0.2-1 s
-  docker: { create: 700, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 300 },
+  docker: { create: 700, ready: 0, endpoint: 0, pause: 0, resume: 0, snapshot: 300, createTimeout: 0 },
   // Kubernetes: the create waits for the pod's IP (Allocated), readiness follows; the endpoint reads the informer
   // cache, which lags the pod; BatchSandbox pause commits and pushes the root filesystem, resume schedules a new pod
-  // a SandboxSnapshot commits and pushes an image too
-  kubernetes: { create: 3000, ready: 2000, endpoint: 1000, pause: 20000, resume: 15000, snapshot: 20000 },
+  // a SandboxSnapshot commits and pushes an image too; a create whose pod never runs (its image pull failed) is
+  // answered 504 after sandbox_create_timeout_seconds (60 by default)
+  kubernetes: { create: 3000, ready: 2000, endpoint: 1000, pause: 20000, resume: 15000, snapshot: 20000, createTimeout: 60000 },
 };
 
 /** 'X.Y.Z' → [X, Y, Z], or null. */
