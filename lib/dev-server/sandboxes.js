@@ -35,6 +35,15 @@ export function phasesText(timing) {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 const PROGRESS_LOG_MS = 2000;
 
+/** What a sandbox's record keeps of its create request (arrived at `at`, ms): both a sandbox and a pulling record list it. */
+function requestFields(req, at) {
+  return {
+    image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
+    platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch }, platformRequested: req.platform != null,
+    createdAt: at, exitCode: null, expiresAt: req.timeout == null ? null : at + req.timeout * 1000,
+  };
+}
+
 /**
  * A pull's progress (the store's onProgress, called per chunk) as server log lines, bounded: one line per layer once
  * it is complete (or was stored already), and between those at most one every PROGRESS_LOG_MS with the bytes so far.
@@ -236,9 +245,7 @@ export class Sandboxes {
       id, proc, identity, imageHandle: image, relay: null, timer: null, deleting: false, disk: null, finishedAt: null, released: false, endpointAt: 0,
       containerId: crypto.createHash('sha256').update(id).digest('hex'), // Docker's id of the emulated container
       token: newToken(), // the sandbox's own access token: endpoint header, never inside the sandbox
-      image: req.image, snapshotId: req.snapshotId, entrypoint: req.entrypoint, metadata: req.metadata,
-      platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch }, platformRequested: req.platform != null,
-      createdAt: now, containerCreatedAt: Date.now(), exitCode: null, expiresAt: req.timeout == null ? null : now + req.timeout * 1000,
+      ...requestFields(req, now), containerCreatedAt: Date.now(),
       status: { state: 'Pending', reason: 'CONTAINER_CREATING', message: 'Sandbox is starting.', lastTransitionAt: iso(now) },
     };
     // bwrap's gate spawned and its cgroup entered while the disk is made (runner.js prepare); a failure surfaces in
@@ -336,9 +343,7 @@ export class Sandboxes {
   listPulling(req, id, arrived) {
     const rec = {
       id, proc: null, relay: null, timer: null, deleting: false, pulling: true, endpointAt: 0,
-      image: req.image, snapshotId: null, entrypoint: req.entrypoint, metadata: req.metadata,
-      platform: req.platform ?? { os: 'linux', arch: process.arch === 'x64' ? 'amd64' : process.arch }, platformRequested: req.platform != null,
-      createdAt: arrived, containerCreatedAt: arrived, exitCode: null, expiresAt: req.timeout == null ? null : arrived + req.timeout * 1000,
+      ...requestFields(req, arrived), containerCreatedAt: arrived,
       status: { state: 'Pending', reason: 'BATCHSANDBOX_PENDING', message: 'BatchSandbox is pending allocation', lastTransitionAt: iso(arrived) },
     };
     this.items.set(id, rec);
