@@ -258,20 +258,20 @@ describe('image store', function () {
 
   describe('from a registry (docker-registry on loopback)', () => {
     const registries = {};
+    let layout; // the busybox image every registry here is given (oci:<layout>:bb)
     before(async function () {
       this.timeout(60000);
-      const layout = fs.mkdtempSync(path.join(os.tmpdir(), 'img-store-layout-'));
+      layout = fs.mkdtempSync(path.join(os.tmpdir(), 'img-store-layout-'));
       writeOciLayout(layout, { tag: 'bb', config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }] });
-      try {
-        for (const auth of ['none', 'htpasswd', 'token']) {
-          registries[auth] = await startRegistry({ auth });
-          await pushImage(layout, 'bb', registries[auth], 'bar/bb:1', { creds: auth !== 'none' });
-        }
-      } finally {
-        fs.rmSync(layout, { recursive: true, force: true });
+      for (const auth of ['none', 'htpasswd', 'token']) {
+        registries[auth] = await startRegistry({ auth });
+        await pushImage(layout, 'bb', registries[auth], 'bar/bb:1', { creds: auth !== 'none' });
       }
     });
-    after(async () => { for (const r of Object.values(registries)) await r.stop(); });
+    after(async () => {
+      for (const r of Object.values(registries)) await r.stop();
+      if (layout) fs.rmSync(layout, { recursive: true, force: true });
+    });
 
     for (const auth of ['none', 'htpasswd', 'token']) {
       it(`pulls from a registry with ${auth === 'none' ? 'no auth' : auth === 'htpasswd' ? 'basic auth' : 'bearer tokens'}`, async () => {
@@ -315,15 +315,9 @@ describe('image store', function () {
       before(async function () {
         if (!address) this.skip(); // a machine with loopback alone: nothing to listen on that is not loopback
         this.timeout(60000);
-        const layout = fs.mkdtempSync(path.join(os.tmpdir(), 'img-store-layout-'));
-        writeOciLayout(layout, { tag: 'bb', config: { Env: ['PATH=/bin'] }, layers: [{ tar: busyboxTar() }] });
-        try {
-          remote.tls = await startRegistry({ address, tls: true });
-          remote.plain = await startRegistry({ address });
-          for (const r of [remote.tls, remote.plain]) await pushImage(layout, 'bb', r, 'bar/bb:1');
-        } finally {
-          fs.rmSync(layout, { recursive: true, force: true });
-        }
+        remote.tls = await startRegistry({ address, tls: true });
+        remote.plain = await startRegistry({ address });
+        for (const r of [remote.tls, remote.plain]) await pushImage(layout, 'bb', r, 'bar/bb:1');
       });
       afterEach(() => {
         if (savedCertFile === undefined) delete process.env.SSL_CERT_FILE;
