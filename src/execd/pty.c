@@ -205,7 +205,12 @@ struct module {
   int objects; /* sessions and connections not yet freed (a deleted session lives on until its runs are closed) */
   uint64_t serials;
   int closing;
+  /* big stdin messages' buffers, kept for the next ones (a fresh multi-MiB buffer costs a page fault per 4 KiB, more
+   * than the copy): at most STDIN_POOL of at most STDIN_POOL_MAX bytes each, freed with the module */
+  osb_buf pool[2];
 };
+#define STDIN_POOL 2
+#define STDIN_POOL_MAX (8u * 1024u * 1024u)
 
 static const char *const SIGNAL_NAMES[] = {"SIGINT", "SIGTERM", "SIGKILL", "SIGQUIT", "SIGHUP"};
 static const int SIGNAL_NUMS[] = {SIGINT, SIGTERM, SIGKILL, SIGQUIT, SIGHUP};
@@ -669,8 +674,22 @@ typedef struct {
   uv_write_t w;
   run *r;          /* its handle is open until this callback ran: r and its session are alive */
   uint64_t serial; /* the connection that wrote it: told of a failure if it is still the session's client */
+  osb_buf taken;   /* the WebSocket message it writes from, when taken from the parser (else data holds a copy) */
   char data[];
 } stdin_write;
+
+/* A buffer back to the module's pool (freed when the pool is full or it is too big). */
+static void pool_put(module *m, osb_buf *b) {
+  for (int i = 0; i < STDIN_POOL && b->cap && b->cap <= STDIN_POOL_MAX + 1; i++) {
+    if (m->pool[i].cap == 0) {
+      m->pool[i] = *b;
+      m->pool[i].len = 0;
+      memset(b, 0, sizeof *b);
+      return;
+    }
+  }
+  osb_buf_free(b);
+}
 
 /* ---------------------------------------------------------------- sessions */
 
@@ -967,6 +986,7 @@ static void on_stdin_written(uv_write_t *w, int status) {
     xd_raw_pause(h->raw, 0);
     if (!h->done) uv_timer_again(&h->reader);
   }
+  if (sw->taken.cap) pool_put(sw->r->s->m, &sw->taken);
   free(sw);
   if (status < 0 && status != UV_ECANCELED && c && !c->done) {
     const char *msg = status == UV_EPIPE ? "write EPIPE" : uv_strerror(status);
@@ -975,7 +995,9 @@ static void on_stdin_written(uv_write_t *w, int status) {
   }
 }
 
-static void conn_stdin(wsconn *c, const char *data, size_t n) {
+/* Writes n bytes of stdin into the running process: from msg (a message taken from the parser, data pointing into
+ * it: no copy) or else a copy of data. */
+static void conn_stdin(wsconn *c, const char *data, size_t n, osb_buf *msg) {
   session *s = c->s;
   run *r = s ? s->cur : NULL;
   const char *fail = NULL;
@@ -987,14 +1009,22 @@ static void conn_stdin(wsconn *c, const char *data, size_t n) {
     return;
   }
   if (n == 0) return;
-  stdin_write *sw = malloc(sizeof *sw + n);
+  stdin_write *sw = malloc(sizeof *sw + (msg ? 0 : n));
   if (!sw) return;
   sw->r = r;
   sw->serial = c->serial;
-  memcpy(sw->data, data, n);
-  uv_buf_t b = uv_buf_init(sw->data, (unsigned)n);
+  memset(&sw->taken, 0, sizeof sw->taken);
+  if (msg) {
+    sw->taken = *msg;
+    memset(msg, 0, sizeof *msg);
+  } else {
+    memcpy(sw->data, data, n);
+    data = sw->data;
+  }
+  uv_buf_t b = uv_buf_init((char *)data, (unsigned)n);
   uv_stream_t *to = r->is_pty ? (uv_stream_t *)&r->out[0] : (uv_stream_t *)&r->in;
   if (uv_write(&sw->w, to, &b, 1, on_stdin_written) != 0) {
+    osb_buf_free(&sw->taken);
     free(sw);
     conn_error(c, "STDIN_WRITE_FAILED", "stdin is closed", 15);
     conn_finish(c, 1011, "stdin write failed");
@@ -1054,7 +1084,7 @@ static void conn_text_frame(wsconn *c, const unsigned char *data, size_t len) {
   if (strcmp(t, "stdin") == 0) {
     const cJSON *d = xd_json_get(f, "data");
     if (!cJSON_IsString(d)) osb_buf_append_str(&e, "stdin frame needs a string \"data\"");
-    else conn_stdin(c, d->valuestring, strlen(d->valuestring));
+    else conn_stdin(c, d->valuestring, strlen(d->valuestring), NULL);
   } else if (strcmp(t, "resize") == 0) {
     double cols, rows;
     if (frame_int(xd_json_get(f, "cols"), &cols) && frame_int(xd_json_get(f, "rows"), &rows) && cols > 0 && rows > 0 &&
@@ -1107,7 +1137,25 @@ static void ws_on_message(void *ud, int binary, const unsigned char *data, size_
     conn_error(c, "INVALID_FRAME", t, (size_t)n);
     return;
   }
-  conn_stdin(c, (const char *)data + 1, len - 1);
+  osb_buf msg = {0};
+  if (len > 64 * 1024) xd_ws_take_message(&c->parser, &msg); /* a big write: no copy */
+  conn_stdin(c, (const char *)data + 1, len - 1, msg.cap ? &msg : NULL);
+  osb_buf_free(&msg); /* not written: still ours */
+}
+
+static void ws_on_buffer(void *ud, osb_buf *msg, uint64_t announced) {
+  wsconn *c = ud;
+  module *m = c->m;
+  int best = -1;
+  for (int i = 0; i < STDIN_POOL; i++) { /* the smallest that holds the message, else the biggest */
+    size_t cap = m->pool[i].cap;
+    if (!cap) continue;
+    if (best < 0) best = i;
+    else if (cap > announced ? (m->pool[best].cap <= announced || cap < m->pool[best].cap) : cap > m->pool[best].cap) best = i;
+  }
+  if (best < 0) return;
+  *msg = m->pool[best];
+  memset(&m->pool[best], 0, sizeof m->pool[best]);
 }
 
 static void ws_on_ping(void *ud, const unsigned char *data, size_t len) {
@@ -1144,7 +1192,7 @@ static void ws_on_close(void *ud, unsigned code, const unsigned char *reason, si
   conn_gone(c, 0); /* FIN once the answer is written */
 }
 
-static const xd_ws_callbacks WS_CB = {ws_on_message, ws_on_ping, ws_on_pong, ws_on_close};
+static const xd_ws_callbacks WS_CB = {ws_on_message, ws_on_ping, ws_on_pong, ws_on_close, ws_on_buffer};
 
 static void raw_on_data(void *arg, const char *data, size_t len) {
   wsconn *c = arg;
@@ -1483,6 +1531,7 @@ static void on_module_handle_closed(uv_handle_t *h) {
 
 static void module_maybe_free(module *m) {
   if (!m->closing || m->handles > 0 || m->objects > 0) return;
+  for (int i = 0; i < STDIN_POOL; i++) osb_buf_free(&m->pool[i]);
   free(m->workspace);
   free(m);
 }

@@ -213,10 +213,23 @@ static void unmask_copy(unsigned char *dst, const unsigned char *src, size_t n, 
   for (; k < n; k++) dst[k] = src[k] ^ m[k & 3];
 }
 
-/* Room for n more bytes of the open message: grown at least twofold, never beyond what its frames announced. */
-static int msg_room(xd_ws_parser *p, size_t n) {
+/* Room for n more bytes of the open message: grown at least twofold, never beyond what its frames announced; a big
+ * message first asks the owner for a reusable buffer (on_buffer). */
+static int msg_room(xd_ws_parser *p, size_t n, const xd_ws_callbacks *cb, void *ud) {
   size_t need = p->msg.len + n;
   if (need < p->msg.cap) return 0; /* cap counts osb_buf's NUL */
+  if (p->msg.len == 0 && p->msg_total > KEEP_BUF && cb->on_buffer) {
+    osb_buf small = p->msg;
+    memset(&p->msg, 0, sizeof p->msg);
+    cb->on_buffer(ud, &p->msg, p->msg_total);
+    if (p->msg.cap) {
+      p->msg.len = 0;
+      osb_buf_free(&small);
+      if (need < p->msg.cap) return 0;
+    } else {
+      p->msg = small;
+    }
+  }
   size_t want = p->msg.cap ? p->msg.cap * 2 : 1024;
   if (want < need) want = need;
   if (want > p->msg_total) want = (size_t)p->msg_total; /* >= need */
@@ -297,7 +310,7 @@ int xd_ws_parse(xd_ws_parser *p, const unsigned char *data, size_t len, const xd
         dst = p->ctl + p->ctl_len;
         p->ctl_len += n;
       } else {
-        if (msg_room(p, n) != 0) {
+        if (msg_room(p, n, cb, ud) != 0) {
           rc = -1;
           break;
         }
@@ -321,6 +334,11 @@ int xd_ws_parse(xd_ws_parser *p, const unsigned char *data, size_t len, const xd
   }
   p->consumed = i;
   return rc;
+}
+
+void xd_ws_take_message(xd_ws_parser *p, osb_buf *out) {
+  *out = p->msg;
+  memset(&p->msg, 0, sizeof p->msg);
 }
 
 void xd_ws_parser_free(xd_ws_parser *p) {

@@ -5,7 +5,8 @@
  *
  * Ownership: the parser's only allocation is the data message being assembled (grown as its bytes arrive, never to
  * more than the payload its frames announced, at most XD_WS_MAX_PAYLOAD; up to 64 KiB kept for the next message),
- * owned by the parser and released by xd_ws_parser_free, an error or the close frame. Data passed to a callback is
+ * owned by the parser and released by xd_ws_parser_free, an error or the close frame, unless on_buffer supplied it or
+ * xd_ws_take_message took it). Data passed to a callback is
  * the parser's: valid only during the call. One thread at a time. */
 #ifndef XD_WSPROTO_H
 #define XD_WSPROTO_H
@@ -37,6 +38,9 @@ typedef struct {
   void (*on_pong)(void *ud, const unsigned char *data, size_t len);
   /* code 1005 when the frame had no body */
   void (*on_close)(void *ud, unsigned code, const unsigned char *reason, size_t len);
+  /* optional: a data message announcing more than 64 KiB starts and the parser holds no buffer of that size: the
+   * owner may put a reusable buffer of its own into msg (len 0, any cap; the parser grows it when too small) */
+  void (*on_buffer)(void *ud, osb_buf *msg, uint64_t announced);
 } xd_ws_callbacks;
 
 typedef struct xd_ws_parser {
@@ -68,6 +72,9 @@ typedef struct xd_ws_parser {
  * p->stop = 1 to make the parser stop consuming (it returns 0 at once; p->consumed says how far it got, so the rest
  * can be fed again after clearing stop). */
 int xd_ws_parse(xd_ws_parser *p, const unsigned char *data, size_t len, const xd_ws_callbacks *cb, void *ud);
+/* Only inside on_message: moves the message's buffer (data pointer as passed, len, cap) to the caller, who then owns
+ * it (no copy of a big stdin write); the parser starts the next message with an empty buffer. */
+void xd_ws_take_message(xd_ws_parser *p, osb_buf *out);
 /* Releases the message buffer; the parser is then as zero-initialised (reusable). */
 void xd_ws_parser_free(xd_ws_parser *p);
 

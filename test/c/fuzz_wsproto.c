@@ -76,7 +76,7 @@ static void on_close(void *ud, unsigned code, const unsigned char *d, size_t n) 
   event(r, 'C', d, n);
   r->ended = 1;
 }
-static const xd_ws_callbacks cbs = {on_message, on_ping, on_pong, on_close};
+static const xd_ws_callbacks cbs = {on_message, on_ping, on_pong, on_close, NULL};
 
 /* Parses data in pieces (piece = 0: whole); returns the result, the events in r. */
 static int parse(run *r, const uint8_t *data, size_t size, size_t piece, int stop_each) {

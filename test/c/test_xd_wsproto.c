@@ -71,7 +71,7 @@ static void on_close(void *ud, unsigned code, const unsigned char *reason, size_
   esc(r, reason, len);
   event(r);
 }
-static const xd_ws_callbacks cbs = {on_message, on_ping, on_pong, on_close};
+static const xd_ws_callbacks cbs = {on_message, on_ping, on_pong, on_close, NULL};
 
 static const char *logtext(rec *r) { return r->log.data ? r->log.data : ""; }
 
@@ -649,7 +649,7 @@ static void hl_close(void *ud, unsigned code, const unsigned char *d, size_t n) 
   osb_buf_appendf(&((hexlog *)ud)->out, "C %u ", code);
   hl_hex(ud, d, n);
 }
-static const xd_ws_callbacks hl_cbs = {hl_message, hl_ping, hl_pong, hl_close};
+static const xd_ws_callbacks hl_cbs = {hl_message, hl_ping, hl_pong, hl_close, NULL};
 
 /* Parses the stream in pieces of 1 to max_piece bytes (0: whole); the events, malloc'd. */
 static char *hl_parse(const unsigned char *s, size_t n, size_t max_piece, unsigned seed) {
@@ -719,6 +719,81 @@ static void test_ws_recorded(void) {
   fclose(f);
 }
 
+/* ---- big messages: the owner's buffer (on_buffer) and the message taken (xd_ws_take_message) ---- */
+
+typedef struct {
+  xd_ws_parser *p;
+  osb_buf given;   /* the buffer on_buffer hands out (moved to the parser) */
+  osb_buf taken;   /* the last message taken */
+  char *given_at;  /* its data pointer, to see the parser filled it without a copy */
+  uint64_t announced;
+  int asked, messages;
+} owner;
+
+static void ow_message(void *ud, int binary, const unsigned char *data, size_t len) {
+  owner *o = ud;
+  o->messages++;
+  CHECK(binary);
+  osb_buf_free(&o->taken);
+  if (len > 1000) xd_ws_take_message(o->p, &o->taken);
+  if (len > 1000) CHECK(o->taken.data == (const char *)data && o->taken.len == len);
+}
+static void ow_buffer(void *ud, osb_buf *msg, uint64_t announced) {
+  owner *o = ud;
+  o->asked++;
+  o->announced = announced;
+  *msg = o->given;
+  memset(&o->given, 0, sizeof o->given);
+}
+static const xd_ws_callbacks ow_cbs = {ow_message, NULL, NULL, NULL, ow_buffer};
+
+static void test_owner_buffers(void) {
+  size_t n = 300 * 1024;
+  unsigned char *big = malloc(n);
+  for (size_t i = 0; i < n; i++) big[i] = (unsigned char)(i * 7 + (i >> 9));
+  osb_buf in = {0};
+  frame_ex(&in, 0x02, big, n / 2, 0, MASK);          /* a fragmented binary message: 150 KiB ... */
+  frame_ex(&in, 0x80, big + n / 2, n - n / 2, 0, MASK); /* ... and the rest */
+  frame_ex(&in, 0x82, big, 10, 0, MASK);            /* a small one: no buffer asked for */
+  xd_ws_parser p;
+  memset(&p, 0, sizeof p);
+  owner o;
+  memset(&o, 0, sizeof o);
+  o.p = &p;
+  osb_buf_reserve_exact(&o.given, 512 * 1024);
+  o.given_at = o.given.data;
+  for (size_t at = 0; at < in.len;) { /* fed in 1000-byte pieces */
+    size_t k = in.len - at < 1000 ? in.len - at : 1000;
+    CHECK((xd_ws_parse(&p, (const unsigned char *)in.data + at, k, &ow_cbs, &o)) == (0));
+    at += k;
+    if (o.messages == 1 && o.taken.data) { /* the first message: in the owner's buffer, taken without a copy */
+      CHECK(o.taken.data == o.given_at);
+      CHECK(o.taken.len == n);
+      CHECK(memcmp(o.taken.data, big, n) == 0);
+      CHECK((o.asked) == (1));
+      CHECK(o.announced == n / 2); /* what the first frame announced */
+      osb_buf_free(&o.taken);
+    }
+  }
+  CHECK((o.messages) == (2));
+  CHECK((o.asked) == (1));
+  CHECK(o.taken.data == NULL); /* the small one stayed the parser's */
+  /* a big message with nothing to give: the parser grows its own buffer, the take leaves it empty */
+  osb_buf in2 = {0};
+  frame_ex(&in2, 0x82, big, n, 0, MASK);
+  CHECK((xd_ws_parse(&p, (const unsigned char *)in2.data, in2.len, &ow_cbs, &o)) == (0));
+  CHECK((o.asked) == (2));
+  CHECK(o.taken.len == n);
+  CHECK(memcmp(o.taken.data, big, n) == 0);
+  CHECK(p.msg.cap == 0);
+  osb_buf_free(&o.taken);
+  osb_buf_free(&o.given);
+  osb_buf_free(&in);
+  osb_buf_free(&in2);
+  xd_ws_parser_free(&p);
+  free(big);
+}
+
 int main(void) {
   RUN(test_accept);
   RUN(test_key_valid);
@@ -733,5 +808,6 @@ int main(void) {
   RUN(test_stop);
   RUN(test_no_callbacks);
   RUN(test_ws_recorded);
+  RUN(test_owner_buffers);
   return t_summary();
 }
