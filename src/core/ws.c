@@ -17,6 +17,8 @@ typedef struct out_msg {
   struct out_msg *next;
   int binary;
   size_t n;
+  size_t sent; /* lws thread: payload bytes written so far (a big binary message goes in fragments) */
+  size_t cap;  /* payload bytes it has room for */
   unsigned char data[]; /* LWS_PRE headroom + n bytes */
 } out_msg;
 
@@ -31,6 +33,7 @@ struct osb_ws_conn {
   int notified;            /* on_close delivered (or detached) */
   int state;               /* guarded by w->mu */
   out_msg *qhead, *qtail;  /* guarded by w->mu */
+  out_msg *cur;            /* lws thread: the message being written in fragments (out of the queue) */
   int queued;              /* in w's work list (guarded by w->mu) */
   int in_slot;             /* lws thread: counted in w->nconnecting */
   int want_paused;         /* guarded by w->mu: osb_ws_pause */
@@ -64,7 +67,12 @@ struct osb_ws {
   long running;           /* atomic */
   struct ca_vhost *ca_vhosts; /* lws thread: one client vhost per caFile in use */
   int refs;               /* guarded by mu: the owner's (until stop) + one per connection */
+  /* guarded by mu: big messages' buffers kept for the next ones (fresh pages of a multi-MiB buffer cost a page fault
+   * per 4 KiB, more than filling them), at most SPARE_MAX bytes each, freed with w */
+  struct out_msg *spare[2];
 };
+#define SPARE_MIN (256u * 1024u)
+#define SPARE_MAX (8u * 1024u * 1024u)
 
 /* lws verifies a server with its vhost's CA store: connections with their own caFile use a vhost made for that
  * file on first use (kept until the context goes). */
@@ -80,13 +88,30 @@ static void ws_unref(osb_ws *w) {
   int last = --w->refs == 0;
   uv_mutex_unlock(&w->mu);
   if (last) {
+    for (size_t i = 0; i < sizeof w->spare / sizeof *w->spare; i++) free(w->spare[i]);
     uv_mutex_destroy(&w->mu);
     free(w);
   }
 }
 
+/* A written message's buffer: kept as a spare when it is big (and there is room), else freed. */
+static void msg_done(osb_ws *w, out_msg *m) {
+  if (m->cap >= SPARE_MIN && m->cap <= SPARE_MAX) {
+    uv_mutex_lock(&w->mu);
+    for (size_t i = 0; m && i < sizeof w->spare / sizeof *w->spare; i++) {
+      if (!w->spare[i]) {
+        w->spare[i] = m;
+        m = NULL;
+      }
+    }
+    uv_mutex_unlock(&w->mu);
+  }
+  free(m);
+}
+
 static void conn_free(osb_ws_conn *c) {
   osb_ws *w = c->refs_w ? c->w : NULL;
+  free(c->cur);
   out_msg *m = c->qhead;
   while (m) {
     out_msg *n = m->next;
@@ -258,22 +283,38 @@ static int deliver(osb_ws_conn *c, struct lws *wsi, const void *in, size_t len) 
   return 0;
 }
 
+/* A binary message bigger than this goes as fragments of this size, one per writable callback: what the socket does
+ * not take at once libwebsockets copies into a buffer of its own, a copy (and fresh pages) of most of a 4 MiB stdin
+ * frame when written whole. Each fragment's header goes into the LWS_PRE bytes before it, which belong to the
+ * previous fragment, already written or copied by then. */
+#define WRITE_FRAGMENT (256u * 1024u)
+
 static int write_one(osb_ws_conn *c, struct lws *wsi) {
   osb_ws *w = c->w;
+  out_msg *m = c->cur;
   uv_mutex_lock(&w->mu);
-  out_msg *m = c->qhead;
-  if (m) {
+  if (!m && (m = c->qhead) != NULL) {
     c->qhead = m->next;
     if (!c->qhead) c->qtail = NULL;
+    m->sent = 0;
   }
-  int more = c->qhead != NULL;
   int closing = c->detached;
   uv_mutex_unlock(&w->mu);
   if (m) {
-    int rc = lws_write(wsi, m->data + LWS_PRE, m->n, m->binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT);
-    free(m);
+    size_t left = m->n - m->sent, k = left;
+    int proto = m->binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT;
+    if (m->binary && left > WRITE_FRAGMENT) k = WRITE_FRAGMENT;
+    if (m->sent) proto = LWS_WRITE_CONTINUATION;
+    if (k < left) proto |= LWS_WRITE_NO_FIN;
+    int rc = lws_write(wsi, m->data + LWS_PRE + m->sent, k, (enum lws_write_protocol)proto);
+    m->sent += k;
+    c->cur = rc >= 0 && m->sent < m->n ? m : NULL;
+    if (!c->cur) msg_done(w, m);
     if (rc < 0) return -1;
   }
+  uv_mutex_lock(&w->mu);
+  int more = c->cur != NULL || c->qhead != NULL;
+  uv_mutex_unlock(&w->mu);
   if (more) {
     lws_callback_on_writable(wsi);
     return 0;
@@ -606,9 +647,24 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, con
   return c;
 }
 
-void *osb_ws_buf_alloc(size_t n) {
-  out_msg *m = malloc(sizeof *m + LWS_PRE + n);
-  return m ? m->data + LWS_PRE : NULL;
+void *osb_ws_buf_alloc(osb_ws_conn *c, size_t n) {
+  out_msg *m = NULL;
+  if (n >= SPARE_MIN / 2 && n <= SPARE_MAX) { /* the smallest spare that holds n */
+    osb_ws *w = c->w;
+    size_t best = 0, nspare = sizeof w->spare / sizeof *w->spare;
+    uv_mutex_lock(&w->mu);
+    for (size_t i = 0; i < nspare; i++) {
+      if (w->spare[i] && w->spare[i]->cap >= n && (!m || w->spare[i]->cap < m->cap)) m = w->spare[i], best = i;
+    }
+    if (m) w->spare[best] = NULL;
+    uv_mutex_unlock(&w->mu);
+  }
+  if (!m) {
+    size_t cap = n >= SPARE_MIN / 2 && n < SPARE_MIN ? SPARE_MIN : n; /* a size worth keeping afterwards */
+    if (!(m = malloc(sizeof *m + LWS_PRE + cap))) return NULL;
+    m->cap = cap;
+  }
+  return m->data + LWS_PRE;
 }
 
 static out_msg *buf_msg(void *payload) { return (out_msg *)((unsigned char *)payload - LWS_PRE - offsetof(out_msg, data)); }
@@ -618,7 +674,7 @@ void osb_ws_buf_free(void *payload) {
 }
 
 int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n) {
-  void *b = osb_ws_buf_alloc(n);
+  void *b = osb_ws_buf_alloc(c, n);
   if (!b) return -1;
   if (n) memcpy(b, p, n);
   return osb_ws_send_buf(c, binary, b, n);

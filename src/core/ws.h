@@ -40,8 +40,11 @@ osb_ws_conn *osb_ws_connect(osb_ws *w, const char *url, const char *ca_file, con
 int osb_ws_send(osb_ws_conn *c, int binary, const void *p, size_t n);
 /* A message built in place (no copy of a big payload): osb_ws_buf_alloc returns room for n payload bytes (with the
  * headroom libwebsockets needs before it), owned by the caller, or NULL on OOM; osb_ws_send_buf queues it, taking it
- * in every case (freed once sent, or at once on -1: connection closed/closing); osb_ws_buf_free frees one not sent. */
-void *osb_ws_buf_alloc(size_t n);
+ * in every case (freed once sent, or at once on -1: connection closed/closing); osb_ws_buf_free frees one not sent.
+ * A big buffer (128 KiB to 8 MiB) comes from, and once written goes back to, the two spares of c's WebSocket thread
+ * (freed with it): fresh pages would cost a page fault per 4 KiB. A binary message over 256 KiB is written as
+ * fragments of 256 KiB (no copy of its unsent rest in libwebsockets). */
+void *osb_ws_buf_alloc(osb_ws_conn *c, size_t n);
 int osb_ws_send_buf(osb_ws_conn *c, int binary, void *payload, size_t n);
 void osb_ws_buf_free(void *payload);
 /* Flow control: paused = 1 stops reading from the socket (the peer's sends then back up), 0 resumes. Applies

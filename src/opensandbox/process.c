@@ -599,7 +599,7 @@ static void flush_stdin(osb_proc *p) {
     char head[32];
     int hn = total ? snprintf(head, sizeof head, "%c%zu\n", text ? 'T' : 'D', total) : 0;
     size_t len = 1 + (size_t)hn + total + (end ? 2 : 0);
-    char *msg = len > 1 ? osb_ws_buf_alloc(len) : NULL; /* built in place: the WebSocket takes it uncopied */
+    char *msg = len > 1 ? osb_ws_buf_alloc(p->conn, len) : NULL; /* built in place: the WebSocket takes it uncopied */
     int rc = 0;
     if (len > 1 && !msg) {
       rc = -1;
