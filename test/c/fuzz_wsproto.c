@@ -37,6 +37,7 @@ typedef struct {
   unsigned events;
   int ended;     /* a close was delivered */
   int stop_each; /* set p->stop in every callback */
+  int owner;     /* supply buffers (on_buffer, half the announced size: grown by the parser) and take messages */
   xd_ws_parser *p;
 } run;
 
@@ -57,6 +58,18 @@ static void event(run *r, int kind, const unsigned char *d, size_t n) {
 static void on_message(void *ud, int binary, const unsigned char *d, size_t n) {
   if (n > XD_WS_MAX_PAYLOAD || (!binary && !utf8_ok(d, n)) || (binary != 0 && binary != 1)) abort();
   event(ud, binary ? 'b' : 't', d, n);
+  run *r = ud;
+  if (r->owner && binary) {
+    osb_buf m;
+    xd_ws_take_message(r->p, &m);
+    if (m.len != n || (n && m.data != (const char *)d)) abort();
+    osb_buf_free(&m);
+  }
+}
+static void on_buffer(void *ud, osb_buf *msg, uint64_t announced) {
+  run *r = ud;
+  if (!r->owner || msg->cap || announced <= 64 * 1024) abort();
+  if (osb_buf_reserve_exact(msg, (size_t)(announced / 2)) != 0) abort();
 }
 static void on_ping(void *ud, const unsigned char *d, size_t n) {
   if (n > 125) abort();
@@ -77,15 +90,17 @@ static void on_close(void *ud, unsigned code, const unsigned char *d, size_t n) 
   r->ended = 1;
 }
 static const xd_ws_callbacks cbs = {on_message, on_ping, on_pong, on_close, NULL};
+static const xd_ws_callbacks owner_cbs = {on_message, on_ping, on_pong, on_close, on_buffer};
 
 /* Parses data in pieces (piece = 0: whole); returns the result, the events in r. */
-static int parse(run *r, const uint8_t *data, size_t size, size_t piece, int stop_each) {
+static int parse(run *r, const uint8_t *data, size_t size, size_t piece, int stop_each, int owner) {
   xd_ws_parser p;
   memset(&p, 0, sizeof p);
   memset(r, 0, sizeof *r);
   r->hash = 1469598103934665603ull;
   r->p = &p;
   r->stop_each = stop_each;
+  r->owner = owner;
   size_t at = 0;
   int rc = 0, failed = 0;
   while (at < size) {
@@ -93,7 +108,7 @@ static int parse(run *r, const uint8_t *data, size_t size, size_t piece, int sto
     if (n > size - at) n = size - at;
     unsigned before = r->events;
     int ended = r->ended;
-    int x = xd_ws_parse(&p, data + at, n, &cbs, r);
+    int x = xd_ws_parse(&p, data + at, n, owner ? &owner_cbs : &cbs, r);
     if (p.consumed > n) abort();
     if (failed || ended) {
       /* after an error or a close: nothing consumed, no callback, 0 */
@@ -122,13 +137,14 @@ static int parse(run *r, const uint8_t *data, size_t size, size_t piece, int sto
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run whole, pieces, stopped;
-  int a = parse(&whole, data, size, 0, 0);
-  int b = parse(&pieces, data, size, 1 + (size % 8), 0);
-  int c = parse(&stopped, data, size, 0, 1);
-  if (a != b || a != c) abort();
-  if (whole.hash != pieces.hash || whole.hash != stopped.hash || whole.events != pieces.events ||
-      whole.events != stopped.events)
+  run whole, pieces, stopped, owned;
+  int a = parse(&whole, data, size, 0, 0, 0);
+  int b = parse(&pieces, data, size, 1 + (size % 8), 0, 0);
+  int c = parse(&stopped, data, size, 0, 1, 0);
+  int d = parse(&owned, data, size, 1 + (size % 5), 0, 1); /* the owner's buffers and takes change nothing seen */
+  if (a != b || a != c || a != d) abort();
+  if (whole.hash != pieces.hash || whole.hash != stopped.hash || whole.hash != owned.hash ||
+      whole.events != pieces.events || whole.events != stopped.events || whole.events != owned.events)
     abort();
 
   /* the input as a handshake key and as a close reason */
