@@ -11,9 +11,10 @@ import WebSocket from 'ws';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { now, startChildServer } from './lib/bench-util.js';
 
-const { values: args } = parseArgs({ options: { n: { type: 'string', default: '300' }, c: { type: 'string', default: '20' } } });
+const { values: args } = parseArgs({ options: { n: { type: 'string', default: '300' }, c: { type: 'string', default: '20' }, cmd: { type: 'string', default: 'true' }, rounds: { type: 'string', default: '2' }, only: { type: 'string' } } });
 const N = Number(args.n);
 const C = Number(args.c);
+const CMD = args.cmd;
 
 function stat(pid) {
   try {
@@ -53,6 +54,7 @@ function split(serverPid) {
 }
 
 async function measure(server, name, one) {
+  if (args.only && !name.includes(args.only)) return;
   const a = split(server.pid);
   const c0 = process.cpuUsage();
   const t = now();
@@ -72,7 +74,7 @@ try {
   const base = `http://${ep.endpoint}`;
   const headers = { ...ep.headers, 'Content-Type': 'application/json' };
   const rawPty = async () => {
-    const res = await fetch(`${base}/pty`, { method: 'POST', headers, body: JSON.stringify({ command: 'true' }) });
+    const res = await fetch(`${base}/pty`, { method: 'POST', headers, body: JSON.stringify({ command: CMD }) });
     const { session_id: sid } = await res.json();
     await new Promise((resolve, reject) => {
       const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/pty/${sid}/ws?pty=0`, { headers: ep.headers });
@@ -81,13 +83,26 @@ try {
     });
     await fetch(`${base}/pty/${sid}`, { method: 'DELETE', headers: ep.headers });
   };
-  console.log(`${N} processes of \`true\`, ${C} at a time; ms per process (load average ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')})`);
+  const background = async () => {
+    const res = await fetch(`${base}/command`, { method: 'POST', headers, body: JSON.stringify({ command: CMD, background: true }) });
+    const text = await res.text();
+    const id = /"text":"([^"]+)"/.exec(text.split('\n').find((l) => l.includes('"init"')) ?? '')?.[1];
+    if (!id) throw new Error(`no command id in ${text}`);
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 50));
+      await fetch(`${base}/command/${id}/logs?cursor=0`, { headers: ep.headers }).then((r) => r.arrayBuffer());
+      const st = await (await fetch(`${base}/command/status/${id}`, { headers: ep.headers })).json();
+      if (st.running === false) break;
+    }
+  };
+  console.log(`${N} processes of \`${CMD}\`, ${C} at a time; ms per process (load average ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')})`);
   console.log(`${'path'.padEnd(34)} ${'wall'.padStart(7)} ${'client'.padStart(7)} ${'server'.padStart(7)} ${'execd'.padStart(7)} ${'sandbox'.padStart(8)} ${'other'.padStart(6)}`);
-  for (let round = 0; round < 2; round++) {
-    await measure(server, 'executeCommand (/command, bash -c)', async () => { const r = await sandbox.executeCommand('true'); if (r.exitCode !== 0) throw new Error('exit'); });
+  for (let round = 0; round < Number(args.rounds); round++) {
+    await measure(server, 'background /command + logs (official)', background);
+    await measure(server, 'executeCommand (/command, bash -c)', async () => { const r = await sandbox.executeCommand(CMD); if (r.exitCode !== 0) throw new Error('exit'); });
     await measure(server, 'bare PTY session (POST /pty + ws)', rawPty);
-    await measure(server, "spawn, stdinMode 'ignore' (wrapper)", async () => { const r = await (await sandbox.processes.spawn('true', { stdinMode: 'ignore' })).wait(); if (r.exitCode !== 0) throw new Error('exit'); });
-    await measure(server, 'spawn with stdin (wrapper+decoder)', async () => { const r = await (await sandbox.processes.spawn('true')).wait(); if (r.exitCode !== 0) throw new Error('exit'); });
+    await measure(server, "spawn, stdinMode 'ignore' (wrapper)", async () => { const r = await (await sandbox.processes.spawn(CMD, { stdinMode: 'ignore' })).wait(); if (r.exitCode !== 0) throw new Error('exit'); });
+    await measure(server, 'spawn with stdin (wrapper+decoder)', async () => { const r = await (await sandbox.processes.spawn(CMD)).wait(); if (r.exitCode !== 0) throw new Error('exit'); });
   }
 } finally {
   await sandbox._destroy().catch(() => {});
