@@ -102,6 +102,34 @@ describe('image store', function () {
     assert.equal(img.layers[0], imgs[0].layers[0]);
   });
 
+  it('reads an offline image without following a symbolic link anywhere on its paths (what was checked is what is read)', async () => {
+    const { layers } = writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', layers: [{ tar: makeTar([{ name: 'f', data: 'x' }]), compression: 'none' }] });
+    const store = await newStore();
+    // the layout reached through a linked directory: refused, naming the link
+    fs.symlinkSync(tmp, path.join(tmp, 'via'));
+    await assert.rejects(store.acquire(`oci:${tmp}/via/oci:bb`), (e) => e instanceof ImagePullError && e.message === `OCI layout ${tmp}/via/oci: oci-layout: goes through the symbolic link ${tmp}/via (volumes are opened without following symbolic links: give the path it points to)`);
+    // blobs/ inside the layout swapped for a link to a copy elsewhere: refused at the first blob
+    fs.cpSync(path.join(tmp, 'oci/blobs'), path.join(tmp, 'elsewhere'), { recursive: true });
+    fs.rmSync(path.join(tmp, 'oci/blobs'), { recursive: true });
+    fs.symlinkSync(path.join(tmp, 'elsewhere'), path.join(tmp, 'oci/blobs'));
+    await assert.rejects(store.acquire(`oci:${tmp}/oci:bb`), (e) => e instanceof ImagePullError && /: goes through the symbolic link .*\/oci\/blobs /.test(e.message));
+    // one blob a link to its own bytes: refused too
+    fs.rmSync(path.join(tmp, 'oci/blobs'));
+    fs.cpSync(path.join(tmp, 'elsewhere'), path.join(tmp, 'oci/blobs'), { recursive: true });
+    const blob = path.join(tmp, 'oci/blobs/sha256', layers[0].slice(7));
+    fs.renameSync(blob, `${blob}.real`);
+    fs.symlinkSync(`${blob}.real`, blob);
+    await assert.rejects(store.acquire(`oci:${tmp}/oci:bb`), (e) => e instanceof ImagePullError && e.message.endsWith(`blob ${layers[0]}: is a symbolic link`));
+    // a docker-archive: file that is a link
+    fs.writeFileSync(path.join(tmp, 'real.tar'), makeTar([{ name: 'manifest.json', data: '[]' }]));
+    fs.symlinkSync(path.join(tmp, 'real.tar'), path.join(tmp, 'link.tar'));
+    await assert.rejects(store.acquire(`docker-archive:${tmp}/link.tar`), (e) => e instanceof ImagePullError && e.message === `docker archive ${tmp}/link.tar: is a symbolic link`);
+    // once the link is gone, the same layout pulls
+    fs.rmSync(blob);
+    fs.renameSync(`${blob}.real`, blob);
+    assert.equal((await store.acquire(`oci:${tmp}/oci:bb`)).layers.length, 1);
+  });
+
   it('refuses a blob whose digest does not match', async () => {
     const { layers } = writeOciLayout(path.join(tmp, 'oci'), { tag: 'bb', layers: [{ tar: busyboxTar(), compression: 'none' }] });
     const blob = path.join(tmp, 'oci/blobs/sha256', layers[0].slice(7));

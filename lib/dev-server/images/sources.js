@@ -5,6 +5,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ImagePullError, wantedPlatform } from './reference.js';
+import { openDirChain } from '../volumes.js';
 
 export const MT = {
   ociIndex: 'application/vnd.oci.image.index.v1+json',
@@ -97,10 +98,36 @@ export async function resolveImage(source, { platform } = {}) {
   return { digest: topDigest, manifestDigest: digest, manifest: m, config, configBytes, layers, diffIds };
 }
 
+/**
+ * Opens file `abs` (absolute) for reading without following a symbolic link anywhere on its path: each directory from
+ * "/" is looked up in its parent's descriptor with O_NOFOLLOW (volumes.js openDirChain), the file in the last one. The
+ * server checked the resolved path against allowedHostPaths; this makes what it reads that path's own files, even when
+ * a directory on the way (or inside an OCI layout: blobs/, blobs/sha256/) is a link or is swapped for one meanwhile.
+ */
+async function openNoFollow(abs, what) {
+  const file = path.resolve(abs);
+  const dir = path.dirname(file);
+  let chain;
+  try {
+    chain = openDirChain(dir);
+  } catch (e) {
+    throw new ImagePullError(`${what}: ${e.walkRefusal ?? e.code ?? e.message}`);
+  }
+  try {
+    if (chain.at(-1).path !== dir) throw new ImagePullError(`${what}: ENOENT`);
+    return await fs.promises.open(`/proc/self/fd/${chain.at(-1).fd}/${path.basename(file)}`, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  } catch (e) {
+    if (e instanceof ImagePullError) throw e;
+    throw new ImagePullError(`${what}: ${e.code === 'ELOOP' ? 'is a symbolic link' : e.code ?? e.message}`);
+  } finally {
+    for (const { fd } of chain) fs.closeSync(fd);
+  }
+}
+
 async function readSmall(file, max, what) {
   let fh;
   try {
-    fh = await fs.promises.open(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    fh = await openNoFollow(file, what);
     const st = await fh.stat();
     if (!st.isFile()) throw new ImagePullError(`${what}: not a regular file`);
     if (st.size > max) throw new ImagePullError(`${what}: larger than ${max} bytes`);
@@ -139,12 +166,8 @@ export class OciLayoutSource {
   }
   async manifest(desc) { return readSmall(this.blobPath(desc.digest), MAX_JSON, `${this.name}: blob ${desc.digest}`); }
   async blob(desc) {
-    try {
-      const fh = await fs.promises.open(this.blobPath(desc.digest), fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-      return fh.createReadStream({ highWaterMark: 1 << 20 });
-    } catch (e) {
-      throw new ImagePullError(`${this.name}: blob ${desc.digest}: ${e.code ?? e.message}`);
-    }
+    const fh = await openNoFollow(this.blobPath(desc.digest), `${this.name}: blob ${desc.digest}`);
+    return fh.createReadStream({ highWaterMark: 1 << 20 });
   }
 }
 
@@ -191,11 +214,7 @@ export class DockerArchiveSource {
   }
   async open() {
     if (this.fh) return;
-    try {
-      this.fh = await fs.promises.open(this.file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-    } catch (e) {
-      throw new ImagePullError(`${this.name}: ${e.code ?? e.message}`);
-    }
+    this.fh = await openNoFollow(this.file, this.name);
     this.members = await indexTar(this.fh, this.name);
   }
   async member(name, max) {
