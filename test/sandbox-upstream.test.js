@@ -238,7 +238,8 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
     it('start survives Allocated and the transient endpoint 404; a second instance during Allocated reattaches', async () => {
       const a = sb.make({ id: 'k8s-allocated' });
       const starting = a._start();
-      // the create answers Allocated; while it is not Running a second instance must find it, not create another
+      // the pod is Allocated (the create's answer says Running since server 0.1.10); while it is not Running a second
+      // instance must find it, not create another
       await waitFor(async () => (await labelled(server, 'k8s-allocated')).some(x => x.status.state === 'Allocated'),
         { timeoutMs: 20000, intervalMs: 50, message: 'the sandbox is Allocated' });
       const b = sb.make({ id: 'k8s-allocated' });
@@ -355,7 +356,9 @@ describe('OpenSandboxSandbox on upstream deployments', function () {
         await s._stop();
         await s._stop(); // a stopped handle: nothing to pause
         assert.equal(s.status, 'stopped');
-        assert.equal((await api(server, 'GET', `/sandboxes/${id}`)).body.status.state, 'Running');
+        // not paused: it goes on to Running (upstream's create answers Running while the pod may still be Allocated)
+        await waitFor(async () => (await api(server, 'GET', `/sandboxes/${id}`)).body.status.state === 'Running',
+          { timeoutMs: 10000, intervalMs: 50, message: 'the sandbox is Running' });
         const info = await s.getInfo();
         assert.deepEqual([info.pause.paused, info.pause.supported, info.pause.code], [false, false, code]);
         assert.equal(info.metadata.pause, undefined); // the stored config stays what the constructor took

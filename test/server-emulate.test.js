@@ -258,7 +258,7 @@ describe('dev-server emulating upstream deployments', function () {
     });
     after(() => t?.close());
 
-    it('lists a create as Pending while it waits, answers Allocated, then Running; the endpoint is 404 POD_IP_NOT_AVAILABLE until the informer sees the IP', async () => {
+    it('lists a create as Pending while it waits, answers Running (upstream >= 0.1.10) while the pod is Allocated, then Running; the endpoint is 404 POD_IP_NOT_AVAILABLE until the informer sees the IP', async () => {
       let answered = false;
       const pending = t.create({ metadata: { case: 'k8s-create' } }).then((sb) => {
         answered = true;
@@ -272,8 +272,12 @@ describe('dev-server emulating upstream deployments', function () {
       assert.equal(listed.status.state, 'Pending');
       assert.equal(listed.status.reason, 'BATCHSANDBOX_PENDING');
       const sb = await pending;
-      assert.equal(sb.status.state, 'Allocated');
+      // status_helpers.py _normalize_create_status: the answer says Running, a get right after still Allocated
+      assert.equal(sb.status.state, 'Running');
       assert.equal(sb.status.reason, 'IP_ASSIGNED');
+      assert.equal(sb.status.message, 'Pod has IP assigned and sandbox is ready for requests');
+      assert.deepEqual(await t.state(sb.id).then(({ state, reason, message }) => ({ state, reason, message })),
+        { state: 'Allocated', reason: 'IP_ASSIGNED', message: 'Pod has IP assigned but not ready (1/1 allocated, 0 ready)' });
       const early = await t.api(`/v1/sandboxes/${sb.id}/endpoints/44772`);
       assert.equal(early.status, 404);
       assert.deepEqual(early.json, { code: 'KUBERNETES::POD_IP_NOT_AVAILABLE', message: 'Pod IP is not yet available. The Pod may still be starting.' });
@@ -284,6 +288,18 @@ describe('dev-server emulating upstream deployments', function () {
       assert.match(status.lastTransitionAt, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
       assert.equal(Date.parse(status.lastTransitionAt), Math.floor(Date.parse(createdAt) / 1000) * 1000);
       await t.api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' });
+    });
+
+    it('before server 0.1.10 a create answers the pod\'s own Allocated', async () => {
+      const old = await serve({ emulate: 'kubernetes', serverVersion: '0.1.9', emulateDelays: { create: 0, ready: 800 } });
+      try {
+        const sb = await old.create();
+        assert.deepEqual({ state: sb.status.state, reason: sb.status.reason, message: sb.status.message },
+          { state: 'Allocated', reason: 'IP_ASSIGNED', message: 'Pod has IP assigned but not ready (1/1 allocated, 0 ready)' });
+        await old.api(`/v1/sandboxes/${sb.id}`, { method: 'DELETE' });
+      } finally {
+        await old.close();
+      }
     });
 
     it('pause goes Pausing -> Paused and loses the processes (files stay), resume Resuming -> Running with a fresh execd', async () => {

@@ -408,6 +408,7 @@ export async function startServer(options = {}) {
       const spec = validateCreate(body, { maxTimeout: opts.maxSandboxTimeoutSeconds, profile });
       const sb = await sandboxes.create(spec);
       const v = sandboxes.view(sb, { full: false });
+      if (profile.createStatus) v.status = profile.createStatus(v.status);
       return send(res, 202, v, profile.createLocation ? { Location: `${url.pathname.startsWith('/v1') ? '/v1' : ''}/sandboxes/${sb.id}` } : {});
     }
     if (p === '/sandboxes' && m === 'GET') {

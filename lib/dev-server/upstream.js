@@ -14,6 +14,9 @@ export const WORKLOAD_PROVIDERS = ['batchsandbox', 'agent-sandbox'];
 export const LATEST_VERSION = '0.1.14';
 /** The version that brought the Snapshots API and BatchSandbox pause/resume on Kubernetes. */
 export const SNAPSHOTS_SINCE = '0.1.13';
+/** Kubernetes: since 0.1.10 a create's answer says Running where the pod is only Allocated (status_helpers.py
+ * _normalize_create_status, upstream commit 74117c26); a get or list right after still says Allocated. */
+export const CREATE_STATUS_NORMALIZED_SINCE = '0.1.10';
 /** Durations (ms) the emulation takes; `emulateDelays` overrides any of them. */
 export const DELAY_NAMES = ['create', 'ready', 'endpoint', 'pause', 'resume', 'snapshot', 'createTimeout'];
 
@@ -85,6 +88,8 @@ function behaviours(runtime, version, provider) {
     createWait: null,
     // a create's state once it answers: 'Running', or 'Allocated' (pod has an IP, not ready yet; Running `ready` ms later)
     createdState: 'Running',
+    // the status a create answers with, from the sandbox's own (status → status), or null: that status
+    createStatus: null,
     // upstream's FastAPI answers: unknown route {"detail":"Not Found"}, wrong method {"detail":"Method Not Allowed"}
     fastapiRoutes: false,
     // validators.py: '//', a trailing '/' or '/..' in a host path → 400 VOLUME::INVALID_HOST_PATH
@@ -174,6 +179,9 @@ function behaviours(runtime, version, provider) {
     statusView: (sb) => (sb.status.state === 'Pending' ? { reason: 'BATCHSANDBOX_PENDING', message: 'BatchSandbox is pending allocation' } : null),
     createWait: 'ready',
     createdState: 'Allocated',
+    createStatus: atLeast(version, CREATE_STATUS_NORMALIZED_SINCE)
+      ? (st) => (st.state === 'Allocated' ? { ...st, state: 'Running', message: 'Pod has IP assigned and sandbox is ready for requests' } : st)
+      : null,
     noPodIp: () => err(404, 'KUBERNETES::POD_IP_NOT_AVAILABLE', 'Pod IP is not yet available. The Pod may still be starting.'),
     // the time is checked before the workload is looked up
     renewChecks: ['past', 'lookup', 'expiry'],
