@@ -298,6 +298,7 @@ static int write_one(osb_ws_conn *c, struct lws *wsi) {
     if (!c->qhead) c->qtail = NULL;
     m->sent = 0;
   }
+  int queued = c->qhead != NULL;
   int closing = c->detached;
   uv_mutex_unlock(&w->mu);
   if (m) {
@@ -312,10 +313,7 @@ static int write_one(osb_ws_conn *c, struct lws *wsi) {
     if (!c->cur) msg_done(w, m);
     if (rc < 0) return -1;
   }
-  uv_mutex_lock(&w->mu);
-  int more = c->cur != NULL || c->qhead != NULL;
-  uv_mutex_unlock(&w->mu);
-  if (more) {
+  if (c->cur || queued) { /* a message queued later asks for a writable callback itself (osb_ws_send_buf) */
     lws_callback_on_writable(wsi);
     return 0;
   }
