@@ -59,8 +59,8 @@ function client(server) {
 }
 
 /** Starts the dev-server CLI (`cli` script, data dir) in a child process; resolves { child, cc } once it printed its domain. */
-async function startCli(cli, dataDir) {
-  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--no-api-key', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'inherit'] });
+async function startCli(cli, dataDir, extraStdio = []) {
+  const child = spawn(process.execPath, [cli, '--port', '0', '--quiet', '--no-api-key', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'inherit', ...extraStdio] });
   let out = '';
   child.stdout.on('data', (d) => { out += d; });
   try {
@@ -315,6 +315,29 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
       }
     } finally {
       fs.rmSync(copy, { recursive: true, force: true });
+    }
+  });
+
+  it('a descriptor the server inherited without close-on-exec (a host file at fd 40) never reaches the sandbox (regression)', async () => {
+    // Node's spawn and bubblewrap pass on every descriptor that is not close-on-exec: execd used to hold the server's
+    // fd 40 and hand it to every command, which wrote to the host file through it.
+    const hostFile = path.join(work, 'inherited.txt');
+    const fd = fs.openSync(hostFile, 'w');
+    let started;
+    try {
+      started = await startCli(CLI, path.join(work, 'inherits'), [...Array(37).fill('ignore'), fd]);
+    } finally {
+      fs.closeSync(fd);
+    }
+    const { child, cc } = started;
+    try {
+      const sb = await cc.create();
+      const r = await cc.run(sb, 'for p in /proc/[0-9]*; do [ -e $p/fd/40 ] && echo "$p holds 40"; done; echo written >&40; echo "rc=$?"');
+      assert.equal(r.out, 'rc=1');
+      assert.match(r.err, /40: Bad file descriptor/);
+      assert.equal(fs.readFileSync(hostFile, 'utf8'), '');
+    } finally {
+      child.kill('SIGKILL');
     }
   });
 

@@ -9,6 +9,7 @@
  * --version prints "osb-execd <package version>" and exits.
  * Prints "execd ready\n" (socket) or "execd ready <port>\n" (TCP) once it listens. SIGTERM/SIGINT: shutdown, exit 0.
  * With --signal-forwarding, SIGHUP SIGUSR2 SIGPIPE SIGWINCH go on to the foreground command. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -70,6 +72,30 @@ static char *read_fd(int fd) {
   close(fd);
   s[len] = 0;
   return s;
+}
+
+/* Closes every descriptor above 2 that execd was started with. Whatever the server's own launcher left open without
+ * close-on-exec (a host file, a socket, a CI runner's pipe) passes through Node's spawn and bubblewrap into the
+ * sandbox, where every command would inherit it and could write to the host through it. Returns -1 when one could
+ * not be closed (execd then refuses to start). */
+static int close_inherited(void) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return 0;
+#endif
+  /* a kernel before 5.9: the descriptors /proc lists */
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int self = dirfd(d), n = 0, fds[256];
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < (int)(sizeof fds / sizeof fds[0])) {
+    char *end;
+    long fd = strtol(e->d_name, &end, 10);
+    if (*end == 0 && e->d_name[0] != 0 && fd > 2 && fd != self && fd <= 0x7fffffff) fds[n++] = (int)fd;
+  }
+  int full = e != NULL;
+  closedir(d);
+  for (int i = 0; i < n; i++) (void)close(fds[i]);
+  return full ? close_inherited() : 0; /* more than fit: another pass over what is left */
 }
 
 static void relay_signal(int sig) { xd_commands_relay_signal(commands, sig); }
@@ -200,6 +226,7 @@ int main(int argc, char **argv) {
     if (!(token_buf = read_fd((int)fd))) die("--access-token-fd could not be read", token_fd_s);
     token = token_buf;
   }
+  if (close_inherited() != 0) die("could not close the descriptors it inherited", NULL);
   /* the token must not reach commands through the environment */
   unsetenv("EXECD_ACCESS_TOKEN");
   if (!token) token = "";
