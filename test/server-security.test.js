@@ -449,7 +449,7 @@ for d in sys.argv[1:]:
     }
   });
 
-  (ROOT ? it : it.skip)('a server run by an ordinary user (nobody) gives a sandbox network through slirp4netns, which runs as that user', async () => {
+  (ROOT ? it : it.skip)('a server run by an ordinary user (nobody) gives a sandbox network through slirp4netns, which runs as that user, and no descriptor it inherited (a host file at fd 40)', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'osb-nobody-'));
     fs.chownSync(dir, 65534, 65534);
     const script = `import { startServer } from ${JSON.stringify(path.resolve('lib/dev-server/index.js'))};
@@ -459,7 +459,11 @@ for d in sys.argv[1:]:
       process.stdin.on('end', () => s.close().then(() => process.exit(0)));`;
     letUserRunCheckout(65534);
     const argv = asNobodyWithTun([process.execPath, '--input-type=module', '-e', script], dir);
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    // a host file the server holds at fd 40 without close-on-exec: it must not reach the sandbox (execd closes it)
+    const hostFile = path.join(dir, 'inherited.txt');
+    const inherited = fs.openSync(hostFile, 'w');
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe', ...Array(37).fill('ignore'), inherited] });
+    fs.closeSync(inherited);
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => { out += d; });
@@ -474,6 +478,8 @@ for d in sys.argv[1:]:
       const sb = { base: `http://${ep.endpoint}`, headers: ep.headers };
       const route = await run(sb, 'grep -c tap0 /proc/net/route; id -u');
       assert.equal(route.out, '2\n0');
+      const leak = await run(sb, 'for p in /proc/[0-9]*; do [ -e $p/fd/40 ] && echo "$p holds 40"; done; echo written >&40; echo "rc=$?"');
+      assert.deepEqual([leak.out, fs.readFileSync(hostFile, 'utf8')], ['rc=1', '']);
       assert.equal((await run(sb, connectProbe([['127.0.0.1', listener.address().port], ['10.0.2.2', listener.address().port]]))).out, 'ECONNREFUSED ENETUNREACH');
       // its firewall, set by the server through the sandbox's user namespace: the host's other addresses closed
       const addr = hostAddress();
