@@ -68,6 +68,7 @@ void osb_pty_markers_init(osb_pty_markers *m, const char *nonce) {
   snprintf(m->pat_err, sizeof m->pat_err, "\x1fOSB-ERR:%.32s\x1f", nonce);
   snprintf(m->pat_run, sizeof m->pat_run, "\x1fOSB-RUN:%.32s\x1f", nonce);
   snprintf(m->pat_wrote, sizeof m->pat_wrote, "\x1fOSB-W:%.32s\x1f", nonce);
+  snprintf(m->pat_holder, sizeof m->pat_holder, "\x1fOSB-H:%.32s:", nonce);
 }
 
 /* Fixed marker pat at s: 1 whole, 0 proper prefix, -1 no. */
@@ -77,45 +78,56 @@ static int match_fixed(const char *pat, const char *s, size_t n) {
   return n < l ? 0 : 1;
 }
 
-/* 1: a whole marker at s (its length, kind, and for the exit marker the status); 0: s is a proper prefix of one;
- * -1: no marker. The status has at most 11 digits, after an optional '-'. */
-static int match_marker(const osb_pty_markers *m, const char *s, size_t n, size_t *mlen, int *kind, int *code) {
-  size_t xl = strlen(m->pat_exit);
-  int r_err = match_fixed(m->pat_err, s, n), r_run = match_fixed(m->pat_run, s, n), r_exit = -1;
+/* A marker with a number (pat, then at most 11 digits after an optional '-', then 0x1f) at s: 1 whole (its length
+ * and the number), 0 a proper prefix, -1 no. */
+static int match_num(const char *pat, const char *s, size_t n, size_t *mlen, long *num) {
+  size_t xl = strlen(pat);
+  if (memcmp(s, pat, n < xl ? n : xl) != 0) return -1;
+  if (n < xl) return 0;
+  size_t i = xl;
+  if (i < n && s[i] == '-') i++;
+  size_t d0 = i;
+  while (i < n && i - d0 < 11 && isdigit((unsigned char)s[i])) i++;
+  if (i == n) return i - d0 < 11 ? 0 : -1;
+  if (s[i] != 0x1f || i == d0) return -1;
+  char buf[16];
+  size_t l = i - xl;
+  memcpy(buf, s + xl, l);
+  buf[l] = 0;
+  *num = strtol(buf, NULL, 10);
+  *mlen = i + 1;
+  return 1;
+}
+
+/* 1: a whole marker at s (its length, kind, and for the exit and holder markers their number); 0: s is a proper
+ * prefix of one; -1: no marker. */
+static int match_marker(const osb_pty_markers *m, const char *s, size_t n, size_t *mlen, int *kind, long *code) {
+  int r_err = match_fixed(m->pat_err, s, n), r_run = match_fixed(m->pat_run, s, n);
   int r_w = match_fixed(m->pat_wrote, s, n);
   if (r_err == 1 || r_run == 1 || r_w == 1) {
     *kind = r_err == 1 ? OSB_PTY_MARK_ERR : r_run == 1 ? OSB_PTY_MARK_RUN : OSB_PTY_MARK_WROTE;
     *mlen = strlen(r_err == 1 ? m->pat_err : r_run == 1 ? m->pat_run : m->pat_wrote);
     return 1;
   }
-  if (memcmp(s, m->pat_exit, n < xl ? n : xl) == 0) {
-    if (n < xl) r_exit = 0;
-    else {
-      size_t i = xl;
-      if (i < n && s[i] == '-') i++;
-      size_t d0 = i;
-      while (i < n && i - d0 < 11 && isdigit((unsigned char)s[i])) i++;
-      if (i == n) r_exit = i - d0 < 11 ? 0 : -1;
-      else if (s[i] == 0x1f && i > d0) {
-        char num[16];
-        size_t l = i - xl;
-        memcpy(num, s + xl, l);
-        num[l] = 0;
-        long v = strtol(num, NULL, 10);
-        *code = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
-        *mlen = i + 1;
-        *kind = OSB_PTY_MARK_EXIT;
-        return 1;
-      }
-    }
+  int r_exit = match_num(m->pat_exit, s, n, mlen, code);
+  if (r_exit == 1) {
+    *kind = OSB_PTY_MARK_EXIT;
+    return 1;
   }
-  return (r_err == 0 || r_run == 0 || r_w == 0 || r_exit == 0) ? 0 : -1;
+  int r_h = match_num(m->pat_holder, s, n, mlen, code);
+  if (r_h == 1) {
+    *kind = OSB_PTY_MARK_HOLDER;
+    return 1;
+  }
+  return (r_err == 0 || r_run == 0 || r_w == 0 || r_exit == 0 || r_h == 0) ? 0 : -1;
 }
 
-static void record(osb_pty_markers *m, int kind, int code) {
+static void record(osb_pty_markers *m, int kind, long code) {
   if (kind == OSB_PTY_MARK_EXIT) {
     m->got_exit = 1;
-    m->exit_code = code;
+    m->exit_code = code > INT_MAX ? INT_MAX : code < INT_MIN ? INT_MIN : (int)code;
+  } else if (kind == OSB_PTY_MARK_HOLDER) {
+    m->holder_pid = code > 0 && code <= INT_MAX ? code : 0;
   } else if (kind == OSB_PTY_MARK_ERR) {
     m->got_err = 1;
   } else if (kind == OSB_PTY_MARK_WROTE) {
@@ -140,7 +152,8 @@ static size_t resolve_hold(osb_pty_markers *m, int which, const char *data, size
     memcpy(c, h, hl);
     memcpy(c + hl, data, k);
     size_t mlen = 0;
-    int kind = 0, code = 0;
+    int kind = 0;
+    long code = 0;
     int r = match_marker(m, c, hl + k, &mlen, &kind, &code);
     if (r == 1) { /* the marker ends in data: the hold was a proper prefix, so mlen > hl */
       record(m, kind, code);
@@ -176,7 +189,8 @@ size_t osb_pty_markers_scan(osb_pty_markers *m, int which, const char *data, siz
     const char *q = memchr(s + i, 0x1f, len - i);
     if (!q) break;
     size_t j = (size_t)(q - s), mlen = 0;
-    int kind = 0, code = 0;
+    int kind = 0;
+    long code = 0;
     int r = match_marker(m, s + j, len - j, &mlen, &kind, &code);
     if (r == 1) {
       out(emit, ud, which, s + from, j - from);

@@ -4,6 +4,8 @@
  * the wrapper's nonce-tagged markers inside the output (see process.h and docs/processes.md):
  *   \x1fOSB-EXIT:<nonce>:<status>\x1f  (stdout)  \x1fOSB-ERR:<nonce>\x1f  (stderr)  \x1fOSB-RUN:<nonce>\x1f
  *   \x1fOSB-W:<nonce>\x1f  (stderr: the stdin decoder wrote one frame into the command's stdin; counted)
+ *   \x1fOSB-H:<nonce>:<pid>\x1f  (stderr, before the run marker: the command's stdin is held by the sandbox's stdin
+ *                                holder, pid <pid> in the sandbox; see process.c)
  * The marker scanner strips whole markers and holds back a possible marker prefix at the end of a chunk (at most
  * OSB_PTY_HOLD_MAX bytes per stream, in the struct): it never allocates. Not thread-safe (one owner). */
 #ifndef OSB_PTYFRAME_H
@@ -44,15 +46,16 @@ size_t osb_pty_replay_skip(uint64_t *received, uint64_t offset, size_t len, uint
 #define OSB_PTY_NONCE_LEN 32
 #define OSB_PTY_HOLD_MAX 64 /* longer than the longest marker (the exit marker with "-" and 11 digits: 56) */
 
-enum { OSB_PTY_MARK_EXIT = 1, OSB_PTY_MARK_ERR = 2, OSB_PTY_MARK_RUN = 3, OSB_PTY_MARK_WROTE = 4 };
+enum { OSB_PTY_MARK_EXIT = 1, OSB_PTY_MARK_ERR = 2, OSB_PTY_MARK_RUN = 3, OSB_PTY_MARK_WROTE = 4, OSB_PTY_MARK_HOLDER = 5 };
 
 typedef struct {
-  char pat_exit[64], pat_err[64], pat_run[64], pat_wrote[64];
+  char pat_exit[64], pat_err[64], pat_run[64], pat_wrote[64], pat_holder[64];
   char hold[2][OSB_PTY_HOLD_MAX]; /* per stream (0 stdout, 1 stderr): a marker prefix held back */
   size_t hold_len[2];
   int got_exit, got_err, got_run; /* markers seen (ever) */
   int exit_code;                  /* from the exit marker */
   unsigned long wrote;            /* frame-written markers seen (ever) */
+  long holder_pid;                /* from the holder marker; 0 = none seen */
 } osb_pty_markers;
 
 /* Output that is not marker text, in order. which: 0 stdout, 1 stderr. */

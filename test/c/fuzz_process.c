@@ -3,7 +3,8 @@
  * is parsed, replay frames go through the offset bookkeeping and all output through the marker scanner; the
  * scanner must account for every byte (delivered + stripped + held back == bytes in, nothing held after the
  * flush) and never hold more than OSB_PTY_HOLD_MAX bytes.
- * Part 2: the input (0x1f bytes removed) is program output; the wrapper's stdin frame-written marker, stderr end marker and exit marker are
+ * Part 2: the input (0x1f bytes removed) is program output; the wrapper's holder marker (a pid from the input), stdin
+ * frame-written marker, stderr end marker and exit marker are
  * inserted at input-chosen places, the result is fed in input-chosen chunk sizes, and what comes out must be the
  * program output exactly, with both markers seen and the exit status read back (no marker text leaks). */
 #include <stdint.h>
@@ -83,12 +84,14 @@ static void markers(const uint8_t *data, size_t size) {
   if (size < 3) return;
   unsigned step_seed = data[0], where = data[1];
   int code = (int)data[2] - 128;
+  long hpid = 1 + (long)data[2] * 7919;
   data += 3, size -= 3;
   static char clean[CAP], stream[CAP];
   size_t cn = 0;
   for (size_t i = 0; i < size && cn < CAP / 2; i++)
     if (data[i] != 0x1f) clean[cn++] = (char)data[i];
-  char err_m[64], exit_m[64], w_m[64];
+  char err_m[64], exit_m[64], w_m[64], h_m[64];
+  int hl = snprintf(h_m, sizeof h_m, "\x1fOSB-H:%s:%ld\x1f", NONCE, hpid);
   int el = snprintf(err_m, sizeof err_m, "\x1fOSB-ERR:%s\x1f", NONCE);
   int wl = snprintf(w_m, sizeof w_m, "\x1fOSB-W:%s\x1f", NONCE); /* a stdin frame-written marker, then the end marker */
   int xl = snprintf(exit_m, sizeof exit_m, "\x1fOSB-EXIT:%s:%d\x1f", NONCE, code);
@@ -100,6 +103,7 @@ static void markers(const uint8_t *data, size_t size) {
   }
   size_t sn = 0;
   memcpy(stream + sn, clean, a), sn += a;
+  memcpy(stream + sn, h_m, (size_t)hl), sn += (size_t)hl;
   memcpy(stream + sn, w_m, (size_t)wl), sn += (size_t)wl;
   memcpy(stream + sn, err_m, (size_t)el), sn += (size_t)el;
   memcpy(stream + sn, clean + a, b - a), sn += b - a;
@@ -120,8 +124,8 @@ static void markers(const uint8_t *data, size_t size) {
     off += step;
   }
   osb_pty_markers_flush(&m, 0, on_emit, &k);
-  if (!m.got_err || !m.got_exit || m.exit_code != code || m.wrote != 1) abort();
-  if (stripped != (size_t)(wl + el + xl)) abort();
+  if (!m.got_err || !m.got_exit || m.exit_code != code || m.wrote != 1 || m.holder_pid != hpid) abort();
+  if (stripped != (size_t)(hl + wl + el + xl)) abort();
   if (k.total != cn || memcmp(k.out, clean, cn) != 0) abort();
 }
 
