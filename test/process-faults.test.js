@@ -370,7 +370,11 @@ describe('OpenSandboxProcessManager under faults', function () {
   });
 
   it('sandbox deleted under running processes: every handle settles, counters return to baseline', async () => {
-    const base = stats();
+    // the stdin holder of earlier tests' processes retires once unused (3 s): gone first
+    const base = await waitFor(() => {
+      const s = stats();
+      return s.stdinHolders === 0 ? s : null;
+    }, { timeoutMs: 20000, message: `no stdin holder before the test (${JSON.stringify(stats())})` });
     const sb = new OpenSandboxSandbox({ domain: server.domain });
     await sb._start();
     const hs = await Promise.all([1, 2, 3].map((i) => sb.processes.spawn(`echo p${i}; sleep 60`)));

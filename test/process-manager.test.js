@@ -162,6 +162,60 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     assert.equal(r.stdout, `${createHash('sha256').update(data).digest('hex')}  -\n0\n`);
   });
 
+  // The wrapper's children while its command starts: builtins only, so the decoder (a process substitution) would be
+  // the one child. With the sandbox's stdin holder there is none until the first write.
+  const CHILDREN = 'read -r c < /proc/$$/task/$$/children; set -- $c; echo "children $#"';
+  // The holder's processes in the sandbox (its session's wrapper, the holder, its own decoder, one decoder per
+  // process that wrote): their command line has the holder's pid line (the pattern does not match itself).
+  const HOLDER_PROCS = "n=0; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'OSB-HOLDE[R]:' && n=$((n+1)); done; echo $n";
+
+  it('stdin through the sandbox\'s holder: no decoder until the first write, then exact bytes; closeStdin with no write is EOF at once', async () => {
+    const h = await pm.spawn(`${CHILDREN}; wc -c`);
+    await waitFor(() => h.stdout.startsWith('children '), { message: 'the command started' });
+    assert.equal(h.stdout, 'children 0\n');
+    await h.sendStdin('abc');
+    await h.sendStdin(Buffer.from([0, 1, 2, 255]));
+    await h.closeStdin();
+    const r = await h.wait();
+    assert.equal(r.stdout, 'children 0\n7\n');
+    assert.equal(r.exitCode, 0);
+    const e = await pm.spawn(`${CHILDREN}; wc -c`);
+    await waitFor(() => e.stdout.startsWith('children '), { message: 'the command started' });
+    await e.closeStdin();
+    const re = await e.wait();
+    assert.equal(re.stdout, 'children 0\n0\n');
+    assert.equal(re.exitCode, 0);
+  });
+
+  it('a killed process leaves no decoder behind in the holder (the client tells it to forget the process)', async () => {
+    const k = await pm.spawn('echo up; sleep 30');
+    await waitFor(() => k.stdout === 'up\n', { message: 'the command started' });
+    const count = async () => Number((await sandbox.executeCommand(HOLDER_PROCS)).stdout);
+    const before = await count();
+    assert.ok(before >= 2, `holder processes ${before}`);
+    await k.sendStdin('x'); // the holder starts this process's decoder
+    await waitFor(async () => (await count()) === before + 1, { message: 'the decoder started' });
+    assert.equal(await k.kill(), true);
+    await waitFor(async () => (await count()) <= before, { message: 'the decoder is gone' });
+  });
+
+  it('the holder killed: the processes it held see the end of their stdin, and a later spawn gets a new holder', async () => {
+    const a = await pm.spawn(`${CHILDREN}; cat; echo "cat ended"`);
+    await waitFor(() => a.stdout === 'children 0\n', { message: 'the command started' });
+    await sandbox.executeCommand("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'OSB-HOLDE[R]:' && kill -9 ${p#/proc/}; done; true");
+    const r = await a.wait();
+    assert.equal(r.stdout, 'children 0\ncat ended\n');
+    assert.equal(r.exitCode, 0);
+    await waitFor(async () => {
+      const b = await pm.spawn(`${CHILDREN}; wc -c`);
+      await b.sendStdin('hello');
+      await b.closeStdin();
+      const rb = await b.wait();
+      assert.match(rb.stdout, /^children [01]\n5\n$/);
+      return rb.stdout === 'children 0\n5\n';
+    }, { message: 'a spawn with a new holder' });
+  });
+
   it('stdin awaited chunk by chunk (the way users write it: 1 byte, 64 KiB, 4 MiB), binary-exact, then closeStdin', async function () {
     this.timeout(60000);
     const pattern = Buffer.from(Array.from({ length: 256 }, (_, i) => i));

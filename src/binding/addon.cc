@@ -159,6 +159,7 @@ static Napi::Value Stats(const Napi::CallbackInfo& info) {
   o.Set("processes", Napi::Number::New(env, (double)osb_proc_count()));
   o.Set("processesPaused", Napi::Number::New(env, (double)osb_proc_paused_count()));
   o.Set("processObjects", Napi::Number::New(env, (double)osb_proc_object_count()));
+  o.Set("stdinHolders", Napi::Number::New(env, (double)osb_proc_holder_count()));
   o.Set("operations", Napi::Number::New(env, (double)s.actives));
   o.Set("pendingPromises", Napi::Number::New(env, a->pending));
   o.Set("pausedStreams", Napi::Number::New(env, (double)s.paused));

@@ -9,6 +9,7 @@
 #include "core/http.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,8 @@ static long g_objects; /* atomic: process objects allocated and not yet freed (t
 long osb_proc_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
 long osb_proc_object_count(void) { return __atomic_load_n(&g_objects, __ATOMIC_RELAXED); }
 long osb_proc_paused_count(void) { return __atomic_load_n(&g_paused, __ATOMIC_RELAXED); }
+static long g_holders_alive; /* atomic: stdin holders' processes in the table */
+long osb_proc_holder_count(void) { return __atomic_load_n(&g_holders_alive, __ATOMIC_RELAXED); }
 
 /* What waits to go to the wrapper's stdin: our own protocol lines (go, ack: a whole execd message), user bytes and
  * the end of input. User bytes and the end are framed at flush time, so writes queued together (an LSP header and
@@ -111,6 +114,19 @@ struct osb_proc {
   int paused;           /* engine thread: the socket is paused (flow control) */
   int paused_flag;      /* atomic copy of paused for osb_proc_consumed */
   int resume_posted;    /* atomic: a resume job is queued */
+  /* the stdin holder (see HOLDER_SCRIPT) */
+  int is_holder;        /* this process is a holder: internal, not counted */
+  int stdin_pipe;       /* spawned with stdin: its go line names the holder (0: none) */
+  size_t frame_max;     /* user bytes per stdin frame */
+  struct holder *holder; /* the holder this client asks about this process (a reference), or NULL */
+  struct osb_proc *hnext; /* in the holder's list of processes whose go line waits for it */
+  int go_waiting;       /* the go line waits for the holder to be ready (or gone) */
+  int holder_user;      /* counted in holder->users */
+  long go_holder;       /* the holder pid its go line named, 0: none */
+  int run_seen;         /* the run marker was seen (checked against go_holder once) */
+  int s_need, s_sent;   /* a stdin frame was sent / the holder was asked to start the decoder */
+  int c_need, c_sent;   /* the end of input was sent / the holder was asked to close its writer */
+  int k_need, k_sent;   /* ended without the wrapper's own K / the holder was asked to forget it */
 };
 
 /* What a WebSocket connection's callbacks get: the process and the connection's generation. */
@@ -129,7 +145,10 @@ static void drop_conn(osb_proc *p) {
   p->connected = 0;
 }
 
+static void holder_unref(struct holder *h);
+
 static void proc_free(osb_proc *p) {
+  if (p->holder) holder_unref(p->holder);
   free(p->ws_base);
   osb_strv_free(p->hdr_kv, 2 * p->execd.nheaders);
   osb_conn_clear(&p->execd);
@@ -146,8 +165,8 @@ static void proc_free(osb_proc *p) {
     p->kill_waiters = w->next;
     free(w);
   }
+  if (!p->is_holder) __atomic_sub_fetch(&g_objects, 1, __ATOMIC_RELAXED);
   free(p);
-  __atomic_sub_fetch(&g_objects, 1, __ATOMIC_RELAXED);
 }
 
 static void proc_ref(osb_proc *p) { __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED); }
@@ -190,17 +209,60 @@ static int is_ident(const char *s) {
  * reach the command's stderr. $! of a process substitution needs bash >= 4.4. After each frame the decoder prints a
  * frame-written marker on stderr (\037OSB-W:<nonce>\037, stripped by the client): the client's flow control keeps
  * at most STDIN_UNACKED frames unacknowledged and coalesces what is queued meanwhile. */
-#define STDIN_DECODER                                                                                   \
-  "  exec 3<&0\n"                                                                                     \
-  "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
+/* The decoder's loop: frames from fd 3, the bytes to stdout, written markers (nonce $n) to stderr, dd's pid in $h. */
+#define DECODER_LOOP                                                                                      \
   "    p=; while :; do IFS= read -r -t 1 l <&3; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
   "      l=$p$l; p=; [ $r -eq 0 ] || exit 0; case $l in\n"                                              \
   "      D0|T0) ;;\n"                                                                                   \
   "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\"; printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n" \
   "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;\n"  \
   "        printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n"                                                          \
-  "      E) exit 0;; esac; done )\n"                                                                    \
+  "      E) exit 0;; esac; done"
+
+#define STDIN_DECODER                                                                                   \
+  "  exec 3<&0\n"                                                                                     \
+  "  exec 4< <( h=; LC_ALL=C; trap '[ -n \"$h\" ] && kill \"$h\" 2>/dev/null; exit 0' TERM\n"            \
+  DECODER_LOOP " )\n"                                                                                 \
   "  d=$!\n"
+
+/* The sandbox's stdin holder (one per client and execd, see docs/processes.md): a long-lived bash that holds a writer
+ * of each process's stdin pipe, so that no decoder has to be forked until the process's first stdin frame. Its
+ * requests are lines on its stdin: from the wrappers (written into /proc/<holder pid>/fd/0) "O <nonce> <wrapper pid>
+ * <fd of the command's stdin> <fd of the wrapper's execd stdin>" (open a writer of that pipe, answer "ok" into it)
+ * and "K <nonce>" (the command ended: kill its decoder, close the writer); from the client "S <nonce>" (start the
+ * decoder: it reads the frames from the wrapper's execd stdin and writes the bytes into the command's stdin, as the
+ * wrapper's own decoder does), "C <nonce>" (closeStdin: close the writer; the decoder closes its own at "E") and
+ * "F <holder pid> <request>" (a request for another client's holder, passed on). Lines that match no request are
+ * ignored: other code in the sandbox can write here, with no more rights than it has already. After an hour
+ * without requests it forgets the wrappers that are gone and exits when none is left. Decoders run as jobs (their
+ * own process group), so a K kills one in the middle of a dd as well. It first tries what the wrappers will do (a
+ * here-string that is a pipe, reopened through /proc) and says pid 0 when that fails: no wrapper is given it then. */
+#define HOLDER_SCRIPT                                                                                   \
+  "set -m; trap '' PIPE; declare -A f w l d\n"                                                         \
+  "g() { local x=${f[$1]} k=${d[$1]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"$k\" ] && { kill -KILL -- -$k; wait $k; } 2>/dev/null\n" \
+  "  unset \"f[$1]\" \"w[$1]\" \"l[$1]\" \"d[$1]\"; }\n"                                             \
+  "exec {t}<<<x && [[ -p /dev/fd/$t ]] && exec {u}<>/proc/$BASHPID/fd/$t || { printf 'OSB-HOLDER:0\\n'; exit 0; }\n" \
+  "exec {t}<&- {u}>&-; printf 'OSB-HOLDER:%s\\n' $BASHPID\n"                                       \
+  "while :; do IFS= read -r -t 3600 a; r=$?\n"                                                         \
+  "  if [ $r -gt 128 ]; then for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
+  "  [ $r -eq 0 ] || exit 0\n"                                                                        \
+  "  [[ $a =~ ^(O\\ [0-9a-f]{32}\\ [0-9]+\\ [0-9]+\\ [0-9]+|[SCK]\\ [0-9a-f]{32}|F\\ [0-9]+\\ [SCK]\\ [0-9a-f]{32})$ ]] || continue\n" \
+  "  set -- $a; case $1 in\n"                                                                          \
+  "  O) [ -z \"${w[$2]}\" ] || continue; exec {x}<>\"/proc/$3/fd/$4\" || continue\n"                 \
+  "    f[$2]=$x w[$2]=$3 l[$2]=$5; printf 'ok\\n' >&$x;;\n"                                             \
+  "  S) x=${f[$2]}; [ -n \"$x\" ] && [ -z \"${d[$2]}\" ] || continue\n"                               \
+  "    ( n=$2; for k in \"${f[@]}\"; do [ -n \"$k\" ] && [ \"$k\" != \"$x\" ] && exec {k}>&-; done\n"   \
+  "      exec 3<\"/proc/${w[$n]}/fd/${l[$n]}\" 2>>\"/proc/${w[$n]}/fd/2\" >&$x {x}>&- </dev/null || exit 0\n" \
+  "      h=; LC_ALL=C\n"                                                                                \
+  DECODER_LOOP " ) &\n"                                                                               \
+  "    d[$2]=$!;;\n"                                                                                   \
+  "  C) x=${f[$2]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"${w[$2]}\" ] && f[$2]=;;\n"                    \
+  "  K) g $2;;\n"                                                                                      \
+  "  F) { printf '%s %s\\n' $3 $4 >\"/proc/$2/fd/0\"; } 2>/dev/null;;\n"                             \
+  "  esac\n"                                                                                           \
+  "done\n"
+
+const char *osb_proc_holder_script(void) { return HOLDER_SCRIPT; }
 
 /* Whether s may run "." (source a script): a "." word where a command starts. */
 static int dot_command(const char *s) {
@@ -249,28 +311,59 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                          "IFS= read -r -t 120 -N %zu l || exit 125\n"
                          "case $l in \"OSB-GO:$n\n\") ;; *) eval 'p=${l##*\n}\n"
                          "  while :; do IFS= read -r -t 120 l || exit 125; l=$p$l; p=; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done';; esac\n"
-                         "printf '\\037OSB-RUN:%%s\\037' \"$n\" >&2\n"
                          "%s",
-                         nonce, go_len, o->stdin_ignore ? "  d=\n" : STDIN_DECODER);
+                         nonce, go_len, o->stdin_ignore ? "printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n  d=\n" : "");
+  if (!o->stdin_ignore) {
+    /* With stdin, a line after the go line names the sandbox's stdin holder (its pid; 0: none). The command's stdin
+     * is then a pipe made without a fork (a one-line here-string: a pipe in bash >= 5.1), of which the holder opens
+     * a writer through /proc (paths under /proc/<pid>, never /proc/self: Docker's default AppArmor profile refuses
+     * writes under non-numeric /proc entries) and says "ok" into it; the wrapper drops its own writer, and no
+     * decoder runs until the client asks the holder for one (S). The holder marker tells the client. Anything
+     * that fails (bash < 5.1: the here-string is a file; /proc refused; no answer within 5 s) falls back to the
+     * wrapper's own decoder, as without a holder. */
+    bad |= osb_buf_append_str(
+        &b,
+        "IFS= read -r -t 120 q || exit 125\n"
+        "l= r= w=\n"
+        "if [ \"$q\" != 0 ] && exec {l}<&0 {r}<<<x && [[ -p /dev/fd/$r ]] && IFS= read -r -u $r x && exec {w}<>/proc/$$/fd/$r &&"
+        " trap '' PIPE && { printf 'O %s %s %s %s\\n' $n $$ $r $l >/proc/$q/fd/0; } 2>/dev/null &&"
+        " IFS= read -r -t 5 -u $r x && [ \"$x\" = ok ]; then\n"
+        "  trap - PIPE; exec {w}>&-; d=; printf '\\037OSB-H:%s:%s\\037\\037OSB-RUN:%s\\037' \"$n\" \"$q\" \"$n\" >&2\n"
+        "else\n"
+        "  trap - PIPE; q=; [ -n \"$w\" ] && exec {w}>&-; [ -n \"$r\" ] && exec {r}<&-; [ -n \"$l\" ] && exec {l}<&-\n"
+        "  printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n" STDIN_DECODER "fi\n");
+  }
   if (sub) {
     bad |= osb_buf_append_str(&b, "(\n");
     bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l p\n"
-                                                  : "  exec <&4 3<&- 4<&-; unset -v n d l p\n");
+                                                  : "  if [ -n \"$q\" ]; then exec <&$r {r}<&- {l}<&-; else exec <&4 3<&- 4<&-; fi\n"
+                                                    "  unset -v n d l p q r w x\n");
   } else {
     /* the wrapper's stdin (for the ack) on a descriptor >= 10, the command's stdin on 0; the trap gets the decoder's
-     * pid and that descriptor expanded now, so the command's variables cannot change them */
-    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "exec {l}<&0 </dev/null\n" : "exec {l}<&3 <&4 3<&- 4<&-\n");
+     * pid (or the holder's) and that descriptor expanded now, so the command's variables cannot change them. At the
+     * end, with a holder: ask it to kill the decoder and close its writer (K), and read the command's stdin to its
+     * end: at EOF no writer is left (bounded: 5 s without a byte). With the wrapper's decoder: stop it. */
+    if (o->stdin_ignore) {
+      bad |= osb_buf_append_str(&b, "exec {l}<&0 </dev/null\n");
+    } else {
+      bad |= osb_buf_append_str(
+          &b,
+          "if [ -n \"$q\" ]; then exec <&$r {r}<&-\n"
+          "  s=\"trap '' PIPE; { printf 'K %s\\\\n' $n >/proc/$q/fd/0; } 2>/dev/null; "
+          "until IFS= read -r -t 5 -N 65536 x <&0; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
+          "else exec {l}<&3 <&4 3<&- 4<&-\n"
+          "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+          "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; \"; fi\n");
+    }
     /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
                            "trap \"{ c=\\$?; set +eux; } 2>/dev/null; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
                            "IFS= read -r -t %ld -N %zu x <&$l || exit 0; case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
                            "p=\\${x##*\\$'\\\\n'}; while IFS= read -r -t %ld x <&$l; do case \\$p\\$x in *OSB-ACK:%s) exit 0;; esac; p=; done; exit 0\" EXIT\n"
-                           "unset -v n d l p\n",
-                           o->stdin_ignore ? ""
-                                           : "kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
-                                             "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; ",
-                           nonce, nonce, ack, ack_len, nonce, nonce, ack, nonce);
+                           "unset -v n d l p%s\n",
+                           o->stdin_ignore ? "" : "${s}", nonce, nonce, ack, ack_len, nonce, nonce, ack, nonce,
+                           o->stdin_ignore ? "" : " q r w x s");
   }
   /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */
@@ -301,6 +394,8 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                            "c=$?\n"
                            "[ -n \"$d\" ] && { exec 3<&-; kill \"$d\" 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 l <&4; [ $? -eq 1 ]; do\n"
                            "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
+                           "[ -n \"$q\" ] && { trap '' PIPE; { printf 'K %%s\\n' \"$n\" >/proc/$q/fd/0; } 2>/dev/null\n"
+                           "  until IFS= read -r -t 5 -N 65536 x <&$r; [ $? -ne 0 ]; do :; done; exec {r}<&- {l}<&-; }\n"
                            "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                            "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
                            "IFS= read -r -t %ld -N %zu l || exit 0; case $l in \"\nOSB-ACK:$n\"|\"OSB-ACK:$n\n\") exit 0;; esac\n"
@@ -333,6 +428,273 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
   return osb_conn_start(p->e, &p->execd, &o, json_type, body ? 1 : 0, "%s", path);
 }
 
+/* ---------------------------------------------------------------- the stdin holder */
+
+/* One holder process (HOLDER_SCRIPT) per engine and execd (base URL and headers), started at the first spawn with
+ * stdin; a spawn's go line waits until it is ready (its pid line), at most HOLDER_START_MS, or gone. Its requests
+ * travel as its stdin, in text frames of at most HOLDER_FRAME_MAX bytes: its decoder writes each with one write(2)
+ * (at most PIPE_BUF), so the wrappers' own request lines, written into the same pipe, never land inside one. All
+ * of it runs on the engine thread; the table is shared by the engines (addon instances) under a mutex. */
+#define HOLDER_START_MS 10000
+#define HOLDER_FRAME_MAX ((size_t)4000)
+#define HOLDER_IDLE_MS 3000
+enum { H_STARTING, H_READY, H_GONE };
+typedef struct holder {
+  struct holder *next;
+  int refs;          /* atomic: the table while listed, the holder's process (its callbacks), each osb_proc naming it */
+  osb_engine *e;
+  char *key;         /* base URL and headers */
+  osb_proc *proc;    /* its process; NULL once gone */
+  int state;
+  long pid;          /* in the sandbox, once ready */
+  char line[48];     /* its stdout, until the pid line */
+  size_t line_len;
+  osb_proc *waiting; /* processes whose go line waits for it (a reference each) */
+  int users;         /* processes in the table that named it (holder_user); at 0 for HOLDER_IDLE_MS it retires */
+  int broken;        /* not given to new wrappers: its self-test failed (pid 0), or a wrapper given it fell back */
+} holder;
+
+static pthread_mutex_t g_holders_mu = PTHREAD_MUTEX_INITIALIZER;
+static holder *g_holders;
+
+static void flush_stdin(osb_proc *p);
+static void send_go(osb_proc *p);
+static osb_proc *proc_new(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
+                          void *ud, char *errbuf, size_t errlen, int is_holder);
+
+static void holder_arm_idle(holder *h);
+
+static void holder_unref(holder *h) {
+  if (h && __atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    free(h->key);
+    free(h);
+  }
+}
+
+/* Ready or gone: the waiting processes send their go line (naming it when ready) and the stdin queued after it. */
+static void holder_release_waiters(holder *h) {
+  while (h->waiting) {
+    osb_proc *p = h->waiting;
+    h->waiting = p->hnext;
+    p->hnext = NULL;
+    p->go_waiting = 0;
+    if (p->state == S_RUNNING && !p->cleaning) {
+      if (p->conn && p->connected) {
+        send_go(p);
+        flush_stdin(p);
+      } else {
+        p->go_pending = 1; /* at the next connection */
+      }
+    }
+    osb_proc_release(p);
+  }
+}
+
+static void holder_gone(holder *h) {
+  if (h->state == H_GONE) return;
+  h->state = H_GONE;
+  pthread_mutex_lock(&g_holders_mu);
+  for (holder **q = &g_holders; *q; q = &(*q)->next) {
+    if (*q == h) {
+      *q = h->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_holders_mu);
+  holder_release_waiters(h);
+  holder_unref(h); /* the table's */
+}
+
+/* The holder's process ended (or never started): processes it held get EOF on stdin; later spawns start another. */
+static void holder_proc_done(holder *h) {
+  osb_proc *hp = h->proc;
+  h->proc = NULL;
+  if (!(h->broken && h->pid == 0 && h->users > 0)) holder_gone(h);
+  osb_proc_release(hp);
+  holder_unref(h); /* its process's */
+}
+
+static void holder_on_started(void *ud, const osb_error *err, const char *pid) {
+  (void)pid;
+  if (err) holder_proc_done(ud); /* nothing else follows */
+}
+
+static void holder_on_output(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
+  (void)err;
+  holder *h = ud;
+  if (h->proc) osb_proc_consumed(h->proc, out_len + err_len);
+  for (size_t i = 0; i < out_len && h->state == H_STARTING; i++) {
+    if (out[i] != '\n') {
+      if (h->line_len < sizeof h->line - 1) h->line[h->line_len++] = out[i];
+      continue;
+    }
+    h->line[h->line_len] = 0;
+    h->line_len = 0;
+    char *end = NULL;
+    if (strncmp(h->line, "OSB-HOLDER:", 11) != 0 || !isdigit((unsigned char)h->line[11])) continue;
+    long pid = strtol(h->line + 11, &end, 10);
+    if (*end || pid < 0 || pid > 0x7fffffffL) continue;
+    h->pid = pid;
+    h->state = H_READY;
+    h->broken = pid == 0; /* it exits: kept (listed, no process) while processes use it, so none starts another */
+    if (h->proc) {
+      h->proc->timeout_ms = 0; /* the start deadline no longer applies */
+      uv_timer_stop(&h->proc->timeout_timer);
+    }
+    holder_release_waiters(h);
+    holder_arm_idle(h);
+  }
+}
+
+static void holder_on_exit(void *ud, const osb_proc_exit *x) {
+  (void)x;
+  holder_proc_done(ud);
+}
+
+static const osb_proc_callbacks HOLDER_CB = {holder_on_started, holder_on_output, holder_on_exit};
+
+/* The holder of p's engine and execd, started when there is none; a reference for the caller, or NULL. */
+static holder *holder_get(osb_proc *p) {
+  osb_buf k;
+  osb_buf_init(&k);
+  int bad = osb_buf_append_str(&k, p->execd.base_url);
+  for (size_t i = 0; i < 2 * p->execd.nheaders; i++) {
+    bad |= osb_buf_append(&k, "\n", 1);
+    bad |= osb_buf_append_str(&k, p->hdr_kv[i]);
+  }
+  char *key = bad ? NULL : osb_buf_steal(&k, NULL);
+  if (!key) {
+    osb_buf_free(&k);
+    return NULL;
+  }
+  pthread_mutex_lock(&g_holders_mu);
+  holder *h = g_holders;
+  while (h && !(h->e == p->e && strcmp(h->key, key) == 0)) h = h->next;
+  if (h) __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&g_holders_mu);
+  if (h) {
+    free(key);
+    h->users++;
+    p->holder_user = 1;
+    if (h->state == H_READY && h->proc) uv_timer_stop(&h->proc->timeout_timer); /* not idle */
+    return h;
+  }
+  h = calloc(1, sizeof *h);
+  if (!h) {
+    free(key);
+    return NULL;
+  }
+  h->e = p->e;
+  h->key = key;
+  h->refs = 3; /* the table, its process, the caller */
+  h->users = 1;
+  osb_proc_opts o;
+  memset(&o, 0, sizeof o);
+  o.base_url = p->execd.base_url;
+  o.header_kv = (const char *const *)p->hdr_kv;
+  o.nheaders = p->execd.nheaders;
+  o.request_timeout_ms = p->execd.timeout_ms;
+  o.ca_file = p->execd.ca_file;
+  o.max_retained = 0;
+  o.command = HOLDER_SCRIPT;
+  o.timeout_ms = HOLDER_START_MS;
+  char err[256];
+  h->proc = proc_new(p->e, p->ws, &o, &HOLDER_CB, h, err, sizeof err, 1);
+  if (!h->proc) {
+    free(h->key);
+    free(h);
+    return NULL;
+  }
+  pthread_mutex_lock(&g_holders_mu);
+  h->next = g_holders;
+  g_holders = h;
+  pthread_mutex_unlock(&g_holders_mu);
+  p->holder_user = 1;
+  return h;
+}
+
+static void holder_wait(osb_proc *p) {
+  if (p->go_waiting) return;
+  p->go_waiting = 1;
+  proc_ref(p);
+  p->hnext = p->holder->waiting;
+  p->holder->waiting = p;
+}
+
+static void holder_unwait(osb_proc *p) {
+  if (!p->go_waiting) return;
+  for (osb_proc **q = &p->holder->waiting; *q; q = &(*q)->hnext) {
+    if (*q == p) {
+      *q = p->hnext;
+      break;
+    }
+  }
+  p->hnext = NULL;
+  p->go_waiting = 0;
+  osb_proc_release(p); /* not the last reference: the caller runs on it */
+}
+
+static void ignore_done(void *ud, const osb_error *err, int flag) {
+  (void)ud;
+  (void)err;
+  (void)flag;
+}
+
+/* The holder of an engine and execd that no process in the table needs retires after HOLDER_IDLE_MS (its session
+ * deleted): a client leaves no WebSocket or process behind once its processes are done. */
+static void holder_idle(uv_timer_t *t) {
+  osb_proc *hp = t->data;
+  holder *h = hp->ud;
+  if (h->users > 0 || h->state != H_READY) return;
+  holder_gone(h); /* no process names it any more */
+  osb_proc_kill(hp, ignore_done, NULL);
+}
+
+static void holder_arm_idle(holder *h) {
+  osb_proc *hp = h->proc;
+  if (h->users == 0 && h->state == H_READY && hp && hp->engine_side && !hp->cleaning && hp->state == S_RUNNING)
+    uv_timer_start(&hp->timeout_timer, holder_idle, HOLDER_IDLE_MS, 0);
+}
+
+static void holder_leave(osb_proc *p) {
+  if (!p->holder_user) return;
+  p->holder_user = 0;
+  if (--p->holder->users == 0 && !p->holder->proc) holder_gone(p->holder); /* a failed self-test, unused now */
+  holder_arm_idle(p->holder);
+}
+
+/* Sends what p's holder must do and has not been asked yet (S: start the decoder, C: close the writer, K: forget),
+ * once the wrapper's holder marker says which holder holds its stdin; through this client's own holder, which
+ * passes it on (F) when the wrapper's is another (a reattach from another client). */
+static void holder_sync(osb_proc *p) {
+  long hp = p->mk.holder_pid;
+  int s = p->s_need && !p->s_sent, c = p->c_need && !p->c_sent, k = p->k_need && !p->k_sent;
+  if (!hp || p->is_holder || !(s || c || k)) return;
+  if (!p->holder || p->holder->state == H_GONE) {
+    holder *old = p->holder;
+    if (old) holder_leave(p);
+    p->holder = holder_get(p);
+    holder_unref(old);
+  }
+  holder *h = p->holder;
+  if (!h || !h->proc) return;
+  char text[256];
+  size_t n = 0;
+  const char req[3] = {'S', 'C', 'K'};
+  const int want[3] = {s, c, k};
+  for (int i = 0; i < 3; i++) {
+    if (!want[i]) continue;
+    int w = h->state == H_READY && h->pid == hp
+                ? snprintf(text + n, sizeof text - n, "%c %s\n", req[i], p->nonce)
+                : snprintf(text + n, sizeof text - n, "F %ld %c %s\n", hp, req[i], p->nonce);
+    if (w > 0 && (size_t)w < sizeof text - n) n += (size_t)w;
+  }
+  if (osb_proc_write(h->proc, text, n, ignore_done, NULL) != 0) return;
+  p->s_sent |= s;
+  p->c_sent |= c;
+  p->k_sent |= k;
+}
+
 /* ---------------------------------------------------------------- output */
 
 static void on_flush(void *ud, const char *out, size_t out_len, const char *err, size_t err_len) {
@@ -363,7 +725,15 @@ static void flush_stdin(osb_proc *p);
 
 static void scan(osb_proc *p, int which, const char *data, size_t n) {
   unsigned long wrote = p->mk.wrote;
+  long held = p->mk.holder_pid;
   osb_pty_markers_scan(&p->mk, which, data, n, emit_cb, p);
+  if (p->mk.holder_pid != held) holder_sync(p); /* requests that waited for the holder marker */
+  if (p->mk.got_run && !p->run_seen) {
+    p->run_seen = 1;
+    /* the wrapper was given a holder and ran its own decoder (no answer within 5 s, /proc refused): the next
+     * wrappers are not given that holder */
+    if (p->go_holder && !p->mk.holder_pid && p->holder && p->holder->pid == p->go_holder) p->holder->broken = 1;
+  }
   if (p->mk.wrote != wrote) { /* stdin frames written into the command's stdin: send more */
     unsigned long d = p->mk.wrote - wrote;
     p->unacked = (unsigned long)p->unacked > d ? p->unacked - (int)d : 0;
@@ -443,6 +813,14 @@ static void settle(osb_proc *p, int code, int killed, int timed_out, const char 
   x.out_dropped = p->tail[0].dropped;
   x.err_dropped = p->tail[1].dropped;
   p->cb.on_exit(p->ud, &x);
+  /* Ended without the wrapper's own K (killed, or its wrapper was): the holder forgets it. Not when this client only
+   * lost it (taken over, connection lost, shutdown): it may run on for another client. */
+  int dead = !error_text || !strcmp(p->error_code ? p->error_code : "", "PROCESS_ENDED_UNSEEN") ||
+             !strcmp(p->error_code ? p->error_code : "", "PROCESS_GONE");
+  if (p->mk.holder_pid && !(p->mk.got_exit && p->mk.got_err) && dead) {
+    p->k_need = 1;
+    holder_sync(p);
+  }
   fail_stdin(p, 0);
   settle_waiters(p, killed || timed_out);
 }
@@ -463,7 +841,7 @@ static void on_cleanup_delete(void *ud, const osb_http_result *res) {
 }
 
 static void proc_closed(void *ud) {
-  __atomic_sub_fetch(&g_count, 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(((osb_proc *)ud)->is_holder ? &g_holders_alive : &g_count, 1, __ATOMIC_RELAXED);
   osb_proc_release(ud); /* the engine side's reference */
 }
 
@@ -480,6 +858,7 @@ static void on_linger_timer(uv_timer_t *t) {
 static void cleanup(osb_proc *p) {
   if (!p->engine_side) return;
   p->cleaning = 1;
+  holder_unwait(p);
   fail_stdin(p, 1);
   if (p->conn && !p->aborting) {
     if (!p->lingering) {
@@ -493,6 +872,7 @@ static void cleanup(osb_proc *p) {
   drop_conn(p);
   if (p->req || p->del) return; /* their on_done calls cleanup again */
   p->engine_side = 0;
+  holder_leave(p);
   if (p->paused) {
     p->paused = 0;
     __atomic_store_n(&p->paused_flag, 0, __ATOMIC_RELEASE);
@@ -571,7 +951,7 @@ static void pop_sent(osb_proc *p, stdin_msg *last, int rc) {
  * frame "D<n>\n" + bytes ("T<n>\n" when small and without NUL), followed in the same message by "E\n" when closeStdin
  * comes next. */
 static void flush_stdin(osb_proc *p) {
-  if (!p->conn || !p->connected) return;
+  if (!p->conn || !p->connected || p->go_waiting) return; /* nothing goes before the go line */
   while (p->qhead) {
     stdin_msg *m = p->qhead;
     if (m->kind == M_LINE) {
@@ -588,7 +968,7 @@ static void flush_stdin(osb_proc *p) {
       return;
     size_t total = 0;
     stdin_msg *last = NULL, *e = m;
-    for (; e && e->kind == M_DATA && total + e->n <= STDIN_FRAME_MAX; e = e->next) {
+    for (; e && e->kind == M_DATA && total + e->n <= p->frame_max; e = e->next) {
       total += e->n;
       last = e;
     }
@@ -616,9 +996,14 @@ static void flush_stdin(osb_proc *p) {
       rc = osb_ws_send_buf(p->conn, 1, msg, len);
       if (total) p->unacked++;
       p->queued -= total;
+      if (rc == 0) {
+        p->s_need |= total > 0;
+        p->c_need |= end;
+      }
     }
     pop_sent(p, last, rc); /* len == 1: only empty writes, nothing to send */
   }
+  holder_sync(p);
 }
 
 static void flush_job(osb_engine *e, void *arg, int shutdown) {
@@ -710,10 +1095,11 @@ static void enqueue(osb_proc *p, stdin_msg *m, int front) {
 
 /* Our own protocol line (go / ack), fmt has one %s for the nonce. Goes before queued user stdin; queued while
  * not connected. */
-static void send_line(osb_proc *p, const char *fmt) {
-  char line[96];
+static void send_raw(osb_proc *p, const char *text, int n) {
+  char line[128];
   line[0] = 0x00; /* execd's stdin message type */
-  int n = snprintf(line + 1, sizeof line - 1, fmt, p->nonce);
+  if (n < 0 || (size_t)n >= sizeof line - 1) return;
+  memcpy(line + 1, text, (size_t)n);
   stdin_msg *m = new_msg(M_LINE, line, (size_t)n + 1);
   if (!m) return;
   if (p->conn && p->connected) {
@@ -722,6 +1108,23 @@ static void send_line(osb_proc *p, const char *fmt) {
   } else {
     enqueue(p, m, 1);
   }
+}
+
+static void send_line(osb_proc *p, const char *fmt) {
+  char text[96];
+  send_raw(p, text, snprintf(text, sizeof text, fmt, p->nonce));
+}
+
+/* The go line; with stdin (and on a reattach, whose wrapper may have stdin) a second line names the holder's pid, 0
+ * for none (the wrapper then runs its own decoder). */
+static void send_go(osb_proc *p) {
+  char text[96];
+  holder *h = p->holder;
+  long hp = p->attach ? 0 : p->stdin_pipe ? (h && h->state == H_READY && !h->broken ? h->pid : 0) : -1;
+  if (hp > 0) p->go_holder = hp;
+  send_raw(p, text,
+           hp < 0 ? snprintf(text, sizeof text, "OSB-GO:%s\n", p->nonce)
+                  : snprintf(text, sizeof text, "OSB-GO:%s\n%ld\n", p->nonce, hp));
 }
 
 /* ---------------------------------------------------------------- WebSocket events (lws thread -> engine) */
@@ -759,7 +1162,11 @@ static void on_ws_frame(osb_proc *p, int binary, const char *d, size_t n) {
       if (p->attach && p->since == 0 && p->received == 0) p->go_pending = 1;
       if (p->go_pending) {
         p->go_pending = 0;
-        send_line(p, "OSB-GO:%s\n");
+        if (p->holder && p->holder->state == H_STARTING) {
+          holder_wait(p); /* the go line (and the stdin after it) waits for the holder */
+        } else {
+          send_go(p);
+        }
       } else if (p->ended && p->state == S_RUNNING && !p->kill_requested && !(p->mk.got_exit && p->mk.got_err)) {
         /* The wrapper had ended before this connection and its output (the replay, just scanned) has no exit
          * markers: it was killed. Its status is unknown; the wrapper execd just started again waits for a go line:
@@ -813,6 +1220,9 @@ static void on_ws_close(osb_proc *p, int code, const char *reason, int http_stat
     settle_failed(p, "PROCESS_GONE", "the process's session no longer exists on execd (sandbox deleted or session removed)%s", "");
   } else if (code == 4001) {
     settle_failed(p, "PROCESS_TAKEN_OVER", "another client took over the process's session%s", "");
+  } else if (p->is_holder && ((holder *)p->ud)->users == 0) {
+    /* a stdin holder no process needs (its sandbox deleted after its processes?): no reconnecting */
+    settle_failed(p, "PROCESS_CONNECTION_LOST", "the stdin holder lost its connection: %s", p->last_close);
   } else {
     if (http_status == 409) p->takeover = 1;
     if (!p->retry_since) p->retry_since = now;
@@ -1201,7 +1611,8 @@ static void start_job(osb_engine *e, void *arg, int shutdown) {
   p->engine_side = 1;
   p->active.abort = proc_abort;
   osb_engine_add_active(e, &p->active);
-  __atomic_add_fetch(&g_count, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(p->is_holder ? &g_holders_alive : &g_count, 1, __ATOMIC_RELAXED);
+  if (p->stdin_pipe && !p->is_holder) p->holder = holder_get(p); /* NULL: none (out of memory): no holder */
   p->state = S_STARTING;
   if (p->attach) {
     p->received = p->since;
@@ -1233,8 +1644,8 @@ static int parse_pid(osb_proc *p, const char *pid) {
   return 0;
 }
 
-osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
-                         void *ud, char *errbuf, size_t errlen) {
+static osb_proc *proc_new(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
+                          void *ud, char *errbuf, size_t errlen, int is_holder) {
   osb_conn execd;
   if (osb_conn_init(&execd, o->base_url, o->header_kv, o->nheaders, o->request_timeout_ms, 0, errbuf, errlen) != 0)
     return NULL;
@@ -1247,7 +1658,10 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
     osb_conn_clear(&execd);
     goto oom;
   }
-  __atomic_add_fetch(&g_objects, 1, __ATOMIC_RELAXED);
+  p->is_holder = is_holder;
+  p->e = e; /* a holder is written to (by the engine thread) before its start job runs */
+  if (!is_holder) __atomic_add_fetch(&g_objects, 1, __ATOMIC_RELAXED);
+  p->frame_max = is_holder ? HOLDER_FRAME_MAX : STDIN_FRAME_MAX;
   p->execd = execd;
   p->refs = 2; /* caller + engine side */
   p->ws = ws;
@@ -1265,6 +1679,7 @@ osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, cons
     p->since = o->attach_since;
   } else {
     osb_new_request_id(p->nonce);
+    p->stdin_pipe = !o->stdin_ignore;
     char *w = osb_proc_wrapper(o, p->nonce, errbuf, errlen);
     if (!w) {
       proc_free(p);
@@ -1300,4 +1715,9 @@ oom:
   snprintf(errbuf, errlen, "out of memory");
   if (p) proc_free(p);
   return NULL;
+}
+
+osb_proc *osb_proc_start(osb_engine *e, osb_ws *ws, const osb_proc_opts *o, const osb_proc_callbacks *cb,
+                         void *ud, char *errbuf, size_t errlen) {
+  return proc_new(e, ws, o, cb, ud, errbuf, errlen, 0);
 }

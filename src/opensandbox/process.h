@@ -13,9 +13,12 @@
  *    execd's replay, or is unknown (-1, PROCESS_ENDED_UNSEEN) when GET /pty/{id} said running:false before the
  *    connection and the replay has no markers. Nothing is written in the sandbox's file system.
  * stdin: the user's bytes travel as frames "D<n>\n" + n raw bytes (writes queued together share one frame and one
- *    message, at most 4 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder in the
- *    wrapper (POSIX sh reads the header line, dd of coreutils or busybox copies the frame) feeds them through a pipe
- *    to the command and closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe.
+ *    message, at most 4 MiB of bytes per frame) and end of input as "E\n" (osb_proc_close_stdin); a decoder (bash
+ *    reads the header line, dd of coreutils or busybox copies the frame) feeds them through a pipe to the command and
+ *    closes it at "E", so programs reading to EOF (wc, sort, compilers) finish. Binary-safe. The decoder is started
+ *    at the first frame by the sandbox's stdin holder (one long-lived bash per engine and execd, which holds a
+ *    writer of every command's stdin pipe: no fork per process until it is written to), or runs in the wrapper
+ *    from the start where the holder cannot be used (see process.c and docs/processes.md).
  *    osb_proc_write's done runs once the bytes are queued (only a write finding more than 8 MiB queued waits until
  *    it is sent; bytes queued at the exit are dropped); at most 2 frames are unacknowledged (the decoder prints a
  *    frame-written marker on stderr after each), what is queued meanwhile is coalesced into the next frame.
@@ -112,9 +115,13 @@ long osb_proc_count(void);
 long osb_proc_object_count(void);
 /* Processes whose socket is paused by flow control, process-wide. */
 long osb_proc_paused_count(void);
+/* stdin holders (process.c) alive in the table, process-wide: not counted in osb_proc_count. */
+long osb_proc_holder_count(void);
 
 /* ---- exposed for tests ---- */
 /* Builds the wrapper script (malloc'd) for a command; NULL + err on bad input. nonce: 32 hex chars. */
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen);
+/* The stdin holder's script (static; see process.c and docs/processes.md): bash -c it, its stdin the request pipe. */
+const char *osb_proc_holder_script(void);
 
 #endif

@@ -23,6 +23,11 @@
 
 static char g_bbdir[64]; /* a directory of busybox applet links, "" without busybox */
 
+/* The stdin holder the wrappers with stdin are given (its pid after the go line), or none (pid 0: the wrapper's own
+ * decoder); the client's requests to it ("S <nonce>", "C <nonce>") are written into g_holder_in. */
+static pid_t g_holder_pid;
+static int g_holder_in = -1;
+
 static long ms_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -96,8 +101,38 @@ static int wrap_spawn(wrap *w, const char *shell, const char *path, const char *
   return go ? write_all(w->in, go, go_len) : 0;
 }
 
+/* The go line with stdin: the holder's pid (0: none) on the next line. */
+static const char *go_line(const char *go, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s%ld\n", go, (long)g_holder_pid);
+  return buf;
+}
+
+/* Starts a command with stdin (the go line names g_holder_pid). */
 static int wrap_start(wrap *w, const char *shell, const char *path, const char *command) {
-  return wrap_spawn(w, shell, path, command, 0, "OSB-GO:" NONCE "\n", strlen(NONCE) + 8);
+  char go[96];
+  go_line("OSB-GO:" NONCE "\n", go, sizeof go);
+  return wrap_spawn(w, shell, path, command, 0, go, strlen(go));
+}
+
+/* With a holder: waits (deadline 10 s) for the wrapper's holder marker on its stderr (the client's cue), then sends
+ * the request (S: start the decoder, C: close the holder's writer). Without one: nothing. 0, or -1. */
+static int holder_ask(wrap *w, char req) {
+  if (g_holder_in < 0) return 0;
+  char mark[96], line[64], path[128];
+  snprintf(mark, sizeof mark, "\037OSB-H:" NONCE ":%ld\037", (long)g_holder_pid);
+  snprintf(path, sizeof path, "%s/stderr", w->dir);
+  long deadline = ms_now() + 10000;
+  for (;;) {
+    char buf[4096];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    if (memmem(buf, n, mark, strlen(mark))) break;
+    if (ms_now() > deadline) return -1;
+    usleep(2000);
+  }
+  int n = snprintf(line, sizeof line, "%c " NONCE "\n", req);
+  return write_all(g_holder_in, line, (size_t)n);
 }
 
 /* Reads the wrapper's stdout until the exit marker (deadline 30 s); the command's status, or -1000. */
@@ -169,6 +204,7 @@ static void remove_dir(const char *dir) {
 static void case_exact(const char *shell, const char *path) {
   wrap w;
   CHECK(wrap_start(&w, shell, path, "cat > out.bin; echo done >> status") == 0);
+  CHECK(holder_ask(&w, 'S') == 0);
   size_t total = 255 + 1 + 2 + 4096 + 256 + 1 + 1 + 0 + 5 * 512 * 1024 + 200000;
   unsigned char *all = malloc(total), *o = all;
   for (int i = 1; i < 256; i++) *o++ = (unsigned char)i;
@@ -195,6 +231,7 @@ static void case_exact(const char *shell, const char *path) {
   CHECK(frame(w.in, o + 1024 * 1024, 1024 * 1024) == 0);
   CHECK(frame(w.in, o + 2 * 1024 * 1024, 512 * 1024 + 200000) == 0);
   CHECK(write_all(w.in, "E\n", 2) == 0);
+  CHECK(holder_ask(&w, 'C') == 0);
   CHECK(wrap_exit_code(&w) == 0);
   CHECK(wrap_finish(&w) == 0);
   size_t n = 0;
@@ -215,6 +252,7 @@ static void case_exact(const char *shell, const char *path) {
 static void case_early_exit(const char *shell, const char *path) {
   wrap w;
   CHECK(wrap_start(&w, shell, path, "head -c 5 > out.bin; exit 3") == 0);
+  CHECK(holder_ask(&w, 'S') == 0);
   CHECK(tframe(w.in, (const unsigned char *)"0123456789", 10) == 0);
   size_t big = 150000;
   unsigned char *b = malloc(big);
@@ -256,8 +294,10 @@ static void case_protocol(const char *shell, const char *path) {
     for (size_t c = 0; c < 2; c++) {
       for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         wrap w;
-        CHECK(wrap_spawn(&w, shell, path, cmd[c], ignore, v[i].go, strlen(v[i].go)) == 0);
-        if (i == 3) CHECK(write_all(w.in, "abcdef0123456789abcdef\n", 23) == 0);
+        char go[256];
+        const char *g = ignore || i == 3 ? v[i].go : go_line(v[i].go, go, sizeof go);
+        CHECK(wrap_spawn(&w, shell, path, cmd[c], ignore, g, strlen(g)) == 0);
+        if (i == 3) CHECK(write_all(w.in, go_line("abcdef0123456789abcdef\n", go, sizeof go), ignore ? 23 : strlen(go)) == 0);
         int code = wrap_exit_code(&w);
         CHECK(code == 4);
         CHECK(wrap_finish_with(&w, v[i].ack, strlen(v[i].ack)) == 0);
@@ -313,6 +353,66 @@ static void test_wrapper_ignore_text(void) {
   }
 }
 
+/* Starts the holder script under bash with PATH = path (its decoders run dd from there); 0, or -1. */
+static int holder_start(const char *path) {
+  int in[2], out[2];
+  if (pipe(in) || pipe(out)) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    int nul = open("/dev/null", O_WRONLY);
+    dup2(nul, 2);
+    for (int fd = 3; fd < 64; fd++) close(fd);
+    setenv("PATH", path, 1);
+    execl("/bin/bash", "bash", "-c", osb_proc_holder_script(), (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  char buf[64];
+  size_t len = 0;
+  long deadline = ms_now() + 10000;
+  while (!memchr(buf, '\n', len) && len < sizeof buf - 1) {
+    struct pollfd pf = {.fd = out[0], .events = POLLIN};
+    long left = deadline - ms_now();
+    if (left <= 0 || poll(&pf, 1, (int)left) <= 0) break;
+    ssize_t k = read(out[0], buf + len, sizeof buf - 1 - len);
+    if (k <= 0) break;
+    len += (size_t)k;
+  }
+  buf[len] = 0;
+  close(out[0]);
+  char want[48];
+  snprintf(want, sizeof want, "OSB-HOLDER:%ld\n", (long)pid);
+  if (strcmp(buf, want) != 0) {
+    printf("  holder said %s\n", buf);
+    close(in[1]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  g_holder_pid = pid;
+  g_holder_in = in[1];
+  return 0;
+}
+
+/* The end of its request pipe ends the holder; 0 when it exited 0 within 10 s. */
+static int holder_stop(void) {
+  close(g_holder_in);
+  g_holder_in = -1;
+  long deadline = ms_now() + 10000;
+  int st = 0;
+  pid_t r = 0;
+  while ((r = waitpid(g_holder_pid, &st, WNOHANG)) == 0 && ms_now() < deadline) usleep(5000);
+  if (r == 0) {
+    kill(g_holder_pid, SIGKILL);
+    waitpid(g_holder_pid, &st, 0);
+  }
+  g_holder_pid = 0;
+  return r > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
 static void each(void (*fn)(const char *, const char *)) {
   char bbpath[128];
   snprintf(bbpath, sizeof bbpath, "%s:/usr/bin:/bin", g_bbdir);
@@ -324,6 +424,31 @@ static void test_wrapper_stdin_exact(void) { each(case_exact); }
 static void test_wrapper_early_exit(void) { each(case_early_exit); }
 static void test_wrapper_protocol(void) { each(case_protocol); }
 static void test_wrapper_ack_first(void) { each(case_ack_first); }
+
+/* The same cases with the sandbox's stdin holder (bash, its decoders' dd from coreutils, then busybox): the command's
+ * stdin is held by it, the decoder it starts at "S" copies the frames exactly, "E" and "C" give EOF, a command that
+ * exits early leaves nothing hanging (the wrapper's K), and the go line variants run the command once. */
+static void holder_cases(const char *shell, const char *path) {
+  CHECK(holder_start(path) == 0);
+  if (g_holder_in < 0) return;
+  case_exact(shell, path);
+  case_early_exit(shell, path);
+  case_protocol(shell, path);
+  CHECK(holder_stop() == 0);
+}
+static void test_wrapper_holder(void) { each(holder_cases); }
+
+/* A holder that is gone (its pid names no process): the wrapper falls back to its own decoder at once. */
+static void gone_cases(const char *shell, const char *path) {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, NULL, 0);
+  g_holder_pid = dead;
+  case_exact(shell, path);
+  case_early_exit(shell, path);
+  g_holder_pid = 0;
+}
+static void test_wrapper_holder_gone(void) { each(gone_cases); }
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
@@ -350,6 +475,8 @@ int main(void) {
   RUN(test_wrapper_protocol);
   RUN(test_wrapper_ack_first);
   RUN(test_wrapper_ignore_text);
+  RUN(test_wrapper_holder);
+  RUN(test_wrapper_holder_gone);
   t_cur_failed = 0;
   if (*g_bbdir) remove_dir(g_bbdir);
   return t_summary();
