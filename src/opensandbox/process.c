@@ -232,7 +232,9 @@ static int is_ident(const char *s) {
  * and "K <nonce>" (the command ended: kill its decoder, close the writer); from the client "S <nonce>" (start the
  * decoder: it reads the frames from the wrapper's execd stdin and writes the bytes into the command's stdin, as the
  * wrapper's own decoder does), "C <nonce>" (closeStdin: close the writer; the decoder closes its own at "E") and
- * "F <holder pid> <request>" (a request for another client's holder, passed on). Lines that match no request are
+ * "F <holder pid> <request>" (a request for another client's holder, passed on); from a decoder that ends by itself
+ * (at "E", or its wrapper gone) "X <nonce>", so that a later K never kills a process group whose id was reused.
+ * Lines that match no request are
  * ignored: other code in the sandbox can write here, with no more rights than it has already. After an hour
  * without requests it forgets the wrappers that are gone and exits when none is left. Decoders run as jobs (their
  * own process group), so a K kills one in the middle of a dd as well. It first tries what the wrappers will do (a
@@ -242,22 +244,24 @@ static int is_ident(const char *s) {
   "g() { local x=${f[$1]} k=${d[$1]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"$k\" ] && { kill -KILL -- -$k; wait $k; } 2>/dev/null\n" \
   "  unset \"f[$1]\" \"w[$1]\" \"l[$1]\" \"d[$1]\"; }\n"                                             \
   "exec {t}<<<x && [[ -p /dev/fd/$t ]] && exec {u}<>/proc/$BASHPID/fd/$t || { printf 'OSB-HOLDER:0\\n'; exit 0; }\n" \
-  "exec {t}<&- {u}>&-; printf 'OSB-HOLDER:%s\\n' $BASHPID\n"                                       \
+  "exec {t}<&- {u}>&-; me=$BASHPID; printf 'OSB-HOLDER:%s\\n' $me\n"                              \
   "while :; do IFS= read -r -t 3600 a; r=$?\n"                                                         \
   "  if [ $r -gt 128 ]; then for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
   "  [ $r -eq 0 ] || exit 0\n"                                                                        \
-  "  [[ $a =~ ^(O\\ [0-9a-f]{32}\\ [0-9]+\\ [0-9]+\\ [0-9]+|[SCK]\\ [0-9a-f]{32}|F\\ [0-9]+\\ [SCK]\\ [0-9a-f]{32})$ ]] || continue\n" \
+  "  [[ $a =~ ^(O\\ [0-9a-f]{32}\\ [0-9]+\\ [0-9]+\\ [0-9]+|[SCKX]\\ [0-9a-f]{32}|F\\ [0-9]+\\ [SCK]\\ [0-9a-f]{32})$ ]] || continue\n" \
   "  set -- $a; case $1 in\n"                                                                          \
   "  O) [ -z \"${w[$2]}\" ] || continue; exec {x}<>\"/proc/$3/fd/$4\" || continue\n"                 \
   "    f[$2]=$x w[$2]=$3 l[$2]=$5; printf 'ok\\n' >&$x;;\n"                                             \
   "  S) x=${f[$2]}; [ -n \"$x\" ] && [ -z \"${d[$2]}\" ] || continue\n"                               \
-  "    ( n=$2; for k in \"${f[@]}\"; do [ -n \"$k\" ] && [ \"$k\" != \"$x\" ] && exec {k}>&-; done\n"   \
+  "    ( n=$2; trap '{ printf \"X %s\\n\" \"$n\" >\"/proc/$me/fd/0\"; } 2>/dev/null' EXIT\n"                  \
+  "      for k in \"${f[@]}\"; do [ -n \"$k\" ] && [ \"$k\" != \"$x\" ] && exec {k}>&-; done\n"       \
   "      exec 3<\"/proc/${w[$n]}/fd/${l[$n]}\" 2>>\"/proc/${w[$n]}/fd/2\" >&$x {x}>&- </dev/null || exit 0\n" \
   "      h=; LC_ALL=C\n"                                                                                \
   DECODER_LOOP " ) &\n"                                                                               \
   "    d[$2]=$!;;\n"                                                                                   \
   "  C) x=${f[$2]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"${w[$2]}\" ] && f[$2]=;;\n"                    \
   "  K) g $2;;\n"                                                                                      \
+  "  X) [ -n \"${d[$2]}\" ] && { wait \"${d[$2]}\"; d[$2]=; } 2>/dev/null;;\n"                       \
   "  F) { printf '%s %s\\n' $3 $4 >\"/proc/$2/fd/0\"; } 2>/dev/null;;\n"                             \
   "  esac\n"                                                                                           \
   "done\n"
