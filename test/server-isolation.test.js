@@ -13,6 +13,7 @@ import { descendants } from '../lib/dev-server/proctree.js';
 import { execdBinary } from '../lib/dev-server/execd-binary.js';
 import { waitFor } from './helpers/poll.js';
 import { request, parseEvents, quietPeriod } from './helpers/raw.js';
+import { INHERITED_FD, INHERITED_FD_PROBE, inheritedStdio } from './helpers/inherited-fd.js';
 import { mounts } from '../lib/dev-server/cgroups.js';
 import { SlirpNetwork } from '../lib/dev-server/network.js';
 
@@ -325,16 +326,16 @@ describe('dev-server sandbox isolation (bubblewrap)', function () {
     const fd = fs.openSync(hostFile, 'w');
     let started;
     try {
-      started = await startCli(CLI, path.join(work, 'inherits'), [...Array(37).fill('ignore'), fd]);
+      started = await startCli(CLI, path.join(work, 'inherits'), inheritedStdio(fd));
     } finally {
       fs.closeSync(fd);
     }
     const { child, cc } = started;
     try {
       const sb = await cc.create();
-      const r = await cc.run(sb, 'for p in /proc/[0-9]*; do [ -e $p/fd/40 ] && echo "$p holds 40"; done; echo written >&40; echo "rc=$?"');
+      const r = await cc.run(sb, INHERITED_FD_PROBE);
       assert.equal(r.out, 'rc=1');
-      assert.match(r.err, /40: Bad file descriptor/);
+      assert.match(r.err, new RegExp(`${INHERITED_FD}: Bad file descriptor`));
       assert.equal(fs.readFileSync(hostFile, 'utf8'), '');
     } finally {
       child.kill('SIGKILL');

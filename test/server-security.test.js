@@ -14,6 +14,7 @@ import { DEFAULT_SANDBOX_UID, MAX_SANDBOX_UID, SandboxIdentities, UID_BLOCK } fr
 import { request, parseEvents } from './helpers/raw.js';
 import { waitFor } from './helpers/poll.js';
 import { asNobodyWithTun, letUserRunCheckout } from './helpers/other-user.js';
+import { INHERITED_FD_PROBE, inheritedStdio } from './helpers/inherited-fd.js';
 
 const ROOT = process.getuid() === 0;
 const NETWORK = { networkPolicy: { defaultAction: 'allow' } };
@@ -462,7 +463,7 @@ for d in sys.argv[1:]:
     // a host file the server holds at fd 40 without close-on-exec: it must not reach the sandbox (execd closes it)
     const hostFile = path.join(dir, 'inherited.txt');
     const inherited = fs.openSync(hostFile, 'w');
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe', ...Array(37).fill('ignore'), inherited] });
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe', ...inheritedStdio(inherited)] });
     fs.closeSync(inherited);
     let out = '';
     let err = '';
@@ -478,7 +479,7 @@ for d in sys.argv[1:]:
       const sb = { base: `http://${ep.endpoint}`, headers: ep.headers };
       const route = await run(sb, 'grep -c tap0 /proc/net/route; id -u');
       assert.equal(route.out, '2\n0');
-      const leak = await run(sb, 'for p in /proc/[0-9]*; do [ -e $p/fd/40 ] && echo "$p holds 40"; done; echo written >&40; echo "rc=$?"');
+      const leak = await run(sb, INHERITED_FD_PROBE);
       assert.deepEqual([leak.out, fs.readFileSync(hostFile, 'utf8')], ['rc=1', '']);
       assert.equal((await run(sb, connectProbe([['127.0.0.1', listener.address().port], ['10.0.2.2', listener.address().port]]))).out, 'ECONNREFUSED ENETUNREACH');
       // its firewall, set by the server through the sandbox's user namespace: the host's other addresses closed
