@@ -90,7 +90,7 @@ static int close_inherited(void) {
   while ((e = readdir(d)) != NULL && n < (int)(sizeof fds / sizeof fds[0])) {
     char *end;
     long fd = strtol(e->d_name, &end, 10);
-    if (*end == 0 && e->d_name[0] != 0 && fd > 2 && fd != self && fd <= 0x7fffffff) fds[n++] = (int)fd;
+    if (*end == 0 && fd > 2 && fd != self) fds[n++] = (int)fd; /* "." and ".." parse as 0; /proc lists ints */
   }
   int full = e != NULL;
   closedir(d);
