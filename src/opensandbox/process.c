@@ -819,8 +819,8 @@ static void settle(osb_proc *p, int code, int killed, int timed_out, const char 
   p->cb.on_exit(p->ud, &x);
   /* Ended without the wrapper's own K (killed, or its wrapper was): the holder forgets it. Not when this client only
    * lost it (taken over, connection lost, shutdown): it may run on for another client. */
-  int dead = !error_text || !strcmp(p->error_code ? p->error_code : "", "PROCESS_ENDED_UNSEEN") ||
-             !strcmp(p->error_code ? p->error_code : "", "PROCESS_GONE");
+  const char *why = error_text && p->error_code ? p->error_code : "";
+  int dead = !error_text || !strcmp(why, "PROCESS_ENDED_UNSEEN") || !strcmp(why, "PROCESS_GONE");
   if (p->mk.holder_pid && !(p->mk.got_exit && p->mk.got_err) && dead) {
     p->k_need = 1;
     holder_sync(p);
