@@ -234,26 +234,39 @@ static int is_ident(const char *s) {
  * wrapper's own decoder does), "C <nonce>" (closeStdin: close the writer; the decoder closes its own at "E") and
  * "F <holder pid> <request>" (a request for another client's holder, passed on); from a decoder that ends by itself
  * (at "E", or its wrapper gone) "X <nonce>", so that a later K never kills a process group whose id was reused.
- * Lines that match no request are
+ * Each request is a record of OSB_HOLDER_REQ_LEN bytes (padded with spaces, then a newline), written with one
+ * write(2): the holder reads each with one read(2) (read -N; a line read reads a pipe byte by byte) and checks its
+ * fields with patterns (a regular expression is compiled at each use), globbing off. A chunk that is not one
+ * record (bytes that some code in the sandbox wrote there) is dropped up to its last newline, which realigns the
+ * reads; records that match no request are
  * ignored: other code in the sandbox can write here, with no more rights than it has already. After an hour
  * without requests it forgets the wrappers that are gone and exits when none is left. Decoders run as jobs (their
  * own process group), so a K kills one in the middle of a dd as well. It first tries what the wrappers will do (a
  * here-string that is a pipe, reopened through /proc) and says pid 0 when that fails: no wrapper is given it then. */
+#define HOLDER_REQ_TEXT 63 /* OSB_HOLDER_REQ_LEN - 1: the text of a request record, padded */
+#define HOLDER_STR_(x) #x
+#define HOLDER_STR(x) HOLDER_STR_(x)
+#define HOLDER_REQ_TEXT_S HOLDER_STR(HOLDER_REQ_TEXT)
+#define HOLDER_REQ_LEN_S HOLDER_STR(OSB_HOLDER_REQ_LEN)
+_Static_assert(HOLDER_REQ_TEXT + 1 == OSB_HOLDER_REQ_LEN, "a request record is its padded text and a newline");
 #define HOLDER_SCRIPT                                                                                   \
-  "set -m; trap '' PIPE; declare -A f w l d\n"                                                         \
+  "set -mf; trap '' PIPE; declare -A f w l d\n"                                                         \
   "g() { local x=${f[$1]} k=${d[$1]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"$k\" ] && { kill -KILL -- -$k; wait $k; } 2>/dev/null\n" \
   "  unset \"f[$1]\" \"w[$1]\" \"l[$1]\" \"d[$1]\"; }\n"                                             \
   "exec {t}<<<x && [[ -p /dev/fd/$t ]] && exec {u}<>/proc/$BASHPID/fd/$t || { printf 'OSB-HOLDER:0\\n'; exit 0; }\n" \
   "exec {t}<&- {u}>&-; me=$BASHPID; printf 'OSB-HOLDER:%s\\n' $me\n"                              \
-  "while :; do IFS= read -r -t 3600 a; r=$?\n"                                                         \
-  "  if [ $r -gt 128 ]; then for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
+  "p=; while :; do IFS= read -r -t 3600 -N $((" HOLDER_REQ_LEN_S "-${#p})) a; r=$?\n"                                   \
+  "  if [ $r -gt 128 ]; then p=$p$a; for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
   "  [ $r -eq 0 ] || exit 0\n"                                                                        \
-  "  [[ $a =~ ^(O\\ [0-9a-f]{32}\\ [0-9]+\\ [0-9]+\\ [0-9]+|[SCKX]\\ [0-9a-f]{32}|F\\ [0-9]+\\ [SCK]\\ [0-9a-f]{32})$ ]] || continue\n" \
-  "  set -- $a; case $1 in\n"                                                                          \
+  "  a=$p$a; p=; case $a in *$'\\n'?*) p=${a##*$'\\n'}; continue;; *$'\\n'*$'\\n') continue;; *$'\\n') ;; *) continue;; esac\n" \
+  "  set -- $a; case $#$1 in 5O) [[ ${#2} -eq 32 && $2 != *[!0-9a-f]* && $3$4$5 != *[!0-9]* ]];;\n"      \
+  "    2[SCKX]) [[ ${#2} -eq 32 && $2 != *[!0-9a-f]* ]];; 4F) [[ $2 != *[!0-9]* && $3 == [SCK] && ${#4} -eq 32 && $4 != *[!0-9a-f]* ]];;\n" \
+  "    *) false;; esac || continue\n"                                                                   \
+  "  case $1 in\n"                                                                                      \
   "  O) [ -z \"${w[$2]}\" ] || continue; exec {x}<>\"/proc/$3/fd/$4\" || continue\n"                 \
   "    f[$2]=$x w[$2]=$3 l[$2]=$5; printf 'ok\\n' >&$x;;\n"                                             \
   "  S) x=${f[$2]}; [ -n \"$x\" ] && [ -z \"${d[$2]}\" ] || continue\n"                               \
-  "    ( n=$2; trap '{ printf \"X %s\\n\" \"$n\" >\"/proc/$me/fd/0\"; } 2>/dev/null' EXIT\n"                  \
+  "    ( n=$2; trap '{ printf \"%-" HOLDER_REQ_TEXT_S "s\\n\" \"X $n\" >\"/proc/$me/fd/0\"; } 2>/dev/null' EXIT\n"                  \
   "      for k in \"${f[@]}\"; do [ -n \"$k\" ] && [ \"$k\" != \"$x\" ] && exec {k}>&-; done\n"       \
   "      exec 3<\"/proc/${w[$n]}/fd/${l[$n]}\" 2>>\"/proc/${w[$n]}/fd/2\" >&$x {x}>&- </dev/null || exit 0\n" \
   "      h=; LC_ALL=C\n"                                                                                \
@@ -262,11 +275,22 @@ static int is_ident(const char *s) {
   "  C) x=${f[$2]}; [ -n \"$x\" ] && exec {x}>&-; [ -n \"${w[$2]}\" ] && f[$2]=;;\n"                    \
   "  K) g $2;;\n"                                                                                      \
   "  X) [ -n \"${d[$2]}\" ] && { wait \"${d[$2]}\"; d[$2]=; } 2>/dev/null;;\n"                       \
-  "  F) { printf '%s %s\\n' $3 $4 >\"/proc/$2/fd/0\"; } 2>/dev/null;;\n"                             \
+  "  F) { printf '%-" HOLDER_REQ_TEXT_S "s\\n' \"$3 $4\" >\"/proc/$2/fd/0\"; } 2>/dev/null;;\n"                         \
   "  esac\n"                                                                                           \
   "done\n"
 
 const char *osb_proc_holder_script(void) { return HOLDER_SCRIPT; }
+
+size_t osb_proc_holder_request(char out[OSB_HOLDER_REQ_LEN], long forward_to, char req, const char *nonce) {
+  char text[OSB_HOLDER_REQ_LEN + 1];
+  int n = forward_to ? snprintf(text, sizeof text, "F %ld %c %s", forward_to, req, nonce)
+                     : snprintf(text, sizeof text, "%c %s", req, nonce);
+  if (n < 0 || n > HOLDER_REQ_TEXT) return 0;
+  memset(out, ' ', OSB_HOLDER_REQ_LEN - 1);
+  memcpy(out, text, (size_t)n);
+  out[OSB_HOLDER_REQ_LEN - 1] = '\n';
+  return OSB_HOLDER_REQ_LEN;
+}
 
 /* Whether s may run "." (source a script): a "." word where a command starts. */
 static int dot_command(const char *s) {
@@ -330,7 +354,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
         "IFS= read -r -t 120 q || exit 125\n"
         "l= r= w=\n"
         "if [ \"$q\" != 0 ] && exec {l}<&0 {r}<<<x && [[ -p /dev/fd/$r ]] && IFS= read -r -u $r x && exec {w}<>/proc/$$/fd/$r &&"
-        " trap '' PIPE && { printf 'O %s %s %s %s\\n' $n $$ $r $l >/proc/$q/fd/0; } 2>/dev/null &&"
+        " trap '' PIPE && { printf '%-" HOLDER_REQ_TEXT_S "s\\n' \"O $n $$ $r $l\" >/proc/$q/fd/0; } 2>/dev/null &&"
         " IFS= read -r -t 5 -u $r x && [ \"$x\" = ok ]; then\n"
         "  trap - PIPE; exec {w}>&-; d=; printf '\\037OSB-H:%s:%s\\037\\037OSB-RUN:%s\\037' \"$n\" \"$q\" \"$n\" >&2\n"
         "else\n"
@@ -353,7 +377,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
       bad |= osb_buf_append_str(
           &b,
           "if [ -n \"$q\" ]; then exec <&$r {r}<&-\n"
-          "  s=\"trap '' PIPE; { printf 'K %s\\\\n' $n >/proc/$q/fd/0; } 2>/dev/null; "
+          "  s=\"trap '' PIPE; { printf '%-" HOLDER_REQ_TEXT_S "s\\\\n' 'K $n' >/proc/$q/fd/0; } 2>/dev/null; "
           "until IFS= read -r -t 5 -N 65536 x <&0; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
           "else exec {l}<&3 <&4 3<&- 4<&-\n"
           "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
@@ -398,7 +422,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
                            "c=$?\n"
                            "[ -n \"$d\" ] && { exec 3<&-; kill \"$d\" 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 l <&4; [ $? -eq 1 ]; do\n"
                            "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
-                           "[ -n \"$q\" ] && { trap '' PIPE; { printf 'K %%s\\n' \"$n\" >/proc/$q/fd/0; } 2>/dev/null\n"
+                           "[ -n \"$q\" ] && { trap '' PIPE; { printf '%%-" HOLDER_REQ_TEXT_S "s\\n' \"K $n\" >/proc/$q/fd/0; } 2>/dev/null\n"
                            "  until IFS= read -r -t 5 -N 65536 x <&$r; [ $? -ne 0 ]; do :; done; exec {r}<&- {l}<&-; }\n"
                            "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                            "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
@@ -682,17 +706,12 @@ static void holder_sync(osb_proc *p) {
   }
   holder *h = p->holder;
   if (!h || !h->proc) return;
-  char text[256];
+  char text[3 * OSB_HOLDER_REQ_LEN];
   size_t n = 0;
   const char req[3] = {'S', 'C', 'K'};
   const int want[3] = {s, c, k};
-  for (int i = 0; i < 3; i++) {
-    if (!want[i]) continue;
-    int w = h->state == H_READY && h->pid == hp
-                ? snprintf(text + n, sizeof text - n, "%c %s\n", req[i], p->nonce)
-                : snprintf(text + n, sizeof text - n, "F %ld %c %s\n", hp, req[i], p->nonce);
-    if (w > 0 && (size_t)w < sizeof text - n) n += (size_t)w;
-  }
+  for (int i = 0; i < 3; i++)
+    if (want[i]) n += osb_proc_holder_request(text + n, h->state == H_READY && h->pid == hp ? 0 : hp, req[i], p->nonce);
   if (osb_proc_write(h->proc, text, n, ignore_done, NULL) != 0) return;
   p->s_sent |= s;
   p->c_sent |= c;

@@ -123,5 +123,10 @@ long osb_proc_holder_count(void);
 char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, size_t errlen);
 /* The stdin holder's script (static; see process.c and docs/processes.md): bash -c it, its stdin the request pipe. */
 const char *osb_proc_holder_script(void);
+/* A request to the holder is a record of OSB_HOLDER_REQ_LEN bytes (its text padded with spaces, then a newline).
+ * Writes the record of request req ('S', 'C' or 'K') for the process with nonce (32 hex chars) into out (no NUL),
+ * passed on by the holder to holder pid forward_to when that is not 0 ("F <pid> <req> <nonce>"); its length, or 0. */
+#define OSB_HOLDER_REQ_LEN 64
+size_t osb_proc_holder_request(char out[OSB_HOLDER_REQ_LEN], long forward_to, char req, const char *nonce);
 
 #endif
