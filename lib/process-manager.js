@@ -23,12 +23,6 @@ function pairs(obj) {
   return out;
 }
 
-function retainedLimit(v) {
-  if (v === undefined) return DEFAULT_MAX_RETAINED_BYTES;
-  if (v === Infinity) return -1;
-  return v; // validated by the base class (non-negative integer or Infinity)
-}
-
 /**
  * The typed error of a process that settled without an exit status (the native errorCode, see
  * src/opensandbox/process.h): session gone -> OpenSandboxNotFoundError, taken over -> OpenSandboxApiError (409),
@@ -85,7 +79,7 @@ export class OpenSandboxProcessHandle extends ProcessHandle {
       }
       this.exitCode = x.exitCode;
       // An ended process keeps only its output (Mastra's bounded buffers, maxRetainedBytes per stream): the native
-      // object, which holds its own copy of that output, is let go (kill/stdin check exitCode first).
+      // object is let go (kill/stdin check exitCode first).
       this.#native = null;
       return {
         success: x.exitCode === 0,
@@ -204,9 +198,11 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
     return resolveCwd(cwd, this.sandbox?.workingDirectory);
   }
 
-  #start(c, { command = null, cwd = null, env = {}, stdinIgnore = false, timeout = 0, maxRetainedBytes, pid = null }, sink) {
+  // The native process retains no output of its own (0): every byte reaches the handle, whose Mastra buffers keep
+  // the newest maxRetainedBytes per stream; a copy in C would only be copied again into JS at the exit, unused.
+  #start(c, { command = null, cwd = null, env = {}, stdinIgnore = false, timeout = 0, pid = null }, sink) {
     return binding.processStart(
-      c.baseUrl, pairs(c.headers), c.requestTimeoutMs ?? 30000, retainedLimit(maxRetainedBytes),
+      c.baseUrl, pairs(c.headers), c.requestTimeoutMs ?? 30000, 0,
       command, cwd, pairs(env), stdinIgnore, timeout ?? 0, this.#ackWaitS, pid, 0,
       (o, e) => sink.push(o, e), c.caFile ?? null,
     );
@@ -228,7 +224,6 @@ export class OpenSandboxProcessManager extends SandboxProcessManager {
         env: { ...this.env, ...options.env },
         stdinIgnore: options.stdinMode === 'ignore',
         timeout: timeout ? Math.ceil(timeout) : 0,
-        maxRetainedBytes: options.maxRetainedBytes,
       }, sink);
       try {
         return { native, sink, pid: await native.started };

@@ -347,7 +347,7 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
       await fs.rm(dir, { recursive: true, force: true });
     }
     // ended processes that nobody reads stay listed (as on LocalSandbox), but each keeps only its output (at most
-    // maxRetainedBytes per stream, in JS): the native process object, with its own copy, is let go
+    // maxRetainedBytes per stream, in JS): the native process object, which keeps no copy of it, is let go
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc');
     gc();
