@@ -227,7 +227,7 @@ static int is_ident(const char *s) {
 
 /* The sandbox's stdin holder (one per client and execd, see docs/processes.md): a long-lived bash that holds a writer
  * of each process's stdin pipe, so that no decoder has to be forked until the process's first stdin frame. Its
- * requests are lines on its stdin: from the wrappers (written into /proc/<holder pid>/fd/0) "O <nonce> <wrapper pid>
+ * requests come on its stdin: from the wrappers (written into /proc/<holder pid>/fd/0) "O <nonce> <wrapper pid>
  * <fd of the command's stdin> <fd of the wrapper's execd stdin>" (open a writer of that pipe, answer "ok" into it)
  * and "K <nonce>" (the command ended: kill its decoder, close the writer); from the client "S <nonce>" (start the
  * decoder: it reads the frames from the wrapper's execd stdin and writes the bytes into the command's stdin, as the
@@ -461,7 +461,7 @@ static osb_http_req *http(osb_proc *p, const char *method, const char *path, con
 /* One holder process (HOLDER_SCRIPT) per engine and execd (base URL and headers), started at the first spawn with
  * stdin; a spawn's go line waits until it is ready (its pid line), at most HOLDER_START_MS, or gone. Its requests
  * travel as its stdin, in text frames of at most HOLDER_FRAME_MAX bytes: its decoder writes each with one write(2)
- * (at most PIPE_BUF), so the wrappers' own request lines, written into the same pipe, never land inside one. All
+ * (at most PIPE_BUF), so the wrappers' own request records, written into the same pipe, never land inside one. All
  * of it runs on the engine thread; the table is shared by the engines (addon instances) under a mutex. */
 #define HOLDER_START_MS 10000
 #define HOLDER_FRAME_MAX ((size_t)4000)
