@@ -235,8 +235,10 @@ static int is_ident(const char *s) {
  * "F <holder pid> <request>" (a request for another client's holder, passed on); from a decoder that ends by itself
  * (at "E", or its wrapper gone) "X <nonce>", so that a later K never kills a process group whose id was reused.
  * Each request is a record of OSB_HOLDER_REQ_LEN bytes (padded with spaces, then a newline), written with one
- * write(2): the holder reads each with one read(2) (read -N; a line read reads a pipe byte by byte) and checks its
- * fields with patterns (a regular expression is compiled at each use), globbing off. A chunk that is not one
+ * write(2): the holder waits for a record's first byte with its hour's deadline and reads the rest with one read(2)
+ * without one (read -N; a line read reads a pipe byte by byte, and bash's read -t makes a pselect and two
+ * sigprocmask calls per character: 128 system calls a record) and checks its fields with patterns (a regular
+ * expression is compiled at each use), globbing off. A chunk that is not one
  * record (bytes that some code in the sandbox wrote there) is dropped up to its last newline, which realigns the
  * reads; records that match no request are
  * ignored: other code in the sandbox can write here, with no more rights than it has already. After an hour
@@ -255,9 +257,10 @@ _Static_assert(HOLDER_REQ_TEXT + 1 == OSB_HOLDER_REQ_LEN, "a request record is i
   "  unset \"f[$1]\" \"w[$1]\" \"l[$1]\" \"d[$1]\"; }\n"                                             \
   "exec {t}<<<x && [[ -p /dev/fd/$t ]] && exec {u}<>/proc/$BASHPID/fd/$t || { printf 'OSB-HOLDER:0\\n'; exit 0; }\n" \
   "exec {t}<&- {u}>&-; me=$BASHPID; printf 'OSB-HOLDER:%s\\n' $me\n"                              \
-  "p=; while :; do IFS= read -r -t 3600 -N $((" HOLDER_REQ_LEN_S "-${#p})) a; r=$?\n"                                   \
-  "  if [ $r -gt 128 ]; then p=$p$a; for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
+  "p=; while :; do IFS= read -r -t 3600 -N 1 a; r=$?\n"                                               \
+  "  if [ $r -gt 128 ]; then for k in \"${!w[@]}\"; do [ -e /proc/${w[$k]} ] || g $k; done; [ ${#w[@]} -eq 0 ] && exit 0; continue; fi\n" \
   "  [ $r -eq 0 ] || exit 0\n"                                                                        \
+  "  [ ${#p} -lt " HOLDER_REQ_TEXT_S " ] && { IFS= read -r -N $((" HOLDER_REQ_TEXT_S "-${#p})) b || exit 0; a=$a$b; }\n" \
   "  a=$p$a; p=; case $a in *$'\\n'?*) p=${a##*$'\\n'}; continue;; *$'\\n'*$'\\n') continue;; *$'\\n') ;; *) continue;; esac\n" \
   "  set -- $a; case $#$1 in 5O) [[ ${#2} -eq 32 && $2 != *[!0-9a-f]* && $3$4$5 != *[!0-9]* ]];;\n"      \
   "    2[SCKX]) [[ ${#2} -eq 32 && $2 != *[!0-9a-f]* ]];; 4F) [[ $2 != *[!0-9]* && $3 == [SCK] && ${#4} -eq 32 && $4 != *[!0-9a-f]* ]];;\n" \
@@ -328,7 +331,10 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   osb_buf_init(&b);
   int bad = 0;
   /* The go line and the ack have a fixed length (go_len, ack_len): one read -N (bash reads that many bytes in one
-   * read(2); a line read reads a pipe byte by byte) takes them when nothing else came first. Anything else (a line
+   * read(2); a line read reads a pipe byte by byte) takes them when nothing else came first. The go line's first
+   * byte waits with the deadline, its rest (the client sends the go line, and the holder's pid after it, in one
+   * frame: one write into the pipe) is read without one, as is the holder's pid: bash's read -t makes a pselect and
+   * two sigprocmask calls per character (80 system calls for the go line alone). Anything else (a line
    * left by an earlier client, user stdin the decoder did not consume before the ack, an ack where a go line was
    * expected) falls back to the line loop, the fixed read's last partial line ($p) joined to the next line: the
    * same lines are matched as by the loop alone. The client's ack is "\nOSB-ACK:<nonce>\n": the fixed read takes
@@ -336,11 +342,11 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   size_t go_len = strlen(nonce) + 8, ack_len = strlen(nonce) + 9;
   bad |= osb_buf_appendf(&b,
                          "n=%s\n"
-                         "IFS= read -r -t 120 -N %zu l || exit 125\n"
+                         "IFS= read -r -t 120 -N 1 l || exit 125; IFS= read -r -N %zu x; l=$l$x\n"
                          "case $l in \"OSB-GO:$n\n\") ;; *) eval 'p=${l##*\n}\n"
                          "  while :; do IFS= read -r -t 120 l || exit 125; l=$p$l; p=; case $l in *\"OSB-GO:$n\") break;; *\"OSB-ACK:$n\") exit 0;; esac; done';; esac\n"
                          "%s",
-                         nonce, go_len, o->stdin_ignore ? "printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n  d=\n" : "");
+                         nonce, go_len - 1, o->stdin_ignore ? "printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n  d=\n" : "");
   if (!o->stdin_ignore) {
     /* With stdin, a line after the go line names the sandbox's stdin holder (its pid; 0: none). The command's stdin
      * is then a pipe made without a fork (a one-line here-string: a pipe in bash >= 5.1), of which the holder opens
@@ -351,7 +357,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * wrapper's own decoder, as without a holder. */
     bad |= osb_buf_append_str(
         &b,
-        "IFS= read -r -t 120 q || exit 125\n"
+        "IFS= read -r q || exit 125\n"
         "l= r= w=\n"
         "if [ \"$q\" != 0 ] && exec {l}<&0 {r}<<<x && [[ -p /dev/fd/$r ]] && IFS= read -r -u $r x && exec {w}<>/proc/$$/fd/$r &&"
         " trap '' PIPE && { printf '%-" HOLDER_REQ_TEXT_S "s\\n' \"O $n $$ $r $l\" >/proc/$q/fd/0; } 2>/dev/null &&"
@@ -363,7 +369,7 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   }
   if (sub) {
     bad |= osb_buf_append_str(&b, "(\n");
-    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l p\n"
+    bad |= osb_buf_append_str(&b, o->stdin_ignore ? "  exec </dev/null; unset -v n d l p x\n"
                                                   : "  if [ -n \"$q\" ]; then exec <&$r {r}<&- {l}<&-; else exec <&4 3<&- 4<&-; fi\n"
                                                     "  unset -v n d l p q r w x\n");
   } else {
@@ -383,15 +389,28 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
           "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; \"; fi\n");
     }
+    /* The ack's read (inside the trap's double quotes). bash's read -t costs a pselect and two sigprocmask calls per
+     * character (~2.3 us each on a VM, 80 times the read itself): with stdinMode 'ignore' nothing but the ack (or a
+     * reattaching client's go line, longer) ever arrives here, each in one write, so only its first byte waits with
+     * a deadline and the rest, in the pipe already, is read without one. With stdin, frames the decoder left unread
+     * may come first (fewer bytes than an ack, and no more after them if the client is gone): every byte keeps the
+     * deadline there. The rest goes into c, the exit status, printed by then: no other name the command could have
+     * made readonly. */
+    char ackread[160];
+    if (o->stdin_ignore)
+      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N 1 x <&$l || exit 0; IFS= read -r -N %zu c <&$l; x=\\$x\\$c;",
+               ack, ack_len - 1);
+    else
+      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N %zu x <&$l || exit 0;", ack, ack_len);
     /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
                            "trap \"{ c=\\$?; set +eux; } 2>/dev/null; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
-                           "IFS= read -r -t %ld -N %zu x <&$l || exit 0; case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
+                           "%s case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
                            "p=\\${x##*\\$'\\\\n'}; while IFS= read -r -t %ld x <&$l; do case \\$p\\$x in *OSB-ACK:%s) exit 0;; esac; p=; done; exit 0\" EXIT\n"
-                           "unset -v n d l p%s\n",
-                           o->stdin_ignore ? "" : "${s}", nonce, nonce, ack, ack_len, nonce, nonce, ack, nonce,
-                           o->stdin_ignore ? "" : " q r w x s");
+                           "unset -v n d l p x%s\n",
+                           o->stdin_ignore ? "" : "${s}", nonce, nonce, ackread, nonce, nonce, ack, nonce,
+                           o->stdin_ignore ? "" : " q r w s");
   }
   /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
   if (o->cwd && *o->cwd) { /* "~" and "~/x": the shell's HOME (execd's), as execd expands a command's cwd */

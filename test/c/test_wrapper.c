@@ -312,6 +312,20 @@ static void case_protocol(const char *shell, const char *path) {
   }
 }
 
+/* The EXIT trap reads the ack into names of its own (x, and c once the status is printed): a command that made
+ * another one-letter name readonly (p, y) still ends at the ack, with and without stdin. */
+static void case_readonly(const char *shell, const char *path) {
+  for (int ignore = 0; ignore < 2; ignore++) {
+    wrap w;
+    char go[256];
+    const char *g = ignore ? GO : go_line(GO, go, sizeof go);
+    CHECK(wrap_spawn(&w, shell, path, "readonly p=1 y=2; echo ran >> ran; exit 4", ignore, g, strlen(g)) == 0);
+    CHECK(wrap_exit_code(&w) == 4);
+    CHECK(wrap_finish_with(&w, ACK, strlen(ACK)) == 0);
+    remove_dir(w.dir);
+  }
+}
+
 /* A wrapper started again by execd at a reconnect gets the ack where it waits for the go line (as the client sends
  * it, and after a partial line): it exits 0 and never runs the command nor prints its start marker. */
 static void case_ack_first(const char *shell, const char *path) {
@@ -334,7 +348,8 @@ static void case_ack_first(const char *shell, const char *path) {
   }
 }
 
-/* With stdinMode 'ignore' the wrapper has no decoder: neither its start nor its EXIT trap mention one. */
+/* With stdinMode 'ignore' the wrapper has no decoder: neither its start nor its EXIT trap mention one. How the go
+ * line and the ack are read. */
 static void test_wrapper_ignore_text(void) {
   osb_proc_opts o;
   memset(&o, 0, sizeof o);
@@ -347,8 +362,12 @@ static void test_wrapper_ignore_text(void) {
     if (!s) continue;
     CHECK((strstr(s, "kill") == NULL) == ignore);
     CHECK((strstr(s, "dd bs=") == NULL) == ignore);
-    CHECK(strstr(s, "read -r -t 120 -N 40 l") != NULL); /* "OSB-GO:" + 32 + "\n" */
-    CHECK(strstr(s, "-N 41 x") != NULL);                /* "\nOSB-ACK:" + 32, its last newline left */
+    /* "OSB-GO:" + 32 + "\n": its first byte with a deadline, the rest (in the same write) without: bash's read -t
+     * makes three system calls per character */
+    CHECK(strstr(s, "read -r -t 120 -N 1 l || exit 125; IFS= read -r -N 39 x;") != NULL);
+    /* "\nOSB-ACK:" + 32, its last newline left: the same without stdin; with stdin every byte keeps the deadline */
+    CHECK((strstr(s, "read -r -t 600 -N 1 x <&$l || exit 0; IFS= read -r -N 40 c <&$l;") != NULL) == ignore);
+    CHECK((strstr(s, "read -r -t 600 -N 41 x <&$l") != NULL) == !ignore);
     free(s);
   }
 }
@@ -424,6 +443,7 @@ static void test_wrapper_stdin_exact(void) { each(case_exact); }
 static void test_wrapper_early_exit(void) { each(case_early_exit); }
 static void test_wrapper_protocol(void) { each(case_protocol); }
 static void test_wrapper_ack_first(void) { each(case_ack_first); }
+static void test_wrapper_readonly(void) { each(case_readonly); }
 
 /* The same cases with the sandbox's stdin holder (bash, its decoders' dd from coreutils, then busybox): the command's
  * stdin is held by it, the decoder it starts at "S" copies the frames exactly, "E" and "C" give EOF, a command that
@@ -439,6 +459,11 @@ static void holder_cases(const char *shell, const char *path) {
   CHECK(write_all(g_holder_in, rec, OSB_HOLDER_REQ_LEN) == 0);
   CHECK(osb_proc_holder_request(rec, 0, 'K', "ffffffffffffffffffffffffffffffff") == OSB_HOLDER_REQ_LEN);
   CHECK(write_all(g_holder_in, rec, OSB_HOLDER_REQ_LEN) == 0);
+  /* a record in two writes: the holder waits (with its deadline) for a record's first byte only, then reads the
+   * rest without one; the next records stay aligned (the wrappers below see its answer) */
+  CHECK(write_all(g_holder_in, rec, 1) == 0);
+  usleep(50000);
+  CHECK(write_all(g_holder_in, rec + 1, OSB_HOLDER_REQ_LEN - 1) == 0);
   case_exact(shell, path);
   case_early_exit(shell, path);
   case_protocol(shell, path);
@@ -482,6 +507,7 @@ int main(void) {
   RUN(test_wrapper_early_exit);
   RUN(test_wrapper_protocol);
   RUN(test_wrapper_ack_first);
+  RUN(test_wrapper_readonly);
   RUN(test_wrapper_ignore_text);
   RUN(test_wrapper_holder);
   RUN(test_wrapper_holder_gone);
