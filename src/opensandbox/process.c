@@ -237,7 +237,8 @@ static int is_ident(const char *s) {
  * Each request is a record of OSB_HOLDER_REQ_LEN bytes (padded with spaces, then a newline), written with one
  * write(2): the holder waits for a record's first byte with its hour's deadline and reads the rest with one read(2)
  * without one (read -N; a line read reads a pipe byte by byte, and bash's read -t makes a pselect and two
- * sigprocmask calls per character: 128 system calls a record) and checks its fields with patterns (a regular
+ * sigprocmask calls per character, even from what one read(2) already took: 128 system calls a record, ~150 us
+ * of CPU against ~8 us for read -N alone on a VM) and checks its fields with patterns (a regular
  * expression is compiled at each use), globbing off. A chunk that is not one
  * record (bytes that some code in the sandbox wrote there) is dropped up to its last newline, which realigns the
  * reads; records that match no request are
@@ -333,8 +334,8 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   /* The go line and the ack have a fixed length (go_len, ack_len): one read -N (bash reads that many bytes in one
    * read(2); a line read reads a pipe byte by byte) takes them when nothing else came first. The go line's first
    * byte waits with the deadline, its rest (the client sends the go line, and the holder's pid after it, in one
-   * frame: one write into the pipe) is read without one, as is the holder's pid: bash's read -t makes a pselect and
-   * two sigprocmask calls per character (80 system calls for the go line alone). Anything else (a line
+   * frame: one write into the pipe) is read without one, as is the holder's pid (read -t's cost per character: see
+   * HOLDER_SCRIPT). Anything else (a line
    * left by an earlier client, user stdin the decoder did not consume before the ack, an ack where a go line was
    * expected) falls back to the line loop, the fixed read's last partial line ($p) joined to the next line: the
    * same lines are matched as by the loop alone. The client's ack is "\nOSB-ACK:<nonce>\n": the fixed read takes
@@ -389,8 +390,8 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
           "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; \"; fi\n");
     }
-    /* The ack's read (inside the trap's double quotes). bash's read -t costs a pselect and two sigprocmask calls per
-     * character (~2.3 us each on a VM, 80 times the read itself): with stdinMode 'ignore' nothing but the ack (or a
+    /* The ack's read (inside the trap's double quotes; read -t's cost per character: see HOLDER_SCRIPT): with
+     * stdinMode 'ignore' nothing but the ack (or a
      * reattaching client's go line, longer) ever arrives here, each in one write, so only its first byte waits with
      * a deadline and the rest, in the pipe already, is read without one. With stdin, frames the decoder left unread
      * may come first (fewer bytes than an ack, and no more after them if the client is gone): every byte keeps the
