@@ -355,7 +355,12 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * writes under non-numeric /proc entries) and says "ok" into it; the wrapper drops its own writer, and no
      * decoder runs until the client asks the holder for one (S). The holder marker tells the client. Anything
      * that fails (bash < 5.1: the here-string is a file; /proc refused; no answer within 5 s) falls back to the
-     * wrapper's own decoder, as without a holder. */
+     * wrapper's own decoder, as without a holder. That branch is the text of an eval: bash parses a compound
+     * command whole before it runs any of it, and parsing the decoder cost every wrapper ~0.2 ms of CPU (a third of
+     * what stdin adds to a process of `true`), taken or not. */
+    static const char fallback[] =
+        "trap - PIPE; q=; [ -n \"$w\" ] && exec {w}>&-; [ -n \"$r\" ] && exec {r}<&-; [ -n \"$l\" ] && exec {l}<&-\n"
+        "  printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n" STDIN_DECODER;
     bad |= osb_buf_append_str(
         &b,
         "IFS= read -r q || exit 125\n"
@@ -364,9 +369,9 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
         " trap '' PIPE && { printf '%-" HOLDER_REQ_TEXT_S "s\\n' \"O $n $$ $r $l\" >/proc/$q/fd/0; } 2>/dev/null &&"
         " IFS= read -r -t 5 -u $r x && [ \"$x\" = ok ]; then\n"
         "  trap - PIPE; exec {w}>&-; d=; printf '\\037OSB-H:%s:%s\\037\\037OSB-RUN:%s\\037' \"$n\" \"$q\" \"$n\" >&2\n"
-        "else\n"
-        "  trap - PIPE; q=; [ -n \"$w\" ] && exec {w}>&-; [ -n \"$r\" ] && exec {r}<&-; [ -n \"$l\" ] && exec {l}<&-\n"
-        "  printf '\\037OSB-RUN:%s\\037' \"$n\" >&2\n" STDIN_DECODER "fi\n");
+        "else eval ");
+    bad |= shq(&b, fallback);
+    bad |= osb_buf_append_str(&b, "\nfi\n");
   }
   if (sub) {
     bad |= osb_buf_append_str(&b, "(\n");
