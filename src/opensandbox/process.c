@@ -390,9 +390,9 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
           &b,
           "if [ -n \"$q\" ]; then exec <&$r {r}<&-\n"
           "  s=\"trap '' PIPE; { printf '%-" HOLDER_REQ_TEXT_S "s\\\\n' 'K $n' >/proc/$q/fd/0; } 2>/dev/null; "
-          "until IFS= read -r -t 5 -N 65536 x <&0; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
+          "until IFS= read -r -t 5 -N 65536 _osb_a <&0; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
           "else exec {l}<&3 <&4 3<&- 4<&-\n"
-          "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 x <&0; [ \\$? -eq 1 ]; "
+          "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 _osb_a <&0; [ \\$? -eq 1 ]; "
           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; \"; fi\n");
     }
     /* The ack's read (inside the trap's double quotes; read -t's cost per character: see HOLDER_SCRIPT): with
@@ -400,20 +400,22 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * reattaching client's go line, longer) ever arrives here, each in one write, so only its first byte waits with
      * a deadline and the rest, in the pipe already, is read without one. With stdin, frames the decoder left unread
      * may come first (fewer bytes than an ack, and no more after them if the client is gone): every byte keeps the
-     * deadline there. The rest goes into c, the exit status, printed by then: no other name the command could have
-     * made readonly. */
+     * deadline there. The trap runs after the command, in its shell: it keeps the exit status in $1 and reads into
+     * names of its own (_osb_*), which no command sets by chance. A command that made one of its names readonly or
+     * gave it an attribute (declare -i, -u, a name reference) would turn the ack into something else: the wrapper
+     * would end without it (the exit race) or wait out its deadline. */
     char ackread[160];
     if (o->stdin_ignore)
-      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N 1 x <&$l || exit 0; IFS= read -r -N %zu c <&$l; x=\\$x\\$c;",
+      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N 1 _osb_a <&$l || exit 0; IFS= read -r -N %zu _osb_b <&$l; _osb_a=\\$_osb_a\\$_osb_b;",
                ack, ack_len - 1);
     else
-      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N %zu x <&$l || exit 0;", ack, ack_len);
+      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N %zu _osb_a <&$l || exit 0;", ack, ack_len);
     /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
-                           "trap \"{ c=\\$?; set +eux; } 2>/dev/null; %s"
-                           "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$c\\\"; "
-                           "%s case \\$x in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; "
-                           "p=\\${x##*\\$'\\\\n'}; while IFS= read -r -t %ld x <&$l; do case \\$p\\$x in *OSB-ACK:%s) exit 0;; esac; p=; done; exit 0\" EXIT\n"
+                           "trap \"{ set -- \\$?; set +eux; } 2>/dev/null; %s"
+                           "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$1\\\"; "
+                           "%s case \\$_osb_a in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; _osb_p=\\${_osb_a##*\\$'\\\\n'}; "
+                           "while IFS= read -r -t %ld _osb_a <&$l; do case \\$_osb_p\\$_osb_a in *OSB-ACK:%s) exit 0;; esac; _osb_p=; done; exit 0\" EXIT\n"
                            "unset -v n d l p x%s\n",
                            o->stdin_ignore ? "" : "${s}", nonce, nonce, ackread, nonce, nonce, ack, nonce,
                            o->stdin_ignore ? "" : " q r w s");

@@ -312,15 +312,26 @@ static void case_protocol(const char *shell, const char *path) {
   }
 }
 
-/* The EXIT trap reads the ack into names of its own (x, and c once the status is printed): a command that made
- * another one-letter name readonly (p, y) still ends at the ack, with and without stdin. */
+/* The EXIT trap keeps the status in $1 and reads the ack into names of its own (_osb_*): a command that made
+ * one-letter names readonly (c, p, x: the trap's names before) or gave them attributes still ends at the ack, with
+ * its status, with and without stdin. */
 static void case_readonly(const char *shell, const char *path) {
   for (int ignore = 0; ignore < 2; ignore++) {
     wrap w;
     char go[256];
     const char *g = ignore ? GO : go_line(GO, go, sizeof go);
-    CHECK(wrap_spawn(&w, shell, path, "readonly p=1 y=2; echo ran >> ran; exit 4", ignore, g, strlen(g)) == 0);
+    CHECK(wrap_spawn(&w, shell, path, "readonly c=1 p=2 x=3 y=4; echo ran >> ran; exit 4", ignore, g, strlen(g)) == 0);
     CHECK(wrap_exit_code(&w) == 4);
+    CHECK(wrap_finish_with(&w, ACK, strlen(ACK)) == 0);
+    size_t n = 0; /* no read of the trap failed on a readonly name (it would have ended without the ack) */
+    unsigned char *err = read_file(w.dir, "stderr", &n);
+    CHECK(err && !memmem(err, n, "readonly", 8));
+    free(err);
+    remove_dir(w.dir);
+    /* the same names with attributes (integer, upper case), a name reference */
+    CHECK(wrap_spawn(&w, shell, path, "declare -i c=7 x=0; declare -u p; y=1; declare -n s=y; echo ran >> ran; exit 5", ignore, g,
+                     strlen(g)) == 0);
+    CHECK(wrap_exit_code(&w) == 5);
     CHECK(wrap_finish_with(&w, ACK, strlen(ACK)) == 0);
     remove_dir(w.dir);
   }
@@ -366,8 +377,8 @@ static void test_wrapper_ignore_text(void) {
      * makes three system calls per character */
     CHECK(strstr(s, "read -r -t 120 -N 1 l || exit 125; IFS= read -r -N 39 x;") != NULL);
     /* "\nOSB-ACK:" + 32, its last newline left: the same without stdin; with stdin every byte keeps the deadline */
-    CHECK((strstr(s, "read -r -t 600 -N 1 x <&$l || exit 0; IFS= read -r -N 40 c <&$l;") != NULL) == ignore);
-    CHECK((strstr(s, "read -r -t 600 -N 41 x <&$l") != NULL) == !ignore);
+    CHECK((strstr(s, "read -r -t 600 -N 1 _osb_a <&$l || exit 0; IFS= read -r -N 40 _osb_b <&$l;") != NULL) == ignore);
+    CHECK((strstr(s, "read -r -t 600 -N 41 _osb_a <&$l") != NULL) == !ignore);
     free(s);
   }
 }
