@@ -8,12 +8,19 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startServer } from '../lib/dev-server/index.js';
 import { OpenSandboxSandbox } from '../lib/index.js';
 import { busyboxTar, pushImage, startRegistry, writeOciLayout } from '../test/helpers/images.js';
 import { now, quantiles, reportFigure } from './lib/bench-util.js';
 
+// Images 'run' needs a statically linked osb-execd. The source build (node scripts/build.js) is dynamic; the test
+// command's prebuild (build/prebuild/linux-<arch>/, what the package ships) is static: used when it is there and
+// neither MASTRA_OPENSANDBOX_EXECD nor MASTRA_OPENSANDBOX_ADDON chooses another.
+const prebuiltExecd = fileURLToPath(new URL(`../build/prebuild/linux-${process.arch}/osb-execd`, import.meta.url));
+if (!process.env.MASTRA_OPENSANDBOX_EXECD && !process.env.MASTRA_OPENSANDBOX_ADDON && fs.existsSync(prebuiltExecd))
+  process.env.MASTRA_OPENSANDBOX_EXECD = prebuiltExecd;
 const { values: args } = parseArgs({ options: { runs: { type: 'string' }, smoke: { type: 'boolean', default: false } } });
 const runs = Number(args.runs ?? (args.smoke ? 3 : 15));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-image-run-'));
