@@ -250,7 +250,6 @@ static int is_ident(const char *s) {
 #define HOLDER_STR_(x) #x
 #define HOLDER_STR(x) HOLDER_STR_(x)
 #define HOLDER_REQ_TEXT_S HOLDER_STR(HOLDER_REQ_TEXT)
-#define HOLDER_REQ_LEN_S HOLDER_STR(OSB_HOLDER_REQ_LEN)
 _Static_assert(HOLDER_REQ_TEXT + 1 == OSB_HOLDER_REQ_LEN, "a request record is its padded text and a newline");
 #define HOLDER_SCRIPT                                                                                   \
   "set -mf; trap '' PIPE; declare -A f w l d\n"                                                         \
