@@ -259,7 +259,7 @@ for d in sys.argv[1:]:
     const half = token.length >> 1;
     const pattern = `'${token.slice(0, half)}[${token[half]}]${token.slice(half + 1)}'`;
     const leak = await run(a, `cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c ${pattern}; grep -rc ${pattern} /run /workspace /tmp /root 2>/dev/null | grep -vc ':0$'`);
-    assert.deepEqual(leak.out.split('\n'), ['0', '0']);
+    assert.deepEqual(leak.out.split('\n'), ['0', '0'], `exit ${leak.exit}, stderr: ${leak.err}`);
     assert.equal((await run(a, 'true', {})).status, 401);
     assert.equal((await run(a, 'true', b.headers)).status, 401); // another sandbox's token
     const wrong = await run(a, 'true', { 'OpenSandbox-Secure-Access': 'x'.repeat(43) });
