@@ -229,7 +229,7 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
     }
   });
 
-  it("exit, exec, the command's own EXIT trap, set -e, a function's return: the exact status and output, with and without stdin", async () => {
+  it("exit, exec, the command's own EXIT trap, set -e, a function's return, functions named printf, read, exit: the exact status and output, with and without stdin", async () => {
     // the command runs in the wrapper's shell (its EXIT trap prints the markers) unless it may exec or trap (a subshell)
     const cases = [
       ['echo a; exit 3; echo b', 3, 'a\n'],
@@ -241,6 +241,10 @@ describe('OpenSandboxProcessManager (sandbox.processes)', function () {
       ['sleep 0.2 & wait; echo waited', 0, 'waited\n'],
       ['set -eu; (exit 7)', 7, ''],
       ['set -x; echo a; exit 3', 3, 'a\n', '++ echo a\n++ exit 3\n'], // the wrapper's own end is not traced
+      ['set -x; echo a', 0, 'a\n', '++ echo a\n'],
+      // functions named like the builtins the wrapper's end runs replace nothing of it
+      ['exit() { echo bye; }; false', 1, ''],
+      ['printf() { :; }; read() { return 0; }; kill() { :; }; [() { return 1; }; :() { return 1; }; set() { :; }; echo z; sh -c "exit 8"', 8, 'z\n'],
     ];
     for (const stdinMode of ['pipe', 'ignore']) {
       const rs = await Promise.all(cases.map(async ([cmd]) => {

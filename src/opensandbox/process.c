@@ -402,7 +402,11 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * deadline there. The trap runs after the command, in its shell: it keeps the exit status in $1 and reads into
      * names of its own (_osb_*), which no command sets by chance. A command that made one of its names readonly or
      * gave it an attribute (declare -i, -u, a name reference) would turn the ack into something else: the wrapper
-     * would end without it (the exit race) or wait out its deadline. */
+     * would end without it (the exit race) or wait out its deadline. The command's functions are its shell's too: one
+     * named like a builtin the trap runs (printf, read, exit; kill, wait, [ and : with stdin) would replace it (a
+     * printf that prints nothing: no markers, a process that never ends). The trap removes them first, in POSIX mode
+     * (the status kept in POSIXLY_CORRECT, whose assignment turns it on): there set and unset, special builtins,
+     * come before functions of the same name; unsetting the variable turns it off again. */
     char ackread[160];
     if (o->stdin_ignore)
       snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N 1 _osb_a <&$l || exit 0; IFS= read -r -N %zu _osb_b <&$l; _osb_a=\\$_osb_a\\$_osb_b;",
@@ -411,12 +415,12 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
       snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N %zu _osb_a <&$l || exit 0;", ack, ack_len);
     /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
-                           "trap \"{ set -- \\$?; set +eux; } 2>/dev/null; %s"
+                           "trap \"{ POSIXLY_CORRECT=\\$?; set -- \\$POSIXLY_CORRECT; unset -f printf read exit%s; unset POSIXLY_CORRECT; set +eux; } 2>/dev/null; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$1\\\"; "
                            "%s case \\$_osb_a in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; _osb_p=\\${_osb_a##*\\$'\\\\n'}; "
                            "while IFS= read -r -t %ld _osb_a <&$l; do case \\$_osb_p\\$_osb_a in *OSB-ACK:%s) exit 0;; esac; _osb_p=; done; exit 0\" EXIT\n"
                            "unset -v n d l p x%s\n",
-                           o->stdin_ignore ? "" : "${s}", nonce, nonce, ackread, nonce, nonce, ack, nonce,
+                           o->stdin_ignore ? "" : " kill wait [ :", o->stdin_ignore ? "" : "${s}", nonce, nonce, ackread, nonce, nonce, ack, nonce,
                            o->stdin_ignore ? "" : " q r w s");
   }
   /* then its cwd (before its environment: "~" is execd's HOME, not one the call sets) and environment */
@@ -440,9 +444,10 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
   bad |= osb_buf_append_str(&b, "  eval ");
   bad |= shq(&b, o->command);
   bad |= osb_buf_append_str(&b, "\n");
-  if (!sub) {
-    bad |= osb_buf_append_str(&b, "exit\n"); /* the trap prints the markers */
-  } else {
+  /* Without a subshell the script ends with the command's eval: its status is the shell's, and the EXIT trap prints
+   * the markers (no exit of ours after it: a function of the command named exit would run instead, with its own
+   * status, and it would show in a set -x trace). */
+  if (sub) {
     bad |= osb_buf_appendf(&b,
                            ")\n"
                            "c=$?\n"
