@@ -211,10 +211,10 @@ static int is_ident(const char *s) {
  * at most STDIN_UNACKED frames unacknowledged and coalesces what is queued meanwhile. */
 /* The decoder's loop: frames from fd 3, the bytes to stdout, written markers (nonce $n) to stderr, dd's pid in $h. */
 #define DECODER_LOOP                                                                                      \
-  "    p=; while :; do IFS= read -r -t 1 l <&3; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
+  "    p=; while :; do IFS= read -r -u 3 -t 1 l; r=$?; [ $r -gt 128 ] && { p=$p$l; continue; }\n"          \
   "      l=$p$l; p=; [ $r -eq 0 ] || exit 0; case $l in\n"                                              \
   "      D0|T0) ;;\n"                                                                                   \
-  "      T*) IFS= read -r -N \"${l#T}\" t <&3 || exit 0; printf %s \"$t\"; printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n" \
+  "      T*) IFS= read -r -u 3 -N \"${l#T}\" t || exit 0; printf %s \"$t\"; printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n" \
   "      D*) dd bs=\"${l#D}\" count=1 iflag=fullblock status=none <&3 & h=$!; wait \"$h\" || exit 0; h=;\n"  \
   "        printf '\\037OSB-W:%s\\037' \"$n\" >&2;;\n"                                                          \
   "      E) exit 0;; esac; done"
@@ -389,9 +389,9 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
           &b,
           "if [ -n \"$q\" ]; then exec <&$r {r}<&-\n"
           "  s=\"trap '' PIPE; { printf '%-" HOLDER_REQ_TEXT_S "s\\\\n' 'K $n' >/proc/$q/fd/0; } 2>/dev/null; "
-          "until IFS= read -r -t 5 -N 65536 _osb_a <&0; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
+          "until IFS= read -r -t 5 -N 65536 _osb_a; [ \\$? -ne 0 ]; do :; done; exec 0<&-; \"\n"
           "else exec {l}<&3 <&4 3<&- 4<&-\n"
-          "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 _osb_a <&0; [ \\$? -eq 1 ]; "
+          "  s=\"kill $d 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 _osb_a; [ \\$? -eq 1 ]; "
           "do kill $d 2>/dev/null; done; exec 0<&-; wait $d 2>/dev/null; \"; fi\n");
     }
     /* The ack's read (inside the trap's double quotes; read -t's cost per character: see HOLDER_SCRIPT): with
@@ -409,16 +409,16 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
      * come before functions of the same name; unsetting the variable turns it off again. */
     char ackread[160];
     if (o->stdin_ignore)
-      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N 1 _osb_a <&$l || exit 0; IFS= read -r -N %zu _osb_b <&$l; _osb_a=\\$_osb_a\\$_osb_b;",
+      snprintf(ackread, sizeof ackread, "IFS= read -r -u $l -t %ld -N 1 _osb_a || exit 0; IFS= read -r -u $l -N %zu _osb_b; _osb_a=\\$_osb_a\\$_osb_b;",
                ack, ack_len - 1);
     else
-      snprintf(ackread, sizeof ackread, "IFS= read -r -t %ld -N %zu _osb_a <&$l || exit 0;", ack, ack_len);
+      snprintf(ackread, sizeof ackread, "IFS= read -r -u $l -t %ld -N %zu _osb_a || exit 0;", ack, ack_len);
     /* with stdinMode 'ignore' (no decoder) the trap has no decoder to stop: less for bash to parse and run */
     bad |= osb_buf_appendf(&b,
-                           "trap \"{ POSIXLY_CORRECT=\\$?; set -- \\$POSIXLY_CORRECT; unset -f printf read exit%s; unset POSIXLY_CORRECT; set +eux; } 2>/dev/null; %s"
+                           "trap \"{ POSIXLY_CORRECT=\\$?; set -- \\$POSIXLY_CORRECT; unset -f printf read exit%s; unset POSIXLY_CORRECT; set +eux; } 2>&-; %s"
                            "printf '\\\\037OSB-ERR:%s\\\\037' >&2; printf '\\\\037OSB-EXIT:%s:%%s\\\\037' \\\"\\$1\\\"; "
                            "%s case \\$_osb_a in *OSB-ACK:%s|*OSB-ACK:%s\\$'\\\\n'*) exit 0;; esac; _osb_p=\\${_osb_a##*\\$'\\\\n'}; "
-                           "while IFS= read -r -t %ld _osb_a <&$l; do case \\$_osb_p\\$_osb_a in *OSB-ACK:%s) exit 0;; esac; _osb_p=; done; exit 0\" EXIT\n"
+                           "while IFS= read -r -u $l -t %ld _osb_a; do case \\$_osb_p\\$_osb_a in *OSB-ACK:%s) exit 0;; esac; _osb_p=; done; exit 0\" EXIT\n"
                            "unset -v n d l p x%s\n",
                            o->stdin_ignore ? "" : " kill wait [ :", o->stdin_ignore ? "" : "${s}", nonce, nonce, ackread, nonce, nonce, ack, nonce,
                            o->stdin_ignore ? "" : " q r w s");

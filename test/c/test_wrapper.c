@@ -403,8 +403,8 @@ static void test_wrapper_ignore_text(void) {
      * makes three system calls per character */
     CHECK(strstr(s, "read -r -t 120 -N 1 l || exit 125; IFS= read -r -N 39 x;") != NULL);
     /* "\nOSB-ACK:" + 32, its last newline left: the same without stdin; with stdin every byte keeps the deadline */
-    CHECK((strstr(s, "read -r -t 600 -N 1 _osb_a <&$l || exit 0; IFS= read -r -N 40 _osb_b <&$l;") != NULL) == ignore);
-    CHECK((strstr(s, "read -r -t 600 -N 41 _osb_a <&$l") != NULL) == !ignore);
+    CHECK((strstr(s, "read -r -u $l -t 600 -N 1 _osb_a || exit 0; IFS= read -r -u $l -N 40 _osb_b;") != NULL) == ignore);
+    CHECK((strstr(s, "read -r -u $l -t 600 -N 41 _osb_a") != NULL) == !ignore);
     free(s);
   }
 }
