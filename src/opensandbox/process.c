@@ -451,10 +451,10 @@ char *osb_proc_wrapper(const osb_proc_opts *o, const char *nonce, char *err, siz
     bad |= osb_buf_appendf(&b,
                            ")\n"
                            "c=$?\n"
-                           "[ -n \"$d\" ] && { exec 3<&-; kill \"$d\" 2>/dev/null; until IFS= read -r -t 0.05 -N 65536 l <&4; [ $? -eq 1 ]; do\n"
+                           "[ -n \"$d\" ] && { exec 3<&-; kill \"$d\" 2>/dev/null; until IFS= read -r -u 4 -t 0.05 -N 65536 l; [ $? -eq 1 ]; do\n"
                            "  kill \"$d\" 2>/dev/null; done; exec 4<&-; wait \"$d\" 2>/dev/null; }\n"
                            "[ -n \"$q\" ] && { trap '' PIPE; { printf '%%-" HOLDER_REQ_TEXT_S "s\\n' \"K $n\" >/proc/$q/fd/0; } 2>/dev/null\n"
-                           "  until IFS= read -r -t 5 -N 65536 x <&$r; [ $? -ne 0 ]; do :; done; exec {r}<&- {l}<&-; }\n"
+                           "  until IFS= read -r -u $r -t 5 -N 65536 x; [ $? -ne 0 ]; do :; done; exec {r}<&- {l}<&-; }\n"
                            "printf '\\037OSB-ERR:%%s\\037' \"$n\" >&2\n"
                            "printf '\\037OSB-EXIT:%%s:%%s\\037' \"$n\" \"$c\"\n"
                            "IFS= read -r -t %ld -N %zu l || exit 0; case $l in \"\nOSB-ACK:$n\"|\"OSB-ACK:$n\n\") exit 0;; esac\n"
